@@ -1,0 +1,183 @@
+//! The per-hook counter block: what every hook counts for every frame, and how.
+//!
+//! The kernel keeps one block per hook in a per-CPU array (one map lookup per packet, no
+//! atomics); `analyze` keeps one block for a capture. Both call [`HookCounters::record`], so a
+//! frame is counted the same way wherever it is seen.
+
+use crate::parse::{Outcome, RoceInfo};
+
+/// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
+pub const OUTCOME_SLOTS: usize = 32;
+const _: () = assert!(Outcome::COUNT <= OUTCOME_SLOTS);
+
+/// Where a frame was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Hook {
+    Xdp = 0,
+    TcIngress = 1,
+    TcEgress = 2,
+}
+
+impl Hook {
+    pub const COUNT: usize = 3;
+    pub const ALL: [Hook; Self::COUNT] = [Hook::Xdp, Hook::TcIngress, Hook::TcEgress];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Hook::Xdp => "xdp",
+            Hook::TcIngress => "tc_ingress",
+            Hook::TcEgress => "tc_egress",
+        }
+    }
+
+    pub const fn direction(self) -> &'static str {
+        match self {
+            Hook::Xdp | Hook::TcIngress => "ingress",
+            Hook::TcEgress => "egress",
+        }
+    }
+}
+
+/// Counters of one hook on one interface. `#[repr(C)]`, only `u64`s: no padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct HookCounters {
+    /// RoCE packets by BTH opcode.
+    pub opcode_packets: [u64; 256],
+    /// RoCE frame bytes (wire length) by BTH opcode.
+    pub opcode_bytes: [u64; 256],
+    /// RoCE packets by ECN codepoint (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
+    pub ecn_packets: [u64; 4],
+    /// Every frame by parse outcome ([`Outcome`] discriminant).
+    pub outcomes: [u64; OUTCOME_SLOTS],
+    /// RoCEv2 CNPs (opcode 0x81).
+    pub cnp_packets: u64,
+    /// RoCE packets with BECN set.
+    pub becn_packets: u64,
+    /// RoCE packets with FECN set.
+    pub fecn_packets: u64,
+    /// All frames seen, RoCE or not.
+    pub frames: u64,
+    /// Wire bytes of all frames seen.
+    pub frame_bytes: u64,
+    /// Flow-map updates that failed (map full or busy).
+    pub flow_update_errors: u64,
+}
+
+impl Default for HookCounters {
+    fn default() -> Self {
+        Self::ZERO
+    }
+}
+
+impl HookCounters {
+    pub const ZERO: HookCounters = HookCounters {
+        opcode_packets: [0; 256],
+        opcode_bytes: [0; 256],
+        ecn_packets: [0; 4],
+        outcomes: [0; OUTCOME_SLOTS],
+        cnp_packets: 0,
+        becn_packets: 0,
+        fecn_packets: 0,
+        frames: 0,
+        frame_bytes: 0,
+        flow_update_errors: 0,
+    };
+
+    /// Counts one frame of `frame_len` wire bytes.
+    #[inline(always)]
+    pub fn record(&mut self, parsed: &Result<RoceInfo, Outcome>, frame_len: u64) {
+        self.frames += 1;
+        self.frame_bytes += frame_len;
+        match parsed {
+            Ok(info) => {
+                self.outcomes[(info.outcome as usize) & (OUTCOME_SLOTS - 1)] += 1;
+                let op = info.bth.opcode as usize;
+                self.opcode_packets[op] += 1;
+                self.opcode_bytes[op] += frame_len;
+                self.ecn_packets[(info.ecn & 0x03) as usize] += 1;
+                if info.is_cnp() {
+                    self.cnp_packets += 1;
+                }
+                if info.bth.becn {
+                    self.becn_packets += 1;
+                }
+                if info.bth.fecn {
+                    self.fecn_packets += 1;
+                }
+            }
+            Err(o) => self.outcomes[(*o as usize) & (OUTCOME_SLOTS - 1)] += 1,
+        }
+    }
+
+    /// Adds another block (per-CPU values, several captures).
+    pub fn add(&mut self, o: &HookCounters) {
+        for (a, b) in self.opcode_packets.iter_mut().zip(o.opcode_packets.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.opcode_bytes.iter_mut().zip(o.opcode_bytes.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.ecn_packets.iter_mut().zip(o.ecn_packets.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.outcomes.iter_mut().zip(o.outcomes.iter()) {
+            *a += b;
+        }
+        self.cnp_packets += o.cnp_packets;
+        self.becn_packets += o.becn_packets;
+        self.fecn_packets += o.fecn_packets;
+        self.frames += o.frames;
+        self.frame_bytes += o.frame_bytes;
+        self.flow_update_errors += o.flow_update_errors;
+    }
+
+    /// RoCE packets (complete BTH), whatever their extension headers.
+    pub fn roce_packets(&self) -> u64 {
+        self.outcomes[Outcome::Roce as usize] + self.outcomes[Outcome::RoceExtTruncated as usize]
+    }
+
+    /// RoCE frame bytes.
+    pub fn roce_bytes(&self) -> u64 {
+        self.opcode_bytes.iter().sum()
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: `#[repr(C)]`, only u64 fields and arrays of u64: every bit pattern is valid.
+unsafe impl aya::Pod for HookCounters {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse, LinkType, SliceReader};
+
+    #[test]
+    fn no_padding() {
+        assert_eq!(
+            core::mem::size_of::<HookCounters>(),
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6)
+        );
+    }
+
+    #[test]
+    fn counts_outcomes_and_totals() {
+        let mut c = HookCounters::ZERO;
+        c.record(&Err(Outcome::NotIp), 60);
+        c.record(&Err(Outcome::TruncatedBth), 50);
+        assert_eq!(c.frames, 2);
+        assert_eq!(c.frame_bytes, 110);
+        assert_eq!(c.outcomes[Outcome::NotIp as usize], 1);
+        assert_eq!(c.outcomes[Outcome::TruncatedBth as usize], 1);
+        assert_eq!(c.roce_packets(), 0);
+        let mut d = HookCounters::ZERO;
+        d.add(&c);
+        d.add(&c);
+        assert_eq!(d.frames, 4);
+        // a frame that is not Ethernet-long enough
+        let p = parse(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
+        c.record(&p, 5);
+        assert_eq!(c.outcomes[Outcome::TruncatedL2 as usize], 1);
+    }
+}

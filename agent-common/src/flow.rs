@@ -1,0 +1,152 @@
+//! Flow keys and per-flow statistics, and the one function that updates them.
+
+use crate::opcode::{class, OpClass};
+use crate::parse::RoceInfo;
+
+/// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP).
+/// The destination port is always 4791. IPv4 addresses sit in the first four bytes.
+/// `#[repr(C)]` with an explicit pad byte: 40 bytes, no implicit padding (BPF map key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(C)]
+pub struct FlowKey {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub ip_version: u8,
+    pub pad: u8,
+    pub dest_qp: u32,
+}
+
+/// What a flow did. `#[repr(C)]`, 120 bytes, no implicit padding (BPF map value).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct FlowStats {
+    pub packets: u64,
+    /// Wire bytes.
+    pub bytes: u64,
+    /// Packets that arrived with ECN CE.
+    pub ecn_ce: u64,
+    /// CNPs addressed to this flow's destination QP.
+    pub cnp: u64,
+    /// Packets with BECN set.
+    pub becn: u64,
+    /// Clock of the recording side (kernel monotonic ns, or capture timestamp ns).
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    /// Packets by [`OpClass`].
+    pub class_packets: [u64; OpClass::COUNT],
+    /// PSN of the last packet seen.
+    pub last_psn: u32,
+    pub last_opcode: u8,
+    pub pad: [u8; 3],
+}
+
+impl FlowStats {
+    /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`.
+    #[inline(always)]
+    pub fn record(&mut self, info: &RoceInfo, frame_len: u64, now_ns: u64) {
+        if self.packets == 0 {
+            self.first_seen_ns = now_ns;
+        }
+        self.packets += 1;
+        self.bytes += frame_len;
+        if info.ecn == 3 {
+            self.ecn_ce += 1;
+        }
+        if info.is_cnp() {
+            self.cnp += 1;
+        }
+        if info.bth.becn {
+            self.becn += 1;
+        }
+        self.class_packets[(class(info.bth.opcode) as usize) % OpClass::COUNT] += 1;
+        self.last_seen_ns = now_ns;
+        self.last_psn = info.bth.psn;
+        self.last_opcode = info.bth.opcode;
+    }
+
+    /// Merges another partial record of the same flow (per-CPU values).
+    pub fn merge(&mut self, o: &FlowStats) {
+        if o.packets == 0 {
+            return;
+        }
+        if self.packets == 0 || o.first_seen_ns < self.first_seen_ns {
+            self.first_seen_ns = o.first_seen_ns;
+        }
+        if self.packets == 0 || o.last_seen_ns >= self.last_seen_ns {
+            self.last_seen_ns = o.last_seen_ns;
+            self.last_psn = o.last_psn;
+            self.last_opcode = o.last_opcode;
+        }
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.ecn_ce += o.ecn_ce;
+        self.cnp += o.cnp;
+        self.becn += o.becn;
+        for (a, b) in self.class_packets.iter_mut().zip(o.class_packets.iter()) {
+            *a += b;
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
+unsafe impl aya::Pod for FlowKey {}
+#[cfg(feature = "user")]
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowStats {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::bth::Bth;
+    use crate::parse::Outcome;
+
+    fn info(opcode: u8, ecn: u8, psn: u32) -> RoceInfo {
+        RoceInfo {
+            outcome: Outcome::Roce,
+            ip_version: 4,
+            ecn,
+            src: [0; 16],
+            dst: [0; 16],
+            sport: 1,
+            udp_len: 40,
+            vlan_tags: 0,
+            bth: Bth {
+                opcode,
+                psn,
+                becn: opcode == 0x81,
+                ..Bth::default()
+            },
+            reth_dma_len: None,
+            aeth: None,
+            deth: None,
+        }
+    }
+
+    #[test]
+    fn layout() {
+        assert_eq!(core::mem::size_of::<FlowKey>(), 40);
+        assert_eq!(core::mem::size_of::<FlowStats>(), 120);
+    }
+
+    #[test]
+    fn record_and_merge() {
+        let mut a = FlowStats::default();
+        a.record(&info(0x04, 3, 7), 100, 10);
+        a.record(&info(0x81, 2, 0), 60, 20);
+        assert_eq!((a.packets, a.bytes, a.ecn_ce, a.cnp, a.becn), (2, 160, 1, 1, 1));
+        assert_eq!((a.first_seen_ns, a.last_seen_ns, a.last_psn), (10, 20, 0));
+        assert_eq!(a.class_packets[OpClass::Send as usize], 1);
+        assert_eq!(a.class_packets[OpClass::Other as usize], 1);
+        let mut b = FlowStats::default();
+        b.record(&info(0x0A, 0, 9), 1000, 5);
+        b.record(&info(0x0A, 0, 10), 1000, 30);
+        let mut m = FlowStats::default();
+        m.merge(&a);
+        m.merge(&b);
+        assert_eq!((m.packets, m.bytes), (4, 2160));
+        assert_eq!((m.first_seen_ns, m.last_seen_ns, m.last_psn), (5, 30, 10));
+        assert_eq!(m.class_packets[OpClass::Write as usize], 2);
+    }
+}

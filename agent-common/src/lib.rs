@@ -1,0 +1,31 @@
+//! The one RoCEv2 parser and the one flow/counter update logic of rocemon.
+//!
+//! This crate is `no_std` for the BPF target and plain `std` on the host (feature `std`),
+//! so the XDP program, the tc programs, AF_XDP/capture sources and the tests all parse and
+//! count a packet the same way.
+//!
+//! - [`reader`]: the packet-reader trait (bounds-checked constant-size reads) and the
+//!   byte-slice implementation; the XDP and tc implementations live in `agent-ebpf`.
+//! - [`headers`]: one module per header (Ethernet/VLAN, Linux cooked capture, IPv4, IPv6,
+//!   UDP, BTH, extension headers) with offsets, lengths and big-endian getters.
+//! - [`opcode`]: the BTH opcode table (names, transport, operation class, extension headers).
+//! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
+//! - [`counters`]: the per-hook counter block and its update function.
+//! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
+#![cfg_attr(not(feature = "std"), no_std)]
+
+pub mod counters;
+pub mod flow;
+pub mod headers;
+pub mod opcode;
+pub mod parse;
+pub mod reader;
+
+pub use counters::{Hook, HookCounters};
+pub use flow::{FlowKey, FlowStats};
+pub use opcode::OpClass;
+pub use parse::{parse, LinkType, Outcome, OutcomeKind, RoceInfo};
+pub use reader::{PacketReader, SliceReader};
+
+/// The IANA-assigned UDP destination port of RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;

@@ -1,0 +1,427 @@
+//! `parse(&reader, link) -> Result<RoceInfo, Outcome>`: the one RoCEv2 parser.
+//!
+//! Generic over [`PacketReader`] and free of loops that the verifier cannot bound: VLAN tags
+//! and IPv6 extension headers are walked a fixed number of times. Every frame ends in exactly
+//! one [`Outcome`], which is also the index of its counter.
+
+use crate::flow::FlowKey;
+use crate::headers::bth::{self, Bth};
+use crate::headers::ethernet::{self, is_vlan};
+use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
+use crate::headers::ipv4::{self, Ipv4Header};
+use crate::headers::ipv6::{self, Ipv6Header};
+use crate::headers::udp::{self, UdpHeader};
+use crate::headers::{be16, be24, be32, sll};
+use crate::opcode::{ext_layout, OPCODE_CNP};
+use crate::reader::PacketReader;
+use crate::ROCEV2_UDP_PORT;
+
+/// What the first bytes of a frame are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkType {
+    /// Ethernet II (XDP, tc, AF_XDP, pcap linktype 1).
+    Ethernet,
+    /// Linux cooked capture v1 (pcap linktype 113).
+    LinuxSll,
+    /// Linux cooked capture v2 (pcap linktype 276).
+    LinuxSll2,
+}
+
+/// How a frame ended in the parser. The discriminant is the frame's counter index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Outcome {
+    /// RoCEv2 with a complete BTH and complete extension headers.
+    Roce = 0,
+    /// RoCEv2 with a complete BTH whose extension headers are cut short (counted as RoCE).
+    RoceExtTruncated = 1,
+    /// Not IPv4 or IPv6 (ARP, LLDP, ...).
+    NotIp = 2,
+    /// IP but not UDP.
+    NotUdp = 3,
+    /// UDP to a port other than 4791.
+    UdpOtherPort = 4,
+    /// A fragment other than the first: no UDP header to read.
+    IpFragment = 5,
+    /// More VLAN tags than the parser walks.
+    VlanDepthExceeded = 6,
+    /// An IPv6 extension header chain longer than the parser walks, or ESP/AH.
+    Ipv6ExtUnsupported = 7,
+    /// Frame shorter than its link-layer header or VLAN tags.
+    TruncatedL2 = 8,
+    TruncatedIpv4 = 9,
+    /// IP version field disagrees with the EtherType.
+    BadIpVersion = 10,
+    /// IPv4 IHL below 5.
+    BadIhl = 11,
+    /// IPv4 total length smaller than its header.
+    BadIpv4TotalLength = 12,
+    TruncatedIpv6 = 13,
+    TruncatedIpv6Ext = 14,
+    /// IPv6 payload length smaller than its extension headers.
+    BadIpv6PayloadLength = 15,
+    TruncatedUdp = 16,
+    /// UDP length below 8 (it cannot even hold its own header). A UDP length beyond the IP
+    /// payload is clipped to the IP payload, as tshark does, and parsing goes on.
+    BadUdpLength = 17,
+    /// UDP to port 4791 whose datagram or captured bytes end inside the BTH.
+    TruncatedBth = 18,
+}
+
+/// Whether an outcome is RoCE, other traffic, or a malformed frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutcomeKind {
+    Roce,
+    NotRoce,
+    Malformed,
+}
+
+impl Outcome {
+    pub const COUNT: usize = 19;
+    pub const ALL: [Outcome; Self::COUNT] = [
+        Outcome::Roce,
+        Outcome::RoceExtTruncated,
+        Outcome::NotIp,
+        Outcome::NotUdp,
+        Outcome::UdpOtherPort,
+        Outcome::IpFragment,
+        Outcome::VlanDepthExceeded,
+        Outcome::Ipv6ExtUnsupported,
+        Outcome::TruncatedL2,
+        Outcome::TruncatedIpv4,
+        Outcome::BadIpVersion,
+        Outcome::BadIhl,
+        Outcome::BadIpv4TotalLength,
+        Outcome::TruncatedIpv6,
+        Outcome::TruncatedIpv6Ext,
+        Outcome::BadIpv6PayloadLength,
+        Outcome::TruncatedUdp,
+        Outcome::BadUdpLength,
+        Outcome::TruncatedBth,
+    ];
+
+    /// The snake_case name used as a metric label and JSON key.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Outcome::Roce => "roce",
+            Outcome::RoceExtTruncated => "roce_ext_truncated",
+            Outcome::NotIp => "not_ip",
+            Outcome::NotUdp => "not_udp",
+            Outcome::UdpOtherPort => "udp_other_port",
+            Outcome::IpFragment => "ip_fragment",
+            Outcome::VlanDepthExceeded => "vlan_depth_exceeded",
+            Outcome::Ipv6ExtUnsupported => "ipv6_ext_unsupported",
+            Outcome::TruncatedL2 => "truncated_l2",
+            Outcome::TruncatedIpv4 => "truncated_ipv4",
+            Outcome::BadIpVersion => "bad_ip_version",
+            Outcome::BadIhl => "bad_ihl",
+            Outcome::BadIpv4TotalLength => "bad_ipv4_total_length",
+            Outcome::TruncatedIpv6 => "truncated_ipv6",
+            Outcome::TruncatedIpv6Ext => "truncated_ipv6_ext",
+            Outcome::BadIpv6PayloadLength => "bad_ipv6_payload_length",
+            Outcome::TruncatedUdp => "truncated_udp",
+            Outcome::BadUdpLength => "bad_udp_length",
+            Outcome::TruncatedBth => "truncated_bth",
+        }
+    }
+
+    pub const fn kind(self) -> OutcomeKind {
+        match self {
+            Outcome::Roce | Outcome::RoceExtTruncated => OutcomeKind::Roce,
+            Outcome::NotIp
+            | Outcome::NotUdp
+            | Outcome::UdpOtherPort
+            | Outcome::IpFragment
+            | Outcome::VlanDepthExceeded
+            | Outcome::Ipv6ExtUnsupported => OutcomeKind::NotRoce,
+            _ => OutcomeKind::Malformed,
+        }
+    }
+}
+
+/// The AETH fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aeth {
+    pub syndrome: u8,
+    /// Message sequence number (24 bits).
+    pub msn: u32,
+}
+
+/// The DETH fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deth {
+    pub qkey: u32,
+    pub src_qp: u32,
+}
+
+/// A parsed RoCEv2 packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoceInfo {
+    /// [`Outcome::Roce`] or [`Outcome::RoceExtTruncated`].
+    pub outcome: Outcome,
+    pub ip_version: u8,
+    /// ECN codepoint: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub ecn: u8,
+    /// Source address; IPv4 in the first four bytes, the rest zero.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    /// UDP source port: the flow's ECMP entropy.
+    pub sport: u16,
+    /// UDP length (header + payload), clipped to the IP payload.
+    pub udp_len: u16,
+    /// VLAN tags walked (0, 1 or 2).
+    pub vlan_tags: u8,
+    pub bth: Bth,
+    /// RETH DMA length (RDMA WRITE FIRST/ONLY, READ REQUEST).
+    pub reth_dma_len: Option<u32>,
+    pub aeth: Option<Aeth>,
+    pub deth: Option<Deth>,
+}
+
+impl RoceInfo {
+    #[inline(always)]
+    pub const fn is_cnp(&self) -> bool {
+        self.bth.opcode == OPCODE_CNP
+    }
+
+    /// The flow this packet belongs to: (IP version, source, destination, UDP source port,
+    /// destination QP).
+    #[inline(always)]
+    pub const fn flow_key(&self) -> FlowKey {
+        FlowKey {
+            src: self.src,
+            dst: self.dst,
+            sport: self.sport,
+            ip_version: self.ip_version,
+            pad: 0,
+            dest_qp: self.bth.dest_qp,
+        }
+    }
+}
+
+/// Where the UDP header starts and what the IP layer said.
+struct L3 {
+    l4: usize,
+    /// Bytes of IP payload the IP header announces (for the UDP length check).
+    payload_len: usize,
+    ip_version: u8,
+    ecn: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+}
+
+/// Parses one frame. Never panics, never reads outside the reader.
+#[inline(always)]
+pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome> {
+    let (mut ethertype, mut off) = match link {
+        LinkType::Ethernet => (
+            be16(r.read(ethernet::ETHERTYPE_OFFSET).ok_or(Outcome::TruncatedL2)?),
+            ethernet::LEN,
+        ),
+        LinkType::LinuxSll => (
+            be16(r.read(sll::SLL_PROTOCOL_OFFSET).ok_or(Outcome::TruncatedL2)?),
+            sll::SLL_LEN,
+        ),
+        LinkType::LinuxSll2 => {
+            if r.len() < sll::SLL2_LEN {
+                return Err(Outcome::TruncatedL2);
+            }
+            (
+                be16(r.read(sll::SLL2_PROTOCOL_OFFSET).ok_or(Outcome::TruncatedL2)?),
+                sll::SLL2_LEN,
+            )
+        }
+    };
+    let mut vlan_tags = 0u8;
+    // A fixed bound: single tag and QinQ.
+    let mut i = 0;
+    while i < ethernet::MAX_VLAN_TAGS {
+        if is_vlan(ethertype) {
+            ethertype = be16(r.read(off + 2).ok_or(Outcome::TruncatedL2)?);
+            off += ethernet::VLAN_TAG_LEN;
+            vlan_tags += 1;
+        }
+        i += 1;
+    }
+    if is_vlan(ethertype) {
+        return Err(Outcome::VlanDepthExceeded);
+    }
+    let l3 = match ethertype {
+        ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, off)?,
+        ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, off)?,
+        _ => return Err(Outcome::NotIp),
+    };
+
+    let u = UdpHeader(r.read::<{ udp::LEN }>(l3.l4).ok_or(Outcome::TruncatedUdp)?);
+    if u.dst_port() != ROCEV2_UDP_PORT {
+        return Err(Outcome::UdpOtherPort);
+    }
+    let mut udp_len = u.len();
+    if udp_len < udp::LEN {
+        return Err(Outcome::BadUdpLength);
+    }
+    // The datagram as far as this IP packet carries it (a first fragment, or a UDP length
+    // that overstates the IP payload, is cut to what the IP header announces).
+    if udp_len > l3.payload_len {
+        udp_len = l3.payload_len;
+    }
+    if udp_len < udp::LEN + bth::LEN {
+        return Err(Outcome::TruncatedBth);
+    }
+    let bth_off = l3.l4 + udp::LEN;
+    let b = Bth::from_bytes(r.read::<{ bth::LEN }>(bth_off).ok_or(Outcome::TruncatedBth)?);
+
+    let mut info = RoceInfo {
+        outcome: Outcome::Roce,
+        ip_version: l3.ip_version,
+        ecn: l3.ecn,
+        src: l3.src,
+        dst: l3.dst,
+        sport: u.src_port(),
+        udp_len: udp_len as u16,
+        vlan_tags,
+        bth: b,
+        reth_dma_len: None,
+        aeth: None,
+        deth: None,
+    };
+    let layout = ext_layout(b.opcode);
+    let ext_off = bth_off + bth::LEN;
+    if udp_len < udp::LEN + bth::LEN + layout.len as usize
+        || r.len() < ext_off + layout.len as usize
+    {
+        info.outcome = Outcome::RoceExtTruncated;
+        return Ok(info);
+    }
+    if let Some(at) = layout.deth {
+        match r.read::<DETH_LEN>(ext_off + at as usize) {
+            Some(d) => {
+                info.deth = Some(Deth {
+                    qkey: be32([d[0], d[1], d[2], d[3]]),
+                    src_qp: be24([d[5], d[6], d[7]]),
+                })
+            }
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    if let Some(at) = layout.reth {
+        match r.read::<RETH_LEN>(ext_off + at as usize) {
+            Some(e) => info.reth_dma_len = Some(be32([e[12], e[13], e[14], e[15]])),
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    if let Some(at) = layout.aeth {
+        match r.read::<AETH_LEN>(ext_off + at as usize) {
+            Some(a) => {
+                info.aeth = Some(Aeth {
+                    syndrome: a[0],
+                    msn: be24([a[1], a[2], a[3]]),
+                })
+            }
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    Ok(info)
+}
+
+#[inline(always)]
+fn parse_ipv4<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
+    let h = Ipv4Header(r.read::<{ ipv4::MIN_LEN }>(off).ok_or(Outcome::TruncatedIpv4)?);
+    if h.version() != 4 {
+        return Err(Outcome::BadIpVersion);
+    }
+    let hl = h.header_len();
+    if hl < ipv4::MIN_LEN {
+        return Err(Outcome::BadIhl);
+    }
+    if h.total_len() < hl {
+        return Err(Outcome::BadIpv4TotalLength);
+    }
+    if r.len() < off + hl {
+        // Options announced by the IHL are not all there.
+        return Err(Outcome::TruncatedIpv4);
+    }
+    if h.fragment_offset() != 0 {
+        return Err(Outcome::IpFragment);
+    }
+    if h.protocol() != ipv4::PROTO_UDP {
+        return Err(Outcome::NotUdp);
+    }
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    let (s, d) = (h.src(), h.dst());
+    src[0] = s[0];
+    src[1] = s[1];
+    src[2] = s[2];
+    src[3] = s[3];
+    dst[0] = d[0];
+    dst[1] = d[1];
+    dst[2] = d[2];
+    dst[3] = d[3];
+    Ok(L3 {
+        l4: off + hl,
+        payload_len: h.total_len() - hl,
+        ip_version: 4,
+        ecn: h.ecn(),
+        src,
+        dst,
+    })
+}
+
+#[inline(always)]
+fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
+    let h = Ipv6Header(r.read::<{ ipv6::LEN }>(off).ok_or(Outcome::TruncatedIpv6)?);
+    if h.version() != 6 {
+        return Err(Outcome::BadIpVersion);
+    }
+    let mut next = h.next_header();
+    let mut l4 = off + ipv6::LEN;
+    let mut remaining = h.payload_len();
+    // A fixed bound on the extension headers walked (see headers::ipv6).
+    let mut i = 0;
+    while i < ipv6::MAX_EXT_HEADERS {
+        if ipv6::is_skippable_ext(next) {
+            let e = r.read::<2>(l4).ok_or(Outcome::TruncatedIpv6Ext)?;
+            let len = (e[1] as usize + 1) * 8;
+            next = e[0];
+            l4 += len;
+            remaining = match remaining.checked_sub(len) {
+                Some(v) => v,
+                None => return Err(Outcome::BadIpv6PayloadLength),
+            };
+        } else if next == ipv6::NEXT_FRAGMENT {
+            let f = r
+                .read::<{ ipv6::FRAGMENT_LEN }>(l4)
+                .ok_or(Outcome::TruncatedIpv6Ext)?;
+            if be16([f[2], f[3]]) >> 3 != 0 {
+                return Err(Outcome::IpFragment);
+            }
+            next = f[0];
+            l4 += ipv6::FRAGMENT_LEN;
+            remaining = match remaining.checked_sub(ipv6::FRAGMENT_LEN) {
+                Some(v) => v,
+                None => return Err(Outcome::BadIpv6PayloadLength),
+            };
+        }
+        i += 1;
+    }
+    if next != ipv6::NEXT_UDP {
+        if ipv6::is_skippable_ext(next) || next == ipv6::NEXT_FRAGMENT || next == 50 || next == 51
+        {
+            return Err(Outcome::Ipv6ExtUnsupported);
+        }
+        return Err(Outcome::NotUdp);
+    }
+    Ok(L3 {
+        l4,
+        payload_len: remaining,
+        ip_version: 6,
+        ecn: h.ecn(),
+        src: h.src(),
+        dst: h.dst(),
+    })
+}
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;

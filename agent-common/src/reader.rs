@@ -1,0 +1,71 @@
+//! The packet-reader trait: the only way the parser touches packet bytes.
+//!
+//! Every read is a constant-size copy at an offset, checked against the end of the data right
+//! before the access. That shape is what the BPF verifier accepts (constant lengths, bounded
+//! offsets), and on the host it makes out-of-bounds reads impossible by construction.
+
+/// Largest offset the parser ever reads at. Offsets are clamped to it before each access so
+/// that the verifier sees a bounded range (VLAN tags, IPv4 options and IPv6 extension headers
+/// make offsets variable).
+pub const MAX_READ_OFFSET: usize = 512;
+
+/// Source of packet bytes for [`crate::parse`].
+pub trait PacketReader {
+    /// Number of bytes that can be read (the captured length, not the wire length).
+    fn len(&self) -> usize;
+
+    /// Whether no byte can be read.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `N` bytes starting at `off`, or `None` if any of them lies outside the data or
+    /// `off` exceeds [`MAX_READ_OFFSET`].
+    fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]>;
+}
+
+/// A reader over a byte slice: capture records, AF_XDP frames and tests.
+#[derive(Clone, Copy, Debug)]
+pub struct SliceReader<'a>(pub &'a [u8]);
+
+impl PacketReader for SliceReader<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    #[inline(always)]
+    fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        if off > MAX_READ_OFFSET {
+            return None;
+        }
+        let bytes = self.0.get(off..off.checked_add(N)?)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_inside_and_refuses_outside() {
+        let data = [1u8, 2, 3, 4];
+        let r = SliceReader(&data);
+        assert_eq!(r.read::<2>(0), Some([1, 2]));
+        assert_eq!(r.read::<2>(2), Some([3, 4]));
+        assert_eq!(r.read::<2>(3), None);
+        assert_eq!(r.read::<1>(usize::MAX), None);
+        assert_eq!(r.read::<0>(4), Some([]));
+    }
+
+    #[test]
+    fn refuses_offsets_past_the_clamp() {
+        let data = [0u8; 2 * MAX_READ_OFFSET];
+        let r = SliceReader(&data);
+        assert!(r.read::<1>(MAX_READ_OFFSET).is_some());
+        assert!(r.read::<1>(MAX_READ_OFFSET + 1).is_none());
+    }
+}

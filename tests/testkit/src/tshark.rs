@@ -1,0 +1,146 @@
+//! The independent oracle: what tshark's InfiniBand dissector says a capture holds.
+//!
+//! tshark decodes UDP port 4791 as InfiniBand (RoCEv2). Its InfiniBand payload heuristics
+//! (SMB Direct, NVMe-RDMA, ...) are switched off, and IP reassembly too, so each frame is
+//! decoded on its own. A frame counts as RoCE when its UDP destination port is 4791 and tshark
+//! decoded a BTH PSN (the BTH's last field: the BTH is complete).
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// InfiniBand payload heuristics that tshark 4.0 registers; all switched off.
+const IB_HEURISTICS: &[&str] = &[
+    "smcr_infiniband", "smb_direct_infiniband", "rpcrdma_infiniband", "nvme_rdma", "lnet_ib",
+    "iser_infiniband", "eth_over_ib", "sdp_infiniband", "fc_infiniband", "drbd_rdma",
+];
+
+const FIELDS: &[&str] = &[
+    "frame.len",
+    "udp.dstport",
+    "udp.srcport",
+    "infiniband.bth.opcode",
+    "infiniband.bth.psn",
+    "infiniband.bth.destqp",
+    "ip.dsfield.ecn",
+    "ipv6.tclass",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "infiniband.aeth.syndrome",
+    "infiniband.reth.dmalen",
+];
+
+/// Per-flow expectations (packets, bytes, CE-marked packets, CNPs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FlowExpect {
+    pub packets: u64,
+    pub bytes: u64,
+    pub ecn_ce: u64,
+    pub cnp: u64,
+}
+
+/// What tshark says a capture holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Expected {
+    pub frames: u64,
+    pub roce_packets: u64,
+    pub roce_bytes: u64,
+    pub cnp: u64,
+    /// By codepoint: not_ect, ect1, ect0, ce (index = the two ECN bits).
+    pub ecn: [u64; 4],
+    /// opcode -> (packets, bytes)
+    pub opcodes: BTreeMap<u8, (u64, u64)>,
+    /// (src, dst, sport, dest_qp) -> counts
+    pub flows: BTreeMap<(String, String, u16, u32), FlowExpect>,
+    /// Frames to UDP port 4791 without a complete BTH.
+    pub port_4791_without_bth: u64,
+    /// AETH syndromes seen: syndrome -> packets
+    pub aeth_syndromes: BTreeMap<u8, u64>,
+    /// Sum of RETH DMA lengths.
+    pub reth_dma_len_sum: u64,
+}
+
+fn num(s: &str) -> Result<u64> {
+    let s = s.trim();
+    if let Some(h) = s.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).with_context(|| format!("hex {s:?}"));
+    }
+    s.parse::<u64>().with_context(|| format!("number {s:?}"))
+}
+
+/// Whether tshark is installed.
+pub fn available() -> bool {
+    Command::new("tshark").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Runs tshark over `capture` and sums what it decoded.
+pub fn expected(capture: &Path) -> Result<Expected> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-n").arg("-r").arg(capture);
+    cmd.args(["-o", "ip.defragment:FALSE", "-o", "ipv6.defragment:FALSE"]);
+    for h in IB_HEURISTICS {
+        cmd.args(["--disable-heuristic", h]);
+    }
+    cmd.args(["-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]);
+    for f in FIELDS {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().context("run tshark (install it with `cargo xtask setup`)")?;
+    if !out.status.success() {
+        bail!("tshark failed on {}: {}", capture.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8(out.stdout).context("tshark output is not UTF-8")?;
+    let mut e = Expected::default();
+    for line in text.lines() {
+        let c: Vec<&str> = line.split('\t').collect();
+        if c.len() < FIELDS.len() {
+            bail!("tshark line with {} fields: {line:?}", c.len());
+        }
+        e.frames += 1;
+        let len = num(c[0])?;
+        if c[1].is_empty() || num(c[1])? != 4791 {
+            continue;
+        }
+        if c[4].is_empty() {
+            e.port_4791_without_bth += 1;
+            continue;
+        }
+        let opcode = num(c[3])? as u8;
+        let dest_qp = num(c[5])? as u32;
+        let ecn = if !c[6].is_empty() {
+            num(c[6])? as u8
+        } else if !c[7].is_empty() {
+            (num(c[7])? & 3) as u8
+        } else {
+            bail!("RoCE frame without an IP ECN field: {line:?}");
+        };
+        let (src, dst) = if !c[8].is_empty() { (c[8], c[9]) } else { (c[10], c[11]) };
+        e.roce_packets += 1;
+        e.roce_bytes += len;
+        e.ecn[ecn as usize] += 1;
+        let o = e.opcodes.entry(opcode).or_default();
+        o.0 += 1;
+        o.1 += len;
+        let fl = e.flows.entry((src.to_string(), dst.to_string(), num(c[2])? as u16, dest_qp)).or_default();
+        fl.packets += 1;
+        fl.bytes += len;
+        if ecn == 3 {
+            fl.ecn_ce += 1;
+        }
+        if opcode == 0x81 {
+            e.cnp += 1;
+            fl.cnp += 1;
+        }
+        if !c[12].is_empty() {
+            *e.aeth_syndromes.entry(num(c[12])? as u8).or_default() += 1;
+        }
+        if !c[13].is_empty() {
+            e.reth_dma_len_sum += num(c[13])?;
+        }
+    }
+    Ok(e)
+}
