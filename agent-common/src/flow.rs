@@ -3,9 +3,10 @@
 use crate::opcode::{class, OpClass};
 use crate::parse::RoceInfo;
 
-/// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP).
+/// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP), plus
+/// the hook that saw it, so XDP and tc ingress on one interface never add into one record.
 /// The destination port is always 4791. IPv4 addresses sit in the first four bytes.
-/// `#[repr(C)]` with an explicit pad byte: 40 bytes, no implicit padding (BPF map key).
+/// `#[repr(C)]`: 40 bytes, no implicit padding (BPF map key).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(C)]
 pub struct FlowKey {
@@ -13,7 +14,8 @@ pub struct FlowKey {
     pub dst: [u8; 16],
     pub sport: u16,
     pub ip_version: u8,
-    pub pad: u8,
+    /// [`crate::Hook`] discriminant (0 for captures).
+    pub hook: u8,
     pub dest_qp: u32,
 }
 

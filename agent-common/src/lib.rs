@@ -29,3 +29,14 @@ pub use reader::{PacketReader, SliceReader};
 
 /// The IANA-assigned UDP destination port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
+
+/// Name of the per-CPU array of [`HookCounters`], indexed by [`Hook`].
+pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Name of the LRU per-CPU hash of [`FlowKey`] -> [`FlowStats`].
+pub const MAP_FLOWS: &str = "FLOWS";
+/// Default number of flows the kernel flow map holds (per interface).
+pub const FLOW_MAP_ENTRIES: u32 = 16_384;
+/// Program names in the object.
+pub const PROG_XDP: &str = "rocemon_xdp";
+pub const PROG_TC_INGRESS: &str = "rocemon_tc_ingress";
+pub const PROG_TC_EGRESS: &str = "rocemon_tc_egress";

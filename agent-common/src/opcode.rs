@@ -98,6 +98,7 @@ const OPERATION_NAMES: [Option<&str>; 32] = [
 ];
 
 /// The transport of an opcode, `Reserved` when the transport does not define the operation.
+#[inline(always)]
 pub const fn transport(opcode: u8) -> Transport {
     let op = opcode & 0x1F;
     match opcode >> 5 {
@@ -112,6 +113,7 @@ pub const fn transport(opcode: u8) -> Transport {
     }
 }
 
+#[inline(always)]
 const fn transport_prefix(t: Transport) -> &'static str {
     match t {
         Transport::Rc => "RC_",
@@ -126,6 +128,7 @@ const fn transport_prefix(t: Transport) -> &'static str {
 /// The transport prefix and the operation name, e.g. `("RC_", "SEND_ONLY")`; `("", "CNP")` for
 /// the CNP; `None` for reserved and vendor opcodes. Kept as two parts so that `no_std` code
 /// never formats strings; [`name`] joins them on the host.
+#[inline(always)]
 pub const fn name_parts(opcode: u8) -> Option<(&'static str, &'static str)> {
     let t = transport(opcode);
     match t {
@@ -150,6 +153,7 @@ pub fn name(opcode: u8) -> String {
 }
 
 /// The operation class of an opcode.
+#[inline(always)]
 pub const fn class(opcode: u8) -> OpClass {
     match transport(opcode) {
         Transport::Cnp | Transport::Vendor | Transport::Reserved => OpClass::Other,
@@ -179,6 +183,7 @@ pub struct ExtLayout {
 }
 
 /// Whether the operation is a request (requests carry DETH in RD and XRCETH in XRC).
+#[inline(always)]
 const fn is_request(op: u8) -> bool {
     !matches!(op, 0x0D..=0x12)
 }
@@ -186,6 +191,7 @@ const fn is_request(op: u8) -> bool {
 /// The extension headers of an opcode, in wire order: [RDETH] [DETH] [XRCETH] [RETH]
 /// [AtomicETH] [AETH] [AtomicAckETH] [ImmDt] [IETH]. Reserved, vendor and CNP opcodes have
 /// none (the CNP's 16 reserved bytes are payload).
+#[inline(always)]
 pub const fn ext_layout(opcode: u8) -> ExtLayout {
     let t = transport(opcode);
     let op = opcode & 0x1F;

@@ -4,6 +4,7 @@
 //! and IPv6 extension headers are walked a fixed number of times. Every frame ends in exactly
 //! one [`Outcome`], which is also the index of its counter.
 
+use crate::counters::Hook;
 use crate::flow::FlowKey;
 use crate::headers::bth::{self, Bth};
 use crate::headers::ethernet::{self, is_vlan};
@@ -185,15 +186,15 @@ impl RoceInfo {
     }
 
     /// The flow this packet belongs to: (IP version, source, destination, UDP source port,
-    /// destination QP).
+    /// destination QP), as seen by `hook`.
     #[inline(always)]
-    pub const fn flow_key(&self) -> FlowKey {
+    pub const fn flow_key(&self, hook: Hook) -> FlowKey {
         FlowKey {
             src: self.src,
             dst: self.dst,
             sport: self.sport,
             ip_version: self.ip_version,
-            pad: 0,
+            hook: hook as u8,
             dest_qp: self.bth.dest_qp,
         }
     }

@@ -43,8 +43,8 @@ fn rc_send_only_ipv4_every_field() {
     assert_eq!(i.udp_len as usize, 8 + 12 + 100 + 4);
     assert_eq!(i.vlan_tags, 0);
     assert!(!i.is_cnp());
-    let k = i.flow_key();
-    assert_eq!((k.sport, k.dest_qp, k.ip_version), (0xE001, 0x12_3456, 4));
+    let k = i.flow_key(crate::Hook::TcEgress);
+    assert_eq!((k.sport, k.dest_qp, k.ip_version, k.hook), (0xE001, 0x12_3456, 4, 2));
 }
 
 #[test]

@@ -1,0 +1,115 @@
+//! rocemon's kernel programs: one XDP program and two tc classifiers (ingress, egress).
+//!
+//! Each entry point is a thin shell around [`count`], which parses with `agent-common`'s one
+//! parser and updates the per-CPU counter block of its hook and the LRU per-CPU flow map with
+//! `agent-common`'s update functions. Nothing is ever dropped or changed: XDP returns
+//! `XDP_PASS`, tc returns `TC_ACT_PIPE` (TCX: continue with the next program).
+#![no_std]
+#![no_main]
+
+mod tc;
+mod xdp;
+
+use agent_common::{
+    parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, PacketReader, FLOW_MAP_ENTRIES,
+};
+use aya_ebpf::{
+    bindings::{xdp_action, BPF_NOEXIST, TC_ACT_PIPE},
+    helpers::bpf_ktime_get_ns,
+    macros::{classifier, map, xdp},
+    maps::{LruPerCpuHashMap, PerCpuArray},
+    programs::{TcContext, XdpContext},
+    EbpfContext,
+};
+use aya_log_ebpf::warn;
+
+/// One counter block per hook (per-CPU: no atomics on the hot path).
+#[map]
+static COUNTERS: PerCpuArray<HookCounters> = PerCpuArray::with_max_entries(Hook::COUNT as u32, 0);
+
+/// Flows, LRU so a full map evicts the oldest flow instead of refusing new ones; userspace
+/// may resize it at load time.
+#[map]
+static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
+    LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+
+#[xdp]
+pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
+    let r = xdp::XdpReader::new(&ctx);
+    let len = r.len() as u64;
+    if count(&r, Hook::Xdp, len) {
+        warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
+    }
+    xdp_action::XDP_PASS
+}
+
+#[classifier]
+pub fn rocemon_tc_ingress(ctx: TcContext) -> i32 {
+    tc_common(&ctx, Hook::TcIngress)
+}
+
+#[classifier]
+pub fn rocemon_tc_egress(ctx: TcContext) -> i32 {
+    tc_common(&ctx, Hook::TcEgress)
+}
+
+#[inline(always)]
+fn tc_common(ctx: &TcContext, hook: Hook) -> i32 {
+    let r = tc::TcReader::new(ctx);
+    if count(&r, hook, ctx.len() as u64) {
+        warn!(ctx, "rocemon: flow map update failed (first on this CPU)");
+    }
+    TC_ACT_PIPE
+}
+
+/// Parses and counts one frame. Returns true when a flow update failed for the first time on
+/// this CPU (so the caller logs once, not per packet).
+#[inline(always)]
+fn count<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> bool {
+    let parsed = parse(r, LinkType::Ethernet);
+    let Some(c) = COUNTERS.get_ptr_mut(hook as u32) else {
+        return false;
+    };
+    // SAFETY: a per-CPU array value for this CPU; BPF programs do not preempt each other on a
+    // CPU, so no other reference to it is live.
+    let c = unsafe { &mut *c };
+    c.record(&parsed, frame_len);
+    let Ok(info) = &parsed else {
+        return false;
+    };
+    let key = info.flow_key(hook);
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(s) = FLOWS.get_ptr_mut(&key) {
+        // SAFETY: this CPU's value of an existing element, as above.
+        unsafe { (*s).record(info, frame_len, now) };
+        return false;
+    }
+    let mut s = FlowStats::default();
+    s.record(info, frame_len, now);
+    if FLOWS.insert(&key, &s, BPF_NOEXIST as u64).is_ok() {
+        return false;
+    }
+    // Another CPU inserted the flow in between: count into its element.
+    if let Some(s) = FLOWS.get_ptr_mut(&key) {
+        // SAFETY: as above.
+        unsafe { (*s).record(info, frame_len, now) };
+        return false;
+    }
+    c.flow_update_errors += 1;
+    c.flow_update_errors == 1
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
+
+// Keep the import used on every path (EbpfContext provides `len`-style helpers to contexts).
+#[allow(dead_code)]
+fn _ctx_trait<C: EbpfContext>(_: &C) {}

@@ -1,0 +1,80 @@
+//! Raw command-line flags (clap). They are turned into one validated [`crate::config::Config`]
+//! by `config.rs`; nothing else reads them.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "rocemon", version, about = "RoCEv2 telemetry: per-opcode, ECN, CNP and per-flow counters from XDP/tc, served to Prometheus")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Attach to interfaces, count RoCEv2 traffic in the kernel and serve /metrics.
+    Run(RunArgs),
+    /// Analyse a pcap or pcapng capture offline with the same parser and flow logic.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args, Debug, Default)]
+pub struct RunArgs {
+    /// Interface to watch (repeat for several).
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    pub ifaces: Vec<String>,
+    /// XDP attach mode: auto tries native (driver) mode and falls back to skb (generic).
+    #[arg(long, value_enum)]
+    pub xdp_mode: Option<XdpModeArg>,
+    /// Hooks to attach, comma-separated: xdp, tc-ingress, tc-egress.
+    #[arg(long, value_delimiter = ',')]
+    pub hooks: Option<Vec<String>>,
+    /// Address for the HTTP endpoint (/metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// TOML configuration file; flags given on the command line override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Per-flow metric series are exported for this many flows with the highest rates.
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// How often the kernel maps are read, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub poll_interval_ms: Option<u64>,
+    /// Entries of the kernel flow map (per interface).
+    #[arg(long, value_name = "N")]
+    pub flow_map_entries: Option<u32>,
+    /// Print a one-line summary to stderr every N seconds (0: never).
+    #[arg(long, value_name = "SECONDS")]
+    pub summary_every: Option<u64>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpModeArg {
+    Auto,
+    Native,
+    Skb,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// The capture file (pcap or pcapng; Ethernet, Linux cooked SLL or SLL2).
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+    /// How many flows the table shows (JSON always lists every flow).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Never show a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}

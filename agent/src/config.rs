@@ -1,0 +1,232 @@
+//! One validated configuration: the TOML file (if any), then command-line flags over it.
+//! Every rule lives here, and every message names the key and the fix.
+
+use crate::cli::{RunArgs, XdpModeArg};
+use crate::error::UsageError;
+use agent_common::Hook;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The configuration file, as written (all keys optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub interfaces: Option<Vec<String>>,
+    pub hooks: Option<Vec<String>>,
+    pub xdp_mode: Option<XdpModeArg>,
+    pub listen: Option<String>,
+    pub top_k: Option<usize>,
+    pub poll_interval_ms: Option<u64>,
+    pub flow_map_entries: Option<u32>,
+    pub summary_every: Option<u64>,
+}
+
+/// How to attach XDP.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Native (driver) mode, falling back to skb mode with a warning.
+    Auto,
+    Native,
+    Skb,
+}
+
+/// The validated configuration of `rocemon run`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ifaces: Vec<String>,
+    pub hooks: Vec<Hook>,
+    pub xdp_mode: XdpMode,
+    pub listen: SocketAddr,
+    pub top_k: usize,
+    pub poll_interval: Duration,
+    pub flow_map_entries: u32,
+    pub summary_every: Option<Duration>,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
+pub const DEFAULT_TOP_K: usize = 20;
+
+fn bad(msg: String) -> UsageError {
+    UsageError::BadConfig(msg)
+}
+
+/// Parses a hook name as written on the command line or in the file.
+pub fn parse_hook(s: &str) -> Result<Hook, UsageError> {
+    match s.trim() {
+        "xdp" => Ok(Hook::Xdp),
+        "tc-ingress" | "tc_ingress" => Ok(Hook::TcIngress),
+        "tc-egress" | "tc_egress" => Ok(Hook::TcEgress),
+        other => Err(bad(format!(
+            "unknown hook '{other}' in hooks; use xdp, tc-ingress and/or tc-egress"
+        ))),
+    }
+}
+
+impl Config {
+    /// Reads the file named by `--config` (if any) and applies the flags over it.
+    pub fn from_args(args: &RunArgs) -> Result<Config, UsageError> {
+        let file = match &args.config {
+            Some(p) => load_file(p)?,
+            None => FileConfig::default(),
+        };
+        Config::merge(file, args)
+    }
+
+    /// Flags override the file; then every value is checked.
+    pub fn merge(file: FileConfig, args: &RunArgs) -> Result<Config, UsageError> {
+        let ifaces = if args.ifaces.is_empty() {
+            file.interfaces.unwrap_or_default()
+        } else {
+            args.ifaces.clone()
+        };
+        if ifaces.is_empty() {
+            return Err(bad(
+                "no interface to watch; pass --iface IF (or set interfaces = [\"IF\"] in the config file)".into(),
+            ));
+        }
+        for (i, name) in ifaces.iter().enumerate() {
+            if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
+                return Err(bad(format!(
+                    "interface name '{name}' is not valid (1-15 characters, no '/' or spaces)"
+                )));
+            }
+            if ifaces[..i].contains(name) {
+                return Err(bad(format!("interface '{name}' is given twice; list each interface once")));
+            }
+        }
+        let hook_names = args
+            .hooks
+            .clone()
+            .or(file.hooks)
+            .unwrap_or_else(|| vec!["xdp".into(), "tc-egress".into()]);
+        let mut hooks = Vec::new();
+        for h in &hook_names {
+            let h = parse_hook(h)?;
+            if !hooks.contains(&h) {
+                hooks.push(h);
+            }
+        }
+        if hooks.is_empty() {
+            return Err(bad("hooks is empty; use xdp, tc-ingress and/or tc-egress".into()));
+        }
+        let xdp_mode = match args.xdp_mode.or(file.xdp_mode).unwrap_or(XdpModeArg::Auto) {
+            XdpModeArg::Auto => XdpMode::Auto,
+            XdpModeArg::Native => XdpMode::Native,
+            XdpModeArg::Skb => XdpMode::Skb,
+        };
+        let listen_s = args
+            .listen
+            .clone()
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = listen_s.parse().map_err(|_| {
+            bad(format!(
+                "listen address '{listen_s}' is not IP:PORT; use e.g. 127.0.0.1:9442 or [::]:9442"
+            ))
+        })?;
+        let top_k = args.top_k.or(file.top_k).unwrap_or(DEFAULT_TOP_K);
+        if top_k == 0 || top_k > 10_000 {
+            return Err(bad(format!("top_k {top_k} is out of range; use 1 to 10000")));
+        }
+        let poll_ms = args.poll_interval_ms.or(file.poll_interval_ms).unwrap_or(1000);
+        if !(10..=60_000).contains(&poll_ms) {
+            return Err(bad(format!(
+                "poll_interval_ms {poll_ms} is out of range; use 10 to 60000"
+            )));
+        }
+        let flow_map_entries = args
+            .flow_map_entries
+            .or(file.flow_map_entries)
+            .unwrap_or(agent_common::FLOW_MAP_ENTRIES);
+        if !(16..=4_194_304).contains(&flow_map_entries) {
+            return Err(bad(format!(
+                "flow_map_entries {flow_map_entries} is out of range; use 16 to 4194304"
+            )));
+        }
+        let summary = args.summary_every.or(file.summary_every).unwrap_or(0);
+        Ok(Config {
+            ifaces,
+            hooks,
+            xdp_mode,
+            listen,
+            top_k,
+            poll_interval: Duration::from_millis(poll_ms),
+            flow_map_entries,
+            summary_every: (summary > 0).then(|| Duration::from_secs(summary)),
+        })
+    }
+}
+
+/// Reads and parses a TOML configuration file.
+pub fn load_file(path: &Path) -> Result<FileConfig, UsageError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        bad(format!("cannot read config file {}: {e}; check the path given to --config", path.display()))
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        bad(format!(
+            "config file {}: {}",
+            path.display(),
+            e.to_string().trim().replace('\n', " ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(ifaces: &[&str]) -> RunArgs {
+        RunArgs {
+            ifaces: ifaces.iter().map(|s| s.to_string()).collect(),
+            ..RunArgs::default()
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::merge(FileConfig::default(), &args(&["eth0"])).unwrap();
+        assert_eq!(c.hooks, vec![Hook::Xdp, Hook::TcEgress]);
+        assert_eq!(c.xdp_mode, XdpMode::Auto);
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.top_k, 20);
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file: FileConfig = toml::from_str(
+            "interfaces = [\"a\"]\nhooks = [\"tc-ingress\"]\ntop_k = 5\nlisten = \"127.0.0.1:1\"\nxdp_mode = \"skb\"",
+        )
+        .unwrap();
+        let mut a = args(&["b"]);
+        a.top_k = Some(7);
+        let c = Config::merge(file, &a).unwrap();
+        assert_eq!(c.ifaces, vec!["b"]);
+        assert_eq!(c.hooks, vec![Hook::TcIngress]);
+        assert_eq!(c.top_k, 7);
+        assert_eq!(c.xdp_mode, XdpMode::Skb);
+        assert_eq!(c.listen.port(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_fix() {
+        let e = Config::merge(FileConfig::default(), &args(&[])).unwrap_err().to_string();
+        assert!(e.contains("--iface"), "{e}");
+        let mut a = args(&["x"]);
+        a.hooks = Some(vec!["kprobe".into()]);
+        let e = Config::merge(FileConfig::default(), &a).unwrap_err().to_string();
+        assert!(e.contains("unknown hook 'kprobe'") && e.contains("tc-ingress"), "{e}");
+        let mut a = args(&["x"]);
+        a.listen = Some("localhost".into());
+        let e = Config::merge(FileConfig::default(), &a).unwrap_err().to_string();
+        assert!(e.contains("IP:PORT"), "{e}");
+        let mut a = args(&["x"]);
+        a.top_k = Some(0);
+        assert!(Config::merge(FileConfig::default(), &a).unwrap_err().to_string().contains("top_k"));
+        let e = toml::from_str::<FileConfig>("interfacez = []").unwrap_err().to_string();
+        assert!(e.contains("interfacez"), "{e}");
+        assert!(Config::merge(FileConfig::default(), &args(&["a", "a"])).is_err());
+        assert!(Config::merge(FileConfig::default(), &args(&["a/b"])).is_err());
+    }
+}

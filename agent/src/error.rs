@@ -1,0 +1,33 @@
+//! Errors a user can fix: each names the problem and the fix, and makes `rocemon` exit with
+//! status 2. Everything else is an internal failure (exit 1).
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum UsageError {
+    #[error("no such interface '{0}': list interfaces with `ip link`, or create it first")]
+    NoSuchInterface(String),
+    #[error("missing privileges: {0}; run as root, or grant CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON")]
+    NotPermitted(String),
+    #[error("XDP {mode} mode is not supported on '{iface}': {reason}; use --xdp-mode auto or skb")]
+    XdpModeUnsupported {
+        iface: String,
+        mode: &'static str,
+        reason: String,
+    },
+    #[error("cannot listen on {addr}: {reason}; choose another address with --listen")]
+    ListenFailed { addr: String, reason: String },
+    #[error("bad configuration: {0}")]
+    BadConfig(String),
+    #[error("cannot read capture {path}: {reason}")]
+    BadCapture { path: String, reason: String },
+}
+
+/// The exit status for an error chain: 2 when a [`UsageError`] is in it, else 1.
+pub fn exit_status(err: &anyhow::Error) -> i32 {
+    if err.chain().any(|e| e.downcast_ref::<UsageError>().is_some()) {
+        2
+    } else {
+        1
+    }
+}

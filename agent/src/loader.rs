@@ -1,0 +1,263 @@
+//! Loading and attaching the kernel programs: one object per interface (its own counters and
+//! flow map), the requested hooks attached, XDP native mode with fallback to skb mode.
+//! Dropping a [`Probe`] closes the links, which detaches every program.
+
+use crate::config::XdpMode;
+use crate::error::UsageError;
+use agent_common::{Hook, HookCounters, FlowKey, FlowStats, MAP_COUNTERS, MAP_FLOWS};
+use anyhow::{Context, Result};
+use aya::maps::{PerCpuArray, PerCpuHashMap};
+use aya::programs::{tc::TcAttachType, SchedClassifier, Xdp, XdpMode as AyaXdpMode};
+use aya::{Ebpf, EbpfLoader};
+use std::ffi::CString;
+
+/// The kernel object built by `build.rs` from `agent-ebpf`.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent"));
+
+/// The programs and maps attached to one interface.
+pub struct Probe {
+    pub iface: String,
+    pub ifindex: u32,
+    /// The XDP mode actually in use ("native" or "skb"), when XDP is attached.
+    pub xdp_mode: Option<&'static str>,
+    pub hooks: Vec<Hook>,
+    pub ebpf: Ebpf,
+    /// Reads the programs' aya-log records (rare events only); kept alive with the object.
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+}
+
+/// The index of a named interface, or a usage error naming it.
+pub fn ifindex(name: &str) -> Result<u32, UsageError> {
+    let c = CString::new(name).map_err(|_| UsageError::NoSuchInterface(name.into()))?;
+    // SAFETY: a valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(UsageError::NoSuchInterface(name.into()));
+    }
+    Ok(idx)
+}
+
+/// Checks the effective capabilities needed to load and attach BPF programs.
+pub fn check_privileges() -> Result<(), UsageError> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| UsageError::NotPermitted(format!("cannot read /proc/self/status: {e}")))?;
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_NET_ADMIN: u64 = 12;
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let has = |c: u64| eff & (1 << c) != 0;
+    let mut missing = Vec::new();
+    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_NET_ADMIN) {
+        missing.push("CAP_NET_ADMIN");
+    }
+    if !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_PERFMON");
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(UsageError::NotPermitted(format!(
+            "the process lacks {}",
+            missing.join(", ")
+        )))
+    }
+}
+
+/// Raises RLIMIT_MEMLOCK for kernels that still charge BPF memory to it (harmless otherwise).
+pub fn raise_memlock() {
+    let r = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
+        log::debug!("setrlimit(RLIMIT_MEMLOCK) failed; fine on kernels with memcg accounting");
+    }
+}
+
+/// Loads the object with the flow map sized to `flow_entries`, without attaching anything.
+pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
+    EbpfLoader::new()
+        .map_max_entries(MAP_FLOWS, flow_entries)
+        .load(EBPF_OBJECT)
+        .context("load the rocemon BPF object")
+}
+
+/// Loads a program by name (verifier run) and returns it.
+fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
+    let p: &mut Xdp = ebpf
+        .program_mut(agent_common::PROG_XDP)
+        .context("XDP program missing from the object")?
+        .try_into()?;
+    Ok(p)
+}
+
+fn tc_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
+    let p: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .with_context(|| format!("{name} missing from the object"))?
+        .try_into()?;
+    Ok(p)
+}
+
+/// Loads the programs for `hooks` (the verifier runs here) without attaching them.
+pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
+    for h in hooks {
+        match h {
+            Hook::Xdp => xdp_prog(ebpf)?.load().context("load the XDP program")?,
+            Hook::TcIngress => tc_prog(ebpf, agent_common::PROG_TC_INGRESS)?
+                .load()
+                .context("load the tc ingress program")?,
+            Hook::TcEgress => tc_prog(ebpf, agent_common::PROG_TC_EGRESS)?
+                .load()
+                .context("load the tc egress program")?,
+        }
+    }
+    Ok(())
+}
+
+/// Loads and attaches the hooks on one interface.
+pub fn attach(iface: &str, hooks: &[Hook], mode: XdpMode, flow_entries: u32) -> Result<Probe> {
+    let idx = ifindex(iface)?;
+    let mut ebpf = load_object(flow_entries)?;
+    let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            // The programs log only rare events; missing logs are not worth failing for.
+            log::debug!("aya-log not initialised: {e}");
+            None
+        }
+    };
+    load_programs(&mut ebpf, hooks)?;
+    let mut xdp_mode = None;
+    for h in hooks {
+        match h {
+            Hook::Xdp => {
+                let p = xdp_prog(&mut ebpf)?;
+                xdp_mode = Some(attach_xdp(p, iface, mode)?);
+            }
+            Hook::TcIngress | Hook::TcEgress => {
+                let (name, at) = if *h == Hook::TcIngress {
+                    (agent_common::PROG_TC_INGRESS, TcAttachType::Ingress)
+                } else {
+                    (agent_common::PROG_TC_EGRESS, TcAttachType::Egress)
+                };
+                tc_prog(&mut ebpf, name)?
+                    .attach(iface, at)
+                    .with_context(|| format!("attach {} to {iface}", h.name()))?;
+            }
+        }
+    }
+    Ok(Probe {
+        iface: iface.to_string(),
+        ifindex: idx,
+        xdp_mode,
+        hooks: hooks.to_vec(),
+        ebpf,
+        logger,
+    })
+}
+
+fn attach_xdp(p: &mut Xdp, iface: &str, mode: XdpMode) -> Result<&'static str> {
+    match mode {
+        XdpMode::Skb => {
+            p.attach(iface, AyaXdpMode::Skb)
+                .with_context(|| format!("attach XDP (skb mode) to {iface}"))?;
+            Ok("skb")
+        }
+        XdpMode::Native => match p_attach(p, iface, AyaXdpMode::Driver) {
+            Ok(()) => Ok("native"),
+            Err(e) => Err(UsageError::XdpModeUnsupported {
+                iface: iface.into(),
+                mode: "native",
+                reason: e,
+            }
+            .into()),
+        },
+        XdpMode::Auto => match p_attach(p, iface, AyaXdpMode::Driver) {
+            Ok(()) => Ok("native"),
+            Err(e) => {
+                log::warn!("XDP native mode failed on {iface} ({e}); falling back to skb mode");
+                p.attach(iface, AyaXdpMode::Skb)
+                    .with_context(|| format!("attach XDP (skb mode) to {iface}"))?;
+                Ok("skb")
+            }
+        },
+    }
+}
+
+fn p_attach(p: &mut Xdp, iface: &str, mode: AyaXdpMode) -> Result<(), String> {
+    p.attach(iface, mode).map(|_| ()).map_err(|e| {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(c) = src {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            src = c.source();
+        }
+        s
+    })
+}
+
+impl Probe {
+    /// Forwards pending records of the programs' aya-log ring buffer to the log crate.
+    pub fn flush_logs(&mut self) {
+        if let Some(l) = &mut self.logger {
+            l.flush();
+        }
+    }
+
+    /// The counter blocks of every hook, summed over CPUs.
+    pub fn read_counters(&self) -> Result<[HookCounters; Hook::COUNT]> {
+        read_counters(&self.ebpf)
+    }
+
+    /// Every flow in the kernel map, merged over CPUs, and how many entries failed to read.
+    pub fn read_flows(&self) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+        read_flows(&self.ebpf)
+    }
+}
+
+/// The counter blocks of every hook of an object, summed over CPUs.
+pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
+    let map = ebpf.map(MAP_COUNTERS).context("COUNTERS map missing")?;
+    let arr: PerCpuArray<_, HookCounters> = PerCpuArray::try_from(map)?;
+    let mut out = [HookCounters::ZERO; Hook::COUNT];
+    for h in Hook::ALL {
+        let values = arr.get(&(h as u32), 0).context("read COUNTERS")?;
+        for v in values.iter() {
+            out[h as usize].add(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Every flow of an object, merged over CPUs, and the number of entries that failed to read
+/// (an LRU map can evict a key between the key walk and the lookup).
+pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
+    let flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
+    let mut out = Vec::new();
+    let mut errors = 0;
+    for item in flows.iter() {
+        match item {
+            Ok((k, values)) => {
+                let mut s = FlowStats::default();
+                for v in values.iter() {
+                    s.merge(v);
+                }
+                out.push((k, s));
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    Ok((out, errors))
+}

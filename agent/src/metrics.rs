@@ -1,0 +1,226 @@
+//! The metric catalog: every metric rocemon exports is declared here, nowhere else.
+//!
+//! Conventions: prefix `rocemon_`, base units, `_total` for counters, bounded labels
+//! (iface, direction, hook, opcode name (<= 256), ECN codepoint, parse outcome); per-flow
+//! series only for the top-K flows by rate, replaced on every poll.
+
+use crate::flows::FlowTable;
+use agent_common::{opcode, Hook, HookCounters, Outcome, OutcomeKind};
+use anyhow::Result;
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use std::collections::HashMap;
+
+/// ECN codepoint label values, indexed by the two ECN bits.
+pub const ECN_LABELS: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
+
+pub struct Metrics {
+    pub registry: Registry,
+    packets: IntCounterVec,
+    bytes: IntCounterVec,
+    ecn: IntCounterVec,
+    cnp: IntCounterVec,
+    becn: IntCounterVec,
+    fecn: IntCounterVec,
+    frames: IntCounterVec,
+    outcomes: IntCounterVec,
+    map_update_errors: IntCounterVec,
+    map_read_errors: IntCounterVec,
+    flows: IntGaugeVec,
+    flow_rate_bytes: GaugeVec,
+    flow_rate_packets: GaugeVec,
+    flow_evictions: IntCounterVec,
+    pub poll_duration: Histogram,
+    attached: IntGaugeVec,
+    build_info: IntGaugeVec,
+    /// Last kernel totals per (iface, hook): counters advance by the difference.
+    prev: HashMap<(String, Hook), HookCounters>,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
+    let g = GaugeVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+const HOOK: &[&str] = &["iface", "direction", "hook"];
+
+impl Metrics {
+    pub fn new() -> Result<Metrics> {
+        let r = Registry::new();
+        let with = |extra: &'static str| -> Vec<&'static str> {
+            let mut v = HOOK.to_vec();
+            v.push(extra);
+            v
+        };
+        let poll_duration = Histogram::with_opts(
+            HistogramOpts::new("rocemon_poll_duration_seconds", "Time to read the kernel maps and update the flow table.")
+                .buckets(vec![0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+        )?;
+        r.register(Box::new(poll_duration.clone()))?;
+        Ok(Metrics {
+            packets: counter(&r, "rocemon_packets_total", "RoCEv2 packets by BTH opcode.", &with("opcode"))?,
+            bytes: counter(&r, "rocemon_bytes_total", "RoCEv2 wire bytes by BTH opcode.", &with("opcode"))?,
+            ecn: counter(&r, "rocemon_ecn_packets_total", "RoCEv2 packets by IP ECN codepoint (not_ect, ect0, ect1, ce).", &with("codepoint"))?,
+            cnp: counter(&r, "rocemon_cnp_packets_total", "RoCEv2 congestion notification packets (BTH opcode 0x81).", HOOK)?,
+            becn: counter(&r, "rocemon_becn_packets_total", "RoCEv2 packets with the BTH BECN bit set.", HOOK)?,
+            fecn: counter(&r, "rocemon_fecn_packets_total", "RoCEv2 packets with the BTH FECN bit set.", HOOK)?,
+            frames: counter(&r, "rocemon_frames_total", "All frames the hook saw, RoCE or not.", HOOK)?,
+            outcomes: counter(&r, "rocemon_parse_outcomes_total", "Frames by parse outcome: roce, a not-RoCE reason, or a malformed reason.", &["iface", "hook", "outcome", "kind"])?,
+            map_update_errors: counter(&r, "rocemon_map_update_errors_total", "Kernel map updates that failed (the flow was not recorded; global counters still were).", &["iface", "map"])?,
+            map_read_errors: counter(&r, "rocemon_map_read_errors_total", "Kernel map entries or maps that could not be read by the agent.", &["iface", "map"])?,
+            flows: int_gauge(&r, "rocemon_flows", "RoCEv2 flows currently held in the flow table.", &["iface"])?,
+            flow_rate_bytes: gauge(&r, "rocemon_flow_rate_bytes_per_second", "Smoothed wire bytes per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
+            flow_rate_packets: gauge(&r, "rocemon_flow_rate_packets_per_second", "Smoothed packets per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
+            flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows that left the kernel LRU flow map between two polls.", &["iface"])?,
+            attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
+            build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
+            poll_duration,
+            prev: HashMap::new(),
+            registry: r,
+        })
+    }
+
+    pub fn set_build_info(&self) {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        self.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel.trim()])
+            .set(1);
+    }
+
+    pub fn set_attached(&self, iface: &str, hook: Hook, mode: &str) {
+        self.attached.with_label_values(&[iface, hook.name(), mode]).set(1);
+        // Create the always-present series so rates and ratios exist from the first scrape.
+        let l = [iface, hook.direction(), hook.name()];
+        for c in [&self.cnp, &self.becn, &self.fecn, &self.frames] {
+            c.with_label_values(&l);
+        }
+        for e in ECN_LABELS {
+            self.ecn.with_label_values(&[iface, hook.direction(), hook.name(), e]);
+        }
+        self.map_update_errors.with_label_values(&[iface, agent_common::MAP_FLOWS]);
+        self.flow_evictions.with_label_values(&[iface]);
+    }
+
+    /// Advances the counters of one hook to the kernel's totals `cur`.
+    pub fn observe_counters(&mut self, iface: &str, hook: Hook, cur: &HookCounters) {
+        let prev = self.prev.entry((iface.to_string(), hook)).or_insert(HookCounters::ZERO);
+        // A total below the previous one means the map was re-created: start over from it.
+        let d = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let (dir, hn) = (hook.direction(), hook.name());
+        for op in 0..256usize {
+            let dp = d(cur.opcode_packets[op], prev.opcode_packets[op]);
+            if dp > 0 {
+                let name = opcode::name(op as u8);
+                self.packets.with_label_values(&[iface, dir, hn, &name]).inc_by(dp);
+                self.bytes
+                    .with_label_values(&[iface, dir, hn, &name])
+                    .inc_by(d(cur.opcode_bytes[op], prev.opcode_bytes[op]));
+            }
+        }
+        for (i, e) in ECN_LABELS.iter().enumerate() {
+            self.ecn
+                .with_label_values(&[iface, dir, hn, e])
+                .inc_by(d(cur.ecn_packets[i], prev.ecn_packets[i]));
+        }
+        let l = [iface, dir, hn];
+        self.cnp.with_label_values(&l).inc_by(d(cur.cnp_packets, prev.cnp_packets));
+        self.becn.with_label_values(&l).inc_by(d(cur.becn_packets, prev.becn_packets));
+        self.fecn.with_label_values(&l).inc_by(d(cur.fecn_packets, prev.fecn_packets));
+        self.frames.with_label_values(&l).inc_by(d(cur.frames, prev.frames));
+        for o in Outcome::ALL {
+            let n = d(cur.outcomes[o as usize], prev.outcomes[o as usize]);
+            let kind = match o.kind() {
+                OutcomeKind::Roce => "roce",
+                OutcomeKind::NotRoce => "not_roce",
+                OutcomeKind::Malformed => "malformed",
+            };
+            if n > 0 || o == Outcome::Roce {
+                self.outcomes.with_label_values(&[iface, hn, o.name(), kind]).inc_by(n);
+            }
+        }
+        self.map_update_errors
+            .with_label_values(&[iface, agent_common::MAP_FLOWS])
+            .inc_by(d(cur.flow_update_errors, prev.flow_update_errors));
+        *prev = *cur;
+    }
+
+    pub fn map_read_error(&self, iface: &str, map: &str, n: u64) {
+        self.map_read_errors.with_label_values(&[iface, map]).inc_by(n);
+    }
+
+    pub fn flow_evictions(&self, iface: &str, n: u64) {
+        self.flow_evictions.with_label_values(&[iface]).inc_by(n);
+    }
+
+    /// Replaces the per-flow series with the current top-K and sets the flow counts.
+    pub fn set_flows(&self, table: &FlowTable, top_k: usize) {
+        for (i, name) in table.ifaces.iter().enumerate() {
+            self.flows.with_label_values(&[name]).set(table.count_for(i) as i64);
+        }
+        self.flow_rate_bytes.reset();
+        self.flow_rate_packets.reset();
+        for e in table.top_k(top_k) {
+            let hook = Hook::ALL.get(e.key.hook as usize).copied().unwrap_or(Hook::Xdp);
+            let iface = table.ifaces.get(e.iface).map(String::as_str).unwrap_or("?");
+            let (src, dst) = (e.src().to_string(), e.dst().to_string());
+            let (sport, qp) = (e.key.sport.to_string(), format!("0x{:x}", e.key.dest_qp));
+            let l = [iface, hook.direction(), &src, &dst, &sport, &qp];
+            self.flow_rate_bytes.with_label_values(&l).set(e.rate_bytes);
+            self.flow_rate_packets.with_label_values(&l).set(e.rate_packets);
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> Result<String> {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        Ok(String::from_utf8(buf)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_common::{parse, LinkType, SliceReader};
+    use rocemon_testkit::frames::Roce;
+
+    #[test]
+    fn counters_follow_kernel_totals_and_names_follow_conventions() {
+        let mut m = Metrics::new().unwrap();
+        m.set_attached("veth0", Hook::Xdp, "native");
+        let mut c = HookCounters::ZERO;
+        let mut r = Roce::new("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0xC000, 5, 0x0A);
+        r.ecn = 3;
+        let f = r.frame();
+        for _ in 0..3 {
+            c.record(&parse(&SliceReader(&f), LinkType::Ethernet), f.len() as u64);
+        }
+        m.observe_counters("veth0", Hook::Xdp, &c);
+        m.observe_counters("veth0", Hook::Xdp, &c); // no change, no double count
+        let text = m.encode().unwrap();
+        assert!(text.contains(r#"rocemon_packets_total{direction="ingress",hook="xdp",iface="veth0",opcode="RC_RDMA_WRITE_ONLY"} 3"#), "{text}");
+        assert!(text.contains(r#"rocemon_ecn_packets_total{codepoint="ce",direction="ingress",hook="xdp",iface="veth0"} 3"#));
+        assert!(text.contains(r#"rocemon_parse_outcomes_total{hook="xdp",iface="veth0",kind="roce",outcome="roce"} 3"#));
+        for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
+            let mut p = line.split_whitespace().skip(2);
+            let (name, ty) = (p.next().unwrap(), p.next().unwrap());
+            assert!(name.starts_with("rocemon_"), "{name}");
+            assert_eq!(ty == "counter", name.ends_with("_total"), "{name} is a {ty}");
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! `rocemon analyze` output: one JSON object, or a readable table.
+
+use crate::analyze::Analysis;
+use crate::flows::FlowEntry;
+use agent_common::{opcode, OpClass, Outcome, OutcomeKind, ROCEV2_UDP_PORT};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Serialize, Debug)]
+pub struct Report {
+    pub frames: u64,
+    pub bytes: u64,
+    pub duration_seconds: f64,
+    pub roce: Roce,
+    /// Frames that are not RoCEv2, by reason.
+    pub not_roce: BTreeMap<&'static str, u64>,
+    /// Malformed frames, by reason (every reason listed, zero or not).
+    pub malformed: BTreeMap<&'static str, u64>,
+    /// The file ended inside a record; everything before it is counted.
+    pub truncated_tail: bool,
+    /// Every flow, highest rate first.
+    pub flows: Vec<Flow>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Roce {
+    pub packets: u64,
+    pub bytes: u64,
+    pub cnp: u64,
+    pub becn: u64,
+    pub fecn: u64,
+    /// RoCE packets whose extension headers were cut short (included in `packets`).
+    pub ext_truncated: u64,
+    pub ecn: Ecn,
+    pub opcodes: Vec<Opcode>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Ecn {
+    pub not_ect: u64,
+    pub ect0: u64,
+    pub ect1: u64,
+    pub ce: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Opcode {
+    pub opcode: u8,
+    pub name: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Flow {
+    pub ip_version: u8,
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dport: u16,
+    pub dest_qp: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub ecn_ce: u64,
+    pub cnp: u64,
+    pub becn: u64,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    pub rate_bytes_per_second: f64,
+    pub last_psn: u32,
+    /// Packets by operation class.
+    pub ops: BTreeMap<&'static str, u64>,
+}
+
+impl Flow {
+    pub fn from_entry(e: &FlowEntry) -> Flow {
+        Flow {
+            ip_version: e.key.ip_version,
+            src: e.src().to_string(),
+            dst: e.dst().to_string(),
+            sport: e.key.sport,
+            dport: ROCEV2_UDP_PORT,
+            dest_qp: e.key.dest_qp,
+            packets: e.stats.packets,
+            bytes: e.stats.bytes,
+            ecn_ce: e.stats.ecn_ce,
+            cnp: e.stats.cnp,
+            becn: e.stats.becn,
+            first_seen_ns: e.stats.first_seen_ns,
+            last_seen_ns: e.stats.last_seen_ns,
+            rate_bytes_per_second: e.rate_bytes,
+            last_psn: e.stats.last_psn,
+            ops: OpClass::ALL
+                .iter()
+                .map(|c| (c.name(), e.stats.class_packets[*c as usize]))
+                .collect(),
+        }
+    }
+}
+
+/// Builds the report of an analysis.
+pub fn build(a: &Analysis) -> Report {
+    let c = &a.counters;
+    let mut not_roce = BTreeMap::new();
+    let mut malformed = BTreeMap::new();
+    for o in Outcome::ALL {
+        let n = c.outcomes[o as usize];
+        match o.kind() {
+            OutcomeKind::Roce => {}
+            OutcomeKind::NotRoce => {
+                not_roce.insert(o.name(), n);
+            }
+            OutcomeKind::Malformed => {
+                malformed.insert(o.name(), n);
+            }
+        }
+    }
+    let opcodes = (0..=255u8)
+        .filter(|&op| c.opcode_packets[op as usize] > 0)
+        .map(|op| Opcode {
+            opcode: op,
+            name: opcode::name(op),
+            packets: c.opcode_packets[op as usize],
+            bytes: c.opcode_bytes[op as usize],
+        })
+        .collect();
+    let flows = a
+        .flows
+        .top_k(usize::MAX)
+        .into_iter()
+        .map(Flow::from_entry)
+        .collect();
+    Report {
+        frames: c.frames,
+        bytes: c.frame_bytes,
+        duration_seconds: a.duration_seconds(),
+        roce: Roce {
+            packets: c.roce_packets(),
+            bytes: c.roce_bytes(),
+            cnp: c.cnp_packets,
+            becn: c.becn_packets,
+            fecn: c.fecn_packets,
+            ext_truncated: c.outcomes[Outcome::RoceExtTruncated as usize],
+            ecn: Ecn {
+                not_ect: c.ecn_packets[0],
+                ect1: c.ecn_packets[1],
+                ect0: c.ecn_packets[2],
+                ce: c.ecn_packets[3],
+            },
+            opcodes,
+        },
+        not_roce,
+        malformed,
+        truncated_tail: a.summary.truncated_tail,
+        flows,
+    }
+}
+
+fn pct(n: u64, d: u64) -> String {
+    if d == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * n as f64 / d as f64)
+    }
+}
+
+/// Human-readable bytes.
+pub fn human_bytes(b: f64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = b;
+    let mut i = 0;
+    while v >= 1000.0 && i + 1 < units.len() {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", units[i])
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
+}
+
+/// The summary table: totals, opcodes, ECN, CNPs, parse outcomes and the top flows.
+pub fn table(r: &Report, top: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Frames      {:>12}   {} over {:.3} s", r.frames, human_bytes(r.bytes as f64), r.duration_seconds);
+    let _ = writeln!(s, "RoCEv2      {:>12}   {}  ({} of frames)", r.roce.packets, human_bytes(r.roce.bytes as f64), pct(r.roce.packets, r.frames));
+    let _ = writeln!(s, "CNPs        {:>12}   BECN {}  FECN {}", r.roce.cnp, r.roce.becn, r.roce.fecn);
+    let e = &r.roce.ecn;
+    let _ = writeln!(
+        s,
+        "ECN         not-ECT {} ({})  ECT(0) {} ({})  ECT(1) {} ({})  CE {} ({})",
+        e.not_ect, pct(e.not_ect, r.roce.packets), e.ect0, pct(e.ect0, r.roce.packets), e.ect1, pct(e.ect1, r.roce.packets), e.ce, pct(e.ce, r.roce.packets)
+    );
+    let other: u64 = r.not_roce.values().sum();
+    let bad: u64 = r.malformed.values().sum();
+    let _ = writeln!(s, "Not RoCE    {other:>12}   Malformed {bad}{}", if r.truncated_tail { "   (file ends inside a record)" } else { "" });
+    for (k, v) in r.malformed.iter().filter(|(_, v)| **v > 0) {
+        let _ = writeln!(s, "  malformed {k:<28} {v}");
+    }
+    let _ = writeln!(s, "\n{:<36} {:>12} {:>12}", "OPCODE", "PACKETS", "BYTES");
+    let mut ops: Vec<&Opcode> = r.roce.opcodes.iter().collect();
+    ops.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.opcode.cmp(&b.opcode)));
+    for o in ops {
+        let _ = writeln!(s, "{:<36} {:>12} {:>12}", format!("{} (0x{:02x})", o.name, o.opcode), o.packets, o.bytes);
+    }
+    let _ = writeln!(s, "\nTOP {} OF {} FLOWS", top.min(r.flows.len()), r.flows.len());
+    let _ = writeln!(s, "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}", "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "RATE/s", "CE", "CNP");
+    for f in r.flows.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}",
+            format!("{} -> {}", f.src, f.dst),
+            f.sport,
+            format!("0x{:x}", f.dest_qp),
+            f.packets,
+            f.bytes,
+            human_bytes(f.rate_bytes_per_second),
+            f.ecn_ce,
+            f.cnp
+        );
+    }
+    s
+}

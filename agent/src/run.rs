@@ -1,0 +1,173 @@
+//! The live pipeline: check, bind, attach, then poll the kernel maps into the flow table and
+//! the metrics until `shutdown` completes; then detach everything (dropping the probes).
+
+use crate::config::Config;
+use crate::error::UsageError;
+use crate::flows::FlowTable;
+use crate::http::{self, SharedMetrics};
+use crate::loader::{self, Probe};
+use crate::metrics::Metrics;
+use crate::report::human_bytes;
+use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS};
+use anyhow::{Context, Result};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Runs the agent until `shutdown` completes. Exits with a [`UsageError`] for problems the
+/// user can fix (interface, privileges, XDP mode, listen address).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    for iface in &config.ifaces {
+        loader::ifindex(iface)?;
+    }
+    loader::check_privileges()?;
+    loader::raise_memlock();
+    // Bind before attaching: a taken port fails fast, with nothing to undo.
+    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| UsageError::ListenFailed {
+        addr: config.listen.to_string(),
+        reason: e.to_string(),
+    })?;
+    let local = listener.local_addr().context("listener address")?;
+
+    let mut probes = Vec::new();
+    for iface in &config.ifaces {
+        let p = loader::attach(iface, &config.hooks, config.xdp_mode, config.flow_map_entries)
+            .with_context(|| format!("attach to {iface}"))?;
+        log::info!(
+            "attached to {iface} (ifindex {}): {}",
+            p.ifindex,
+            p.hooks
+                .iter()
+                .map(|h| match (h, p.xdp_mode) {
+                    (Hook::Xdp, Some(m)) => format!("xdp ({m} mode)"),
+                    _ => h.name().to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        probes.push(p);
+    }
+
+    let metrics = Metrics::new()?;
+    metrics.set_build_info();
+    for p in &probes {
+        for h in &p.hooks {
+            let mode = if *h == Hook::Xdp { p.xdp_mode.unwrap_or("skb") } else { "tcx" };
+            metrics.set_attached(&p.iface, *h, mode);
+        }
+    }
+    let shared: SharedMetrics = Arc::new(Mutex::new(metrics));
+    let mut table = FlowTable::new(config.ifaces.clone());
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(listener, shared.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    log::info!("serving metrics at http://{local}/metrics");
+
+    let mut tick = tokio::time::interval(config.poll_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_poll = Instant::now();
+    let mut last_summary = Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let dt = now.duration_since(last_poll).as_secs_f64();
+                last_poll = now;
+                poll(&mut probes, &mut table, &shared, dt, config.top_k);
+                if let Some(every) = config.summary_every {
+                    if now.duration_since(last_summary) >= every {
+                        last_summary = now;
+                        eprintln!("{}", summary_line(&probes, &table));
+                    }
+                }
+            }
+        }
+    }
+    log::info!("shutting down: detaching programs");
+    let _ = stop_tx.send(());
+    drop(probes);
+    match server.await {
+        Ok(r) => r.context("HTTP server")?,
+        Err(e) => return Err(e).context("HTTP server task"),
+    }
+    Ok(())
+}
+
+/// One poll: counters and flows of every probe into the metrics and the flow table.
+fn poll(probes: &mut [Probe], table: &mut FlowTable, shared: &SharedMetrics, dt: f64, top_k: usize) {
+    let started = Instant::now();
+    table.begin_poll();
+    let mut polled = Vec::new();
+    let Ok(mut m) = shared.lock() else {
+        log::error!("metrics lock poisoned; skipping poll");
+        return;
+    };
+    for (i, p) in probes.iter_mut().enumerate() {
+        p.flush_logs();
+        match p.read_counters() {
+            Ok(blocks) => {
+                for h in &p.hooks {
+                    m.observe_counters(&p.iface, *h, &blocks[*h as usize]);
+                }
+            }
+            Err(e) => {
+                log::warn!("read {MAP_COUNTERS} on {}: {e:#}", p.iface);
+                m.map_read_error(&p.iface, MAP_COUNTERS, 1);
+            }
+        }
+        match p.read_flows() {
+            Ok((flows, errors)) => {
+                for (k, s) in flows {
+                    table.update(i, k, s, dt);
+                }
+                if errors > 0 {
+                    m.map_read_error(&p.iface, MAP_FLOWS, errors);
+                }
+                polled.push(i);
+            }
+            Err(e) => {
+                log::warn!("read {MAP_FLOWS} on {}: {e:#}", p.iface);
+                m.map_read_error(&p.iface, MAP_FLOWS, 1);
+            }
+        }
+    }
+    let gone = table.end_poll(&polled);
+    if gone > 0 {
+        // Attribute evictions to interfaces is not possible after the fact; count them on
+        // the first polled interface of a single-interface agent, else on "all".
+        let label = if probes.len() == 1 { probes[0].iface.as_str() } else { "all" };
+        m.flow_evictions(label, gone as u64);
+    }
+    m.set_flows(table, top_k);
+    m.poll_duration.observe(started.elapsed().as_secs_f64());
+}
+
+/// A one-line live summary (the demo prints it every few seconds).
+fn summary_line(probes: &[Probe], table: &FlowTable) -> String {
+    let mut total = HookCounters::ZERO;
+    for p in probes {
+        if let Ok(blocks) = p.read_counters() {
+            for h in &p.hooks {
+                total.add(&blocks[*h as usize]);
+            }
+        }
+    }
+    let top = table.top_k(1);
+    let top = top
+        .first()
+        .map(|e| format!("top flow {} -> {} qp 0x{:x} at {}/s", e.src(), e.dst(), e.key.dest_qp, human_bytes(e.rate_bytes)))
+        .unwrap_or_else(|| "no flows yet".into());
+    format!(
+        "rocemon: {} RoCE packets ({}), CE {}, CNP {}, {} flows; {}",
+        total.roce_packets(),
+        human_bytes(total.roce_bytes() as f64),
+        total.ecn_packets[3],
+        total.cnp_packets,
+        table.len(),
+        top
+    )
+}

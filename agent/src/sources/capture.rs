@@ -1,0 +1,164 @@
+//! Capture files: pcap (micro- and nanosecond) and pcapng (per-interface link type and
+//! timestamp resolution), streamed with `pcap-parser` so memory stays flat on large files.
+
+use agent_common::LinkType;
+use pcap_parser::pcapng::Block;
+use pcap_parser::traits::PcapNGPacketBlock;
+use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
+use std::fs::File;
+use std::path::Path;
+use thiserror::Error;
+
+/// One record of a capture.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    pub link: LinkType,
+    /// Nanoseconds since the epoch.
+    pub ts_ns: u64,
+    /// Length on the wire (may exceed `data.len()` when the snapshot length cut it).
+    pub orig_len: u32,
+    pub data: &'a [u8],
+}
+
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a pcap or pcapng file (unrecognised header)")]
+    NotACapture,
+    #[error("the file is empty")]
+    Empty,
+    #[error("link type {0} is not supported; rocemon reads Ethernet (1), Linux cooked SLL (113) and SLL2 (276) captures")]
+    UnsupportedLinkType(i32),
+    #[error("corrupt capture: {0}")]
+    Corrupt(String),
+}
+
+/// What reading the file met besides frames.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CaptureSummary {
+    /// The file ended inside a record (for example a capture that was cut off); everything
+    /// before it was read.
+    pub truncated_tail: bool,
+}
+
+/// The link type of a pcap/pcapng link-layer header type number.
+pub fn link_type(linktype: i32) -> Result<LinkType, CaptureError> {
+    match linktype {
+        1 => Ok(LinkType::Ethernet),
+        113 => Ok(LinkType::LinuxSll),
+        276 => Ok(LinkType::LinuxSll2),
+        other => Err(CaptureError::UnsupportedLinkType(other)),
+    }
+}
+
+struct Iface {
+    link: Result<LinkType, i32>,
+    /// Units per second.
+    resolution: u64,
+    offset: i64,
+}
+
+/// Reads every frame of `path`, calling `on_frame` for each and `on_progress` with the bytes
+/// consumed so far.
+pub fn read_capture(
+    path: &Path,
+    mut on_progress: impl FnMut(u64),
+    mut on_frame: impl FnMut(Frame<'_>),
+) -> Result<CaptureSummary, CaptureError> {
+    let file = File::open(path)?;
+    let mut reader = match create_reader(1 << 20, file) {
+        Ok(r) => r,
+        Err(PcapError::Eof) => return Err(CaptureError::Empty),
+        Err(PcapError::HeaderNotRecognized) => return Err(CaptureError::NotACapture),
+        Err(PcapError::ReadError) => return Err(CaptureError::Corrupt("read error".into())),
+        Err(e) => return Err(CaptureError::Corrupt(format!("{e:?}"))),
+    };
+    let mut legacy: Option<(LinkType, bool)> = None;
+    let mut ifaces: Vec<Iface> = Vec::new();
+    let mut consumed = 0u64;
+    let mut summary = CaptureSummary::default();
+    loop {
+        match reader.next() {
+            Ok((offset, block)) => {
+                match block {
+                    PcapBlockOwned::LegacyHeader(h) => {
+                        legacy = Some((link_type(h.network.0)?, h.is_nanosecond_precision()));
+                    }
+                    PcapBlockOwned::Legacy(b) => {
+                        let (link, nanos) = legacy
+                            .ok_or_else(|| CaptureError::Corrupt("record before the file header".into()))?;
+                        let frac = if nanos { b.ts_usec as u64 } else { b.ts_usec as u64 * 1_000 };
+                        let caplen = (b.caplen as usize).min(b.data.len());
+                        on_frame(Frame {
+                            link,
+                            ts_ns: b.ts_sec as u64 * 1_000_000_000 + frac,
+                            orig_len: b.origlen,
+                            data: &b.data[..caplen],
+                        });
+                    }
+                    PcapBlockOwned::NG(Block::SectionHeader(_)) => ifaces.clear(),
+                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                        ifaces.push(Iface {
+                            link: link_type(idb.linktype.0).map_err(|_| idb.linktype.0),
+                            resolution: idb.ts_resolution().unwrap_or(1_000_000),
+                            offset: idb.ts_offset(),
+                        });
+                    }
+                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
+                        let ifc = ifaces.get(epb.if_id as usize).ok_or_else(|| {
+                            CaptureError::Corrupt(format!("packet of undeclared interface {}", epb.if_id))
+                        })?;
+                        let link = ifc.link.map_err(CaptureError::UnsupportedLinkType)?;
+                        let units = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
+                        let ns = (units as u128 * 1_000_000_000 / ifc.resolution.max(1) as u128) as u64;
+                        let ts_ns = ns.saturating_add_signed(ifc.offset.saturating_mul(1_000_000_000));
+                        on_frame(Frame {
+                            link,
+                            ts_ns,
+                            orig_len: epb.origlen,
+                            data: epb.packet_data(),
+                        });
+                    }
+                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                        let ifc = ifaces
+                            .first()
+                            .ok_or_else(|| CaptureError::Corrupt("simple packet before any interface".into()))?;
+                        let link = ifc.link.map_err(CaptureError::UnsupportedLinkType)?;
+                        on_frame(Frame {
+                            link,
+                            ts_ns: 0,
+                            orig_len: spb.origlen,
+                            data: spb.packet_data(),
+                        });
+                    }
+                    PcapBlockOwned::NG(_) => {}
+                }
+                consumed += offset as u64;
+                reader.consume(offset);
+                on_progress(consumed);
+            }
+            Err(PcapError::Eof) => break,
+            Err(PcapError::Incomplete(_)) => {
+                reader
+                    .refill()
+                    .map_err(|e| CaptureError::Corrupt(format!("refill: {e:?}")))?;
+            }
+            Err(PcapError::UnexpectedEof) => {
+                summary.truncated_tail = true;
+                break;
+            }
+            Err(PcapError::BufferTooSmall) => {
+                let cap = reader.data().len().max(1 << 20) * 2;
+                if cap > 1 << 28 || !reader.grow(cap) {
+                    return Err(CaptureError::Corrupt("a record larger than 256 MiB".into()));
+                }
+                reader
+                    .refill()
+                    .map_err(|e| CaptureError::Corrupt(format!("refill: {e:?}")))?;
+            }
+            Err(e) => return Err(CaptureError::Corrupt(format!("{e:?}"))),
+        }
+    }
+    Ok(summary)
+}

@@ -1,0 +1,66 @@
+//! BPF_PROG_TEST_RUN: feed a frame straight through a loaded XDP or tc program.
+//! aya 0.14 keeps its test-run wrapper private, so this calls the bpf(2) syscall directly.
+
+use anyhow::{bail, Result};
+use std::os::fd::{AsFd, AsRawFd};
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// `union bpf_attr`'s `test` member (include/uapi/linux/bpf.h).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
+/// The program's return value and the mean duration per run in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct TestRun {
+    pub retval: u32,
+    pub duration_ns: u32,
+}
+
+/// Runs `prog` over `frame` `repeat` times (at least once).
+pub fn test_run(prog: impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_fd().as_raw_fd() as u32,
+        data_size_in: frame.len() as u32,
+        data_size_out: out.len() as u32,
+        data_in: frame.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: repeat.max(1),
+        ..TestRunAttr::default()
+    };
+    // SAFETY: attr points at valid buffers that outlive the call; the size is the struct's.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &mut attr as *mut TestRunAttr,
+            std::mem::size_of::<TestRunAttr>(),
+        )
+    };
+    if rc != 0 {
+        bail!("BPF_PROG_TEST_RUN failed: {}", std::io::Error::last_os_error());
+    }
+    Ok(TestRun {
+        retval: attr.retval,
+        duration_ns: attr.duration,
+    })
+}
