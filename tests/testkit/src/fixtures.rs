@@ -133,7 +133,7 @@ pub fn rc_ipv4() -> Fixture {
                 c.req(0x17, 40),
             ];
             // NAKs of every code, an RNR NAK, and a CNP back to the requester's peer QP.
-            seq.push(c.resp(0x11, 0, 0x60 | (round as u8 % 5)));
+            seq.push(c.resp(0x11, 0, 0x60 | ((round as usize + i) % 5) as u8));
             seq.push(c.resp(0x11, 0, 0x20 | 0x0E));
             for r in seq.iter_mut() {
                 r.ecn = ecn;

@@ -33,3 +33,31 @@ impl Rng {
         self.next_u64() % n
     }
 }
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> std::io::Result<TempDir> {
+        let p = std::env::temp_dir().join(format!("{prefix}-{}", netns::unique_tag()));
+        std::fs::create_dir_all(&p)?;
+        Ok(TempDir(p))
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Fails with a clear message when tshark is missing (it is the oracle: no silent skip).
+pub fn require_tshark() {
+    assert!(
+        tshark::available(),
+        "tshark is not installed: it is the independent oracle of these tests; run `cargo xtask setup`"
+    );
+}
