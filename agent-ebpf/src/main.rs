@@ -15,7 +15,7 @@ use agent_common::{
 };
 use aya_ebpf::{
     bindings::{xdp_action, BPF_NOEXIST, TC_ACT_PIPE},
-    helpers::bpf_ktime_get_ns,
+    helpers::{bpf_ktime_get_ns, bpf_xdp_get_buff_len},
     macros::{classifier, map, xdp},
     maps::{LruPerCpuHashMap, PerCpuArray},
     programs::{TcContext, XdpContext},
@@ -33,10 +33,14 @@ static COUNTERS: PerCpuArray<HookCounters> = PerCpuArray::with_max_entries(Hook:
 static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
     LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
 
-#[xdp]
+/// `frags`: multi-buffer aware, so jumbo RoCE frames (4 KiB IB MTU) work in native mode; the
+/// headers always sit in the first buffer, and the wire length comes from
+/// `bpf_xdp_get_buff_len`.
+#[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let r = xdp::XdpReader::new(&ctx);
-    let len = r.len() as u64;
+    // SAFETY: the helper only reads the context it is given.
+    let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) };
     if count(&r, Hook::Xdp, len) {
         warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
     }
