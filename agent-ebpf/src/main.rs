@@ -60,7 +60,7 @@ pub fn rocemon_tc_egress(ctx: TcContext) -> i32 {
 #[inline(always)]
 fn tc_common(ctx: &TcContext, hook: Hook) -> i32 {
     let r = tc::TcReader::new(ctx);
-    if count(&r, hook, ctx.len() as u64) {
+    if count(&r, hook, tc::wire_len(ctx)) {
         warn!(ctx, "rocemon: flow map update failed (first on this CPU)");
     }
     TC_ACT_PIPE

@@ -33,3 +33,12 @@ impl PacketReader for TcReader<'_> {
         self.ctx.load::<[u8; N]>(off).ok()
     }
 }
+
+/// The frame's length on the wire. On receive the kernel moves an outer VLAN tag into the skb's
+/// metadata (`vlan_present`) before tc runs; it still crossed the wire, so it counts.
+#[inline(always)]
+pub fn wire_len(ctx: &TcContext) -> u64 {
+    // SAFETY: reading a field of the context the program was given.
+    let tagged = unsafe { (*ctx.skb.skb).vlan_present } != 0;
+    ctx.len() as u64 + if tagged { 4 } else { 0 }
+}

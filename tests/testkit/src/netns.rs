@@ -55,7 +55,8 @@ impl VethPair {
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
             run("ip", &["-n", ns, "addr", "add", v4, "dev", ifn])?;
             run("ip", &["-n", ns, "addr", "add", v6, "dev", ifn, "nodad"])?;
-            run("ip", &["-n", ns, "link", "set", ifn, "up"])?;
+            // Jumbo MTU: RoCE runs with 2-4 KiB IB MTUs.
+            run("ip", &["-n", ns, "link", "set", ifn, "mtu", "9000", "up"])?;
         }
         Ok(p)
     }
@@ -82,4 +83,109 @@ impl Drop for VethPair {
             let _ = Command::new("ip").args(["netns", "delete", ns]).output();
         }
     }
+}
+
+/// An HTTP GET from inside namespace `ns` (a thread that joins the namespace), for scraping
+/// an agent that listens on the namespace's loopback. Returns (status, body).
+pub fn http_get_in(ns: &str, addr: &str, path: &str) -> Result<(u16, String)> {
+    let (ns, addr, path) = (ns.to_string(), addr.to_string(), path.to_string());
+    std::thread::spawn(move || -> Result<(u16, String)> {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+        // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns {ns}: {}", std::io::Error::last_os_error());
+        }
+        let mut s = std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf)?;
+        let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
+        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Ok((status, body))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("scrape thread panicked"))?
+}
+
+/// A child process (rocemon) inside a namespace, stopped with SIGTERM on drop.
+pub struct Agent {
+    child: Option<std::process::Child>,
+}
+
+impl Agent {
+    pub fn start(ns: &str, bin: &str, args: &[&str]) -> Result<Agent> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, bin])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("start rocemon")?;
+        Ok(Agent { child: Some(child) })
+    }
+
+    /// Whether the process has exited (and its status).
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Sends SIGTERM and waits; returns the exit status and stderr.
+    pub fn stop(mut self) -> Result<(std::process::ExitStatus, String)> {
+        let child = self.child.take().context("agent already stopped")?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let out = child.wait_with_output()?;
+        Ok((out.status, String::from_utf8_lossy(&out.stderr).into_owned()))
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child; harmless if it already exited.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sums the samples of metric `name` whose labels include every `(key, value)` of `filter`.
+pub fn metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if n != name {
+                return None;
+            }
+            let ok = filter.iter().all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+            if ok {
+                value.parse::<f64>().ok()
+            } else {
+                None
+            }
+        })
+        .sum()
+}
+
+/// Label value of `key` for every sample of `name`.
+pub fn metric_labels(text: &str, name: &str, key: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let v = series.split(',').find_map(|kv| {
+                let kv = kv.trim_start_matches(&format!("{name}{{"));
+                kv.strip_prefix(&format!("{key}=\"")).map(|x| x.trim_end_matches('}').trim_end_matches('"').to_string())
+            })?;
+            Some((v, value.parse().ok()?))
+        })
+        .collect()
 }
