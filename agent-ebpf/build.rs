@@ -4,5 +4,8 @@ use which::which;
 
 fn main() {
     let bpf_linker = which("bpf-linker").expect("bpf-linker not found: run `cargo xtask setup`");
-    println!("cargo:rerun-if-changed={}", bpf_linker.to_str().expect("bpf-linker path is UTF-8"));
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf_linker.to_str().expect("bpf-linker path is UTF-8")
+    );
 }

@@ -11,7 +11,11 @@ fn analyze_json(path: &std::path::Path) -> Value {
         .arg(path)
         .output()
         .expect("run rocemon");
-    assert!(out.status.success(), "rocemon analyze failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rocemon analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
@@ -36,7 +40,12 @@ fn analyze_equals_tshark_on_every_fixture() {
         assert_eq!(u(&r["cnp"]), e.cnp, "{name}: roce.cnp");
         let ecn = &r["ecn"];
         assert_eq!(
-            [u(&ecn["not_ect"]), u(&ecn["ect1"]), u(&ecn["ect0"]), u(&ecn["ce"])],
+            [
+                u(&ecn["not_ect"]),
+                u(&ecn["ect1"]),
+                u(&ecn["ect0"]),
+                u(&ecn["ce"])
+            ],
             e.ecn,
             "{name}: ecn"
         );
@@ -73,9 +82,17 @@ fn analyze_equals_tshark_on_every_fixture() {
         // Every frame is accounted for exactly once.
         let other: u64 = j["not_roce"].as_object().unwrap().values().map(u).sum();
         let bad: u64 = j["malformed"].as_object().unwrap().values().map(u).sum();
-        assert_eq!(u(&r["packets"]) + other + bad, e.frames, "{name}: accounting");
+        assert_eq!(
+            u(&r["packets"]) + other + bad,
+            e.frames,
+            "{name}: accounting"
+        );
         // Frames to port 4791 without a complete BTH are malformed for us too.
-        assert!(bad >= e.port_4791_without_bth, "{name}: malformed {bad} < {}", e.port_4791_without_bth);
+        assert!(
+            bad >= e.port_4791_without_bth,
+            "{name}: malformed {bad} < {}",
+            e.port_4791_without_bth
+        );
     }
 }
 
@@ -100,30 +117,51 @@ fn fixtures_cover_what_the_issue_asks() {
     }
     // every RC opcode, UD, CNP, all ECN codepoints, many flows, NAK codes, RNR NAK
     for op in (0x00..=0x14).chain([0x16, 0x17, 0x64, 0x65, 0x81]) {
-        assert!(all.opcodes.contains_key(&op), "no fixture has opcode {op:#x}");
+        assert!(
+            all.opcodes.contains_key(&op),
+            "no fixture has opcode {op:#x}"
+        );
     }
     assert!(all.ecn.iter().all(|&n| n > 0));
     assert!(all.flows.len() > 400);
     for code in 0..5u8 {
-        assert!(all.aeth_syndromes.contains_key(&(0x60 | code)), "NAK code {code}");
+        assert!(
+            all.aeth_syndromes.contains_key(&(0x60 | code)),
+            "NAK code {code}"
+        );
     }
-    assert!(all.aeth_syndromes.keys().any(|s| s & 0x60 == 0x20), "RNR NAK");
+    assert!(
+        all.aeth_syndromes.keys().any(|s| s & 0x60 == 0x20),
+        "RNR NAK"
+    );
 }
 
 #[test]
 fn table_output_and_bad_files() {
     let dir = TempDir::new("rocemon-table").unwrap();
     let p = fixtures::rc_ipv4().write(dir.path()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon")).arg("analyze").arg(&p).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .arg("analyze")
+        .arg(&p)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let t = String::from_utf8(out.stdout).unwrap();
-    for needle in ["RoCEv2", "RC_RDMA_WRITE_ONLY (0x0a)", "CNP (0x81)", "TOP 10 OF 12 FLOWS", "ECN"] {
+    for needle in [
+        "RoCEv2",
+        "RC_RDMA_WRITE_ONLY (0x0a)",
+        "CNP (0x81)",
+        "TOP 10 OF 12 FLOWS",
+        "ECN",
+    ] {
         assert!(t.contains(needle), "table lacks {needle:?}:\n{t}");
     }
     // Not a capture; unsupported link type; missing file: clear errors, exit 2.
     let junk = dir.path().join("junk.pcap");
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
-    let mut raw = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0];
+    let mut raw = vec![
+        0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0,
+    ];
     raw.extend_from_slice(&147u32.to_le_bytes()); // LINKTYPE_USER0
     let user0 = dir.path().join("user0.pcap");
     std::fs::write(&user0, &raw).unwrap();
@@ -132,7 +170,11 @@ fn table_output_and_bad_files() {
         (user0.as_path(), "link type 147 is not supported"),
         (dir.path().join("missing.pcap").as_path(), "No such file"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_rocemon")).arg("analyze").arg(f).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+            .arg("analyze")
+            .arg(f)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{}", f.display());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(msg), "{}: {err}", f.display());
@@ -141,7 +183,11 @@ fn table_output_and_bad_files() {
     let bytes = std::fs::read(&p).unwrap();
     let cut = dir.path().join("cut.pcap");
     std::fs::write(&cut, &bytes[..bytes.len() - 30]).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon")).args(["analyze", "--format", "json"]).arg(&cut).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json"])
+        .arg(&cut)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["truncated_tail"], Value::Bool(true));

@@ -37,7 +37,10 @@ fn wait_ready(ns: &str, agent: &mut Agent) -> String {
         if let Some(st) = agent.try_wait() {
             panic!("rocemon exited early with {st}");
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "rocemon did not serve /metrics within 30 s");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "rocemon did not serve /metrics within 30 s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -60,7 +63,11 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
     let dir = TempDir::new("rocemon-e2e").unwrap();
     let mut sent = Vec::new();
     let mut expected = tshark::Expected::default();
-    for fx in [fixtures::rc_ipv4(), fixtures::mixed_ipv6_vlan(), fixtures::many_flows()] {
+    for fx in [
+        fixtures::rc_ipv4(),
+        fixtures::mixed_ipv6_vlan(),
+        fixtures::many_flows(),
+    ] {
         assert!(fx.replayable);
         let p = fx.write(dir.path()).unwrap();
         let e = tshark::expected(&p).unwrap();
@@ -79,26 +86,81 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         sent.push(p);
     }
     let cases = [
-        Case { name: "xdp native", hooks: "xdp", xdp_mode: "native", on_sender: false, hook_label: "xdp" },
-        Case { name: "xdp skb", hooks: "xdp", xdp_mode: "skb", on_sender: false, hook_label: "xdp" },
-        Case { name: "tc ingress", hooks: "tc-ingress", xdp_mode: "auto", on_sender: false, hook_label: "tc_ingress" },
-        Case { name: "tc egress", hooks: "tc-egress", xdp_mode: "auto", on_sender: true, hook_label: "tc_egress" },
+        Case {
+            name: "xdp native",
+            hooks: "xdp",
+            xdp_mode: "native",
+            on_sender: false,
+            hook_label: "xdp",
+        },
+        Case {
+            name: "xdp skb",
+            hooks: "xdp",
+            xdp_mode: "skb",
+            on_sender: false,
+            hook_label: "xdp",
+        },
+        Case {
+            name: "tc ingress",
+            hooks: "tc-ingress",
+            xdp_mode: "auto",
+            on_sender: false,
+            hook_label: "tc_ingress",
+        },
+        Case {
+            name: "tc egress",
+            hooks: "tc-egress",
+            xdp_mode: "auto",
+            on_sender: true,
+            hook_label: "tc_egress",
+        },
     ];
     for c in cases {
         let pair = VethPair::new("rce2e").unwrap();
-        let (ns, ifn) = if c.on_sender { (&pair.ns_b, &pair.b_if) } else { (&pair.ns_a, &pair.a_if) };
+        let (ns, ifn) = if c.on_sender {
+            (&pair.ns_b, &pair.b_if)
+        } else {
+            (&pair.ns_a, &pair.a_if)
+        };
         let mut agent = Agent::start(
             ns,
             BIN,
-            &["run", "--iface", ifn, "--hooks", c.hooks, "--xdp-mode", c.xdp_mode, "--listen", ADDR, "--poll-interval-ms", "100", "--top-k", "5"],
+            &[
+                "run",
+                "--iface",
+                ifn,
+                "--hooks",
+                c.hooks,
+                "--xdp-mode",
+                c.xdp_mode,
+                "--listen",
+                ADDR,
+                "--poll-interval-ms",
+                "100",
+                "--top-k",
+                "5",
+            ],
         )
         .unwrap();
         wait_ready(ns, &mut agent);
         if c.hooks == "xdp" {
-            let link = String::from_utf8(run("ip", &["-n", ns, "-d", "link", "show", ifn]).unwrap().stdout).unwrap();
+            let link = String::from_utf8(
+                run("ip", &["-n", ns, "-d", "link", "show", ifn])
+                    .unwrap()
+                    .stdout,
+            )
+            .unwrap();
             let first = link.lines().next().unwrap_or_default();
-            let want = if c.xdp_mode == "native" { " xdp " } else { " xdpgeneric " };
-            assert!(first.contains(want), "{}: expected {want:?} in {link}", c.name);
+            let want = if c.xdp_mode == "native" {
+                " xdp "
+            } else {
+                " xdpgeneric "
+            };
+            assert!(
+                first.contains(want),
+                "{}: expected {want:?} in {link}",
+                c.name
+            );
         }
         for p in &sent {
             pair.replay_from_b(p).unwrap();
@@ -107,7 +169,9 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         let t = Instant::now();
         let body = loop {
             let b = scrape(ns).unwrap_or_default();
-            if metric_sum(&b, "rocemon_packets_total", &[("hook", c.hook_label)]) >= want || t.elapsed() > Duration::from_secs(20) {
+            if metric_sum(&b, "rocemon_packets_total", &[("hook", c.hook_label)]) >= want
+                || t.elapsed() > Duration::from_secs(20)
+            {
                 break b;
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -117,22 +181,58 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             l.extend_from_slice(extra);
             metric_sum(&body, name, &l) as u64
         };
-        assert_eq!(f("rocemon_packets_total", &[]), expected.roce_packets, "{}: packets", c.name);
-        assert_eq!(f("rocemon_bytes_total", &[]), expected.roce_bytes, "{}: bytes", c.name);
-        assert_eq!(f("rocemon_cnp_packets_total", &[]), expected.cnp, "{}: CNPs", c.name);
+        assert_eq!(
+            f("rocemon_packets_total", &[]),
+            expected.roce_packets,
+            "{}: packets",
+            c.name
+        );
+        assert_eq!(
+            f("rocemon_bytes_total", &[]),
+            expected.roce_bytes,
+            "{}: bytes",
+            c.name
+        );
+        assert_eq!(
+            f("rocemon_cnp_packets_total", &[]),
+            expected.cnp,
+            "{}: CNPs",
+            c.name
+        );
         for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
-            assert_eq!(f("rocemon_ecn_packets_total", &[("codepoint", cp)]), expected.ecn[i], "{}: ECN {cp}", c.name);
+            assert_eq!(
+                f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
+                expected.ecn[i],
+                "{}: ECN {cp}",
+                c.name
+            );
         }
-        let by_op: BTreeMap<String, f64> = metric_labels(&body, "rocemon_packets_total", "opcode").into_iter().fold(BTreeMap::new(), |mut m, (k, v)| {
-            *m.entry(k).or_default() += v;
-            m
-        });
+        let by_op: BTreeMap<String, f64> = metric_labels(&body, "rocemon_packets_total", "opcode")
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, (k, v)| {
+                *m.entry(k).or_default() += v;
+                m
+            });
         for (op, (n, _)) in &expected.opcodes {
             let name = agent_common::opcode::name(*op);
-            assert_eq!(by_op.get(&name).copied().unwrap_or(0.0) as u64, *n, "{}: opcode {name}", c.name);
+            assert_eq!(
+                by_op.get(&name).copied().unwrap_or(0.0) as u64,
+                *n,
+                "{}: opcode {name}",
+                c.name
+            );
         }
-        assert_eq!(f("rocemon_flows", &[]), 0, "rocemon_flows has no hook label");
-        assert_eq!(metric_sum(&body, "rocemon_flows", &[("iface", ifn.as_str())]) as usize, expected.flows.len(), "{}: flows", c.name);
+        assert_eq!(
+            f("rocemon_flows", &[]),
+            0,
+            "rocemon_flows has no hook label"
+        );
+        assert_eq!(
+            metric_sum(&body, "rocemon_flows", &[("iface", ifn.as_str())]) as usize,
+            expected.flows.len(),
+            "{}: flows",
+            c.name
+        );
         let top = metric_labels(&body, "rocemon_flow_rate_bytes_per_second", "dest_qp");
         assert_eq!(top.len(), 5, "{}: top-K series", c.name);
         assert_eq!(f("rocemon_map_update_errors_total", &[]), 0);
@@ -141,9 +241,22 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
 
         let (status, stderr) = agent.stop().unwrap();
         assert!(status.success(), "{}: exit {status}: {stderr}", c.name);
-        let link = String::from_utf8(run("ip", &["-n", ns, "-d", "link", "show", ifn]).unwrap().stdout).unwrap();
-        assert!(!link.contains("prog/xdp"), "{}: XDP still attached after SIGTERM", c.name);
+        let link = String::from_utf8(
+            run("ip", &["-n", ns, "-d", "link", "show", ifn])
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        assert!(
+            !link.contains("prog/xdp"),
+            "{}: XDP still attached after SIGTERM",
+            c.name
+        );
         let links = String::from_utf8(run("bpftool", &["link", "show"]).unwrap().stdout).unwrap();
-        assert!(!links.contains("rocemon_"), "{}: a link is left after SIGTERM:\n{links}", c.name);
+        assert!(
+            !links.contains("rocemon_"),
+            "{}: a link is left after SIGTERM:\n{links}",
+            c.name
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! tc programs; the kernel maps must equal the host parser's result for the same frames
 //! (differential), and tshark's numbers for the same capture (oracle).
 
-use agent_common::{parse, Outcome, FlowKey, FlowStats, Hook, HookCounters, LinkType, SliceReader};
+use agent_common::{parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, Outcome, SliceReader};
 use rocemon::loader;
 use rocemon::testrun::test_run;
 use rocemon_testkit::fixtures::{self, Link};
@@ -50,7 +50,12 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
         for (_, _, data) in fx.records() {
             // BPF_PROG_TEST_RUN refuses frames without an Ethernet header, and for tc (skb)
             // programs frames beyond one page; the fixtures keep frames under 3500 bytes.
-            assert!(data.len() <= 3500, "{}: fixture frame of {} bytes", fx.name, data.len());
+            assert!(
+                data.len() <= 3500,
+                "{}: fixture frame of {} bytes",
+                fx.name,
+                data.len()
+            );
             if data.len() < 14 {
                 continue;
             }
@@ -77,23 +82,49 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     }
                     Err(e) => panic!("{} {} len {}: {e}", fx.name, hook.name(), data.len()),
                 };
-                let want = if hook == Hook::Xdp { XDP_PASS } else { TC_ACT_PIPE };
-                assert_eq!(r.retval, want, "{}: {} must never drop or change traffic", fx.name, hook.name());
+                let want = if hook == Hook::Xdp {
+                    XDP_PASS
+                } else {
+                    TC_ACT_PIPE
+                };
+                assert_eq!(
+                    r.retval,
+                    want,
+                    "{}: {} must never drop or change traffic",
+                    fx.name,
+                    hook.name()
+                );
                 let p = parse(&SliceReader(&data), LinkType::Ethernet);
                 host[hook as usize].record(&p, data.len() as u64);
                 if let Ok(info) = &p {
-                    host_flows.entry(info.flow_key(hook)).or_default().record(info, data.len() as u64, 0);
+                    host_flows.entry(info.flow_key(hook)).or_default().record(
+                        info,
+                        data.len() as u64,
+                        0,
+                    );
                 }
             }
         }
         let kernel = loader::read_counters(&ebpf).unwrap();
         for hook in Hook::ALL {
-            assert_eq!(kernel[hook as usize], host[hook as usize], "{}: {} counters differ from the host parser", fx.name, hook.name());
+            assert_eq!(
+                kernel[hook as usize],
+                host[hook as usize],
+                "{}: {} counters differ from the host parser",
+                fx.name,
+                hook.name()
+            );
         }
         let (flows, errors) = loader::read_flows(&ebpf).unwrap();
         assert_eq!(errors, 0);
-        let kernel_flows: BTreeMap<FlowKey, FlowStats> = flows.into_iter().map(|(k, s)| (k, comparable(&s))).collect();
-        let host_flows: BTreeMap<FlowKey, FlowStats> = host_flows.iter().map(|(k, s)| (*k, comparable(s))).collect();
+        let kernel_flows: BTreeMap<FlowKey, FlowStats> = flows
+            .into_iter()
+            .map(|(k, s)| (k, comparable(&s)))
+            .collect();
+        let host_flows: BTreeMap<FlowKey, FlowStats> = host_flows
+            .iter()
+            .map(|(k, s)| (*k, comparable(s)))
+            .collect();
         assert_eq!(kernel_flows, host_flows, "{}: flow maps differ", fx.name);
 
         // Oracle: fixtures recorded whole (no snapshot cut) give tshark's numbers.
@@ -102,15 +133,50 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
             let e = tshark::expected(&path).unwrap();
             for hook in Hook::ALL {
                 let k = &kernel[hook as usize];
-                assert_eq!(k.roce_packets(), e.roce_packets, "{}: {} roce packets vs tshark", fx.name, hook.name());
-                assert_eq!(k.roce_bytes(), e.roce_bytes, "{}: {} roce bytes vs tshark", fx.name, hook.name());
-                assert_eq!(k.cnp_packets, e.cnp, "{}: {} CNPs vs tshark", fx.name, hook.name());
-                assert_eq!(k.ecn_packets, e.ecn, "{}: {} ECN vs tshark", fx.name, hook.name());
+                assert_eq!(
+                    k.roce_packets(),
+                    e.roce_packets,
+                    "{}: {} roce packets vs tshark",
+                    fx.name,
+                    hook.name()
+                );
+                assert_eq!(
+                    k.roce_bytes(),
+                    e.roce_bytes,
+                    "{}: {} roce bytes vs tshark",
+                    fx.name,
+                    hook.name()
+                );
+                assert_eq!(
+                    k.cnp_packets,
+                    e.cnp,
+                    "{}: {} CNPs vs tshark",
+                    fx.name,
+                    hook.name()
+                );
+                assert_eq!(
+                    k.ecn_packets,
+                    e.ecn,
+                    "{}: {} ECN vs tshark",
+                    fx.name,
+                    hook.name()
+                );
                 for (op, (n, b)) in &e.opcodes {
-                    assert_eq!((k.opcode_packets[*op as usize], k.opcode_bytes[*op as usize]), (*n, *b), "{}: opcode {op:#x}", fx.name);
+                    assert_eq!(
+                        (k.opcode_packets[*op as usize], k.opcode_bytes[*op as usize]),
+                        (*n, *b),
+                        "{}: opcode {op:#x}",
+                        fx.name
+                    );
                 }
                 let flows = kernel_flows.keys().filter(|f| f.hook == hook as u8).count();
-                assert_eq!(flows, e.flows.len(), "{}: {} flows vs tshark", fx.name, hook.name());
+                assert_eq!(
+                    flows,
+                    e.flows.len(),
+                    "{}: {} flows vs tshark",
+                    fx.name,
+                    hook.name()
+                );
             }
         }
         checked += 1;
@@ -132,13 +198,23 @@ fn full_flow_map_keeps_global_counters_exact() {
     let mut host = HookCounters::ZERO;
     for (_, _, data) in fx.records() {
         let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-        assert_eq!(test_run(prog.fd().unwrap(), &data, 1).unwrap().retval, XDP_PASS);
-        host.record(&parse(&SliceReader(&data), LinkType::Ethernet), data.len() as u64);
+        assert_eq!(
+            test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
+            XDP_PASS
+        );
+        host.record(
+            &parse(&SliceReader(&data), LinkType::Ethernet),
+            data.len() as u64,
+        );
     }
     let k = loader::read_counters(&ebpf).unwrap();
     assert_eq!(k[Hook::Xdp as usize].roce_packets(), host.roce_packets());
     assert_eq!(k[Hook::Xdp as usize].opcode_bytes, host.opcode_bytes);
     let (flows, _) = loader::read_flows(&ebpf).unwrap();
-    assert!(flows.len() <= 16 * 2, "LRU map holds about its size, got {}", flows.len());
+    assert!(
+        flows.len() <= 16 * 2,
+        "LRU map holds about its size, got {}",
+        flows.len()
+    );
     assert!(!flows.is_empty());
 }

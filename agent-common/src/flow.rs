@@ -137,7 +137,10 @@ mod tests {
         let mut a = FlowStats::default();
         a.record(&info(0x04, 3, 7), 100, 10);
         a.record(&info(0x81, 2, 0), 60, 20);
-        assert_eq!((a.packets, a.bytes, a.ecn_ce, a.cnp, a.becn), (2, 160, 1, 1, 1));
+        assert_eq!(
+            (a.packets, a.bytes, a.ecn_ce, a.cnp, a.becn),
+            (2, 160, 1, 1, 1)
+        );
         assert_eq!((a.first_seen_ns, a.last_seen_ns, a.last_psn), (10, 20, 0));
         assert_eq!(a.class_packets[OpClass::Send as usize], 1);
         assert_eq!(a.class_packets[OpClass::Other as usize], 1);

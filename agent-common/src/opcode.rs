@@ -265,7 +265,10 @@ mod tests {
                 _ => Transport::Reserved,
             };
             assert_eq!(transport(op), expect, "opcode {op:#04x}");
-            assert_eq!(name_parts(op).is_some(), !matches!(expect, Transport::Vendor | Transport::Reserved));
+            assert_eq!(
+                name_parts(op).is_some(),
+                !matches!(expect, Transport::Vendor | Transport::Reserved)
+            );
         }
     }
 
@@ -301,32 +304,37 @@ mod tests {
     #[test]
     fn extension_layouts() {
         // (opcode, deth, reth, aeth, total)
-        let table: &[(u8, Option<u8>, Option<u8>, Option<u8>, u8)] = &[
-            (0x04, None, None, None, 0),           // RC SEND_ONLY
-            (0x05, None, None, None, 4),           // RC SEND_ONLY_WITH_IMMEDIATE
-            (0x06, None, Some(0), None, 16),       // RC WRITE_FIRST
-            (0x07, None, None, None, 0),           // RC WRITE_MIDDLE
-            (0x0B, None, Some(0), None, 20),       // RC WRITE_ONLY_WITH_IMMEDIATE
-            (0x0C, None, Some(0), None, 16),       // RC READ_REQUEST
-            (0x0D, None, None, Some(0), 4),        // RC READ_RESPONSE_FIRST
-            (0x0E, None, None, None, 0),           // RC READ_RESPONSE_MIDDLE
-            (0x11, None, None, Some(0), 4),        // RC ACK
-            (0x12, None, None, Some(0), 12),       // RC ATOMIC_ACK
-            (0x13, None, None, None, 28),          // RC COMPARE_SWAP
-            (0x17, None, None, None, 4),           // RC SEND_ONLY_WITH_INVALIDATE
-            (0x64, Some(0), None, None, 8),        // UD SEND_ONLY
-            (0x65, Some(0), None, None, 12),       // UD SEND_ONLY_WITH_IMMEDIATE
-            (0x4C, Some(4), Some(12), None, 28),   // RD READ_REQUEST
-            (0x51, None, None, Some(4), 8),        // RD ACK
-            (0x53, Some(4), None, None, 40),       // RD COMPARE_SWAP
-            (0xAA, None, Some(4), None, 20),       // XRC WRITE_ONLY
-            (0xB1, None, None, Some(0), 4),        // XRC ACK
-            (0x81, None, None, None, 0),           // CNP
-            (0xE0, None, None, None, 0),           // vendor
+        type Row = (u8, Option<u8>, Option<u8>, Option<u8>, u8);
+        let table: &[Row] = &[
+            (0x04, None, None, None, 0),         // RC SEND_ONLY
+            (0x05, None, None, None, 4),         // RC SEND_ONLY_WITH_IMMEDIATE
+            (0x06, None, Some(0), None, 16),     // RC WRITE_FIRST
+            (0x07, None, None, None, 0),         // RC WRITE_MIDDLE
+            (0x0B, None, Some(0), None, 20),     // RC WRITE_ONLY_WITH_IMMEDIATE
+            (0x0C, None, Some(0), None, 16),     // RC READ_REQUEST
+            (0x0D, None, None, Some(0), 4),      // RC READ_RESPONSE_FIRST
+            (0x0E, None, None, None, 0),         // RC READ_RESPONSE_MIDDLE
+            (0x11, None, None, Some(0), 4),      // RC ACK
+            (0x12, None, None, Some(0), 12),     // RC ATOMIC_ACK
+            (0x13, None, None, None, 28),        // RC COMPARE_SWAP
+            (0x17, None, None, None, 4),         // RC SEND_ONLY_WITH_INVALIDATE
+            (0x64, Some(0), None, None, 8),      // UD SEND_ONLY
+            (0x65, Some(0), None, None, 12),     // UD SEND_ONLY_WITH_IMMEDIATE
+            (0x4C, Some(4), Some(12), None, 28), // RD READ_REQUEST
+            (0x51, None, None, Some(4), 8),      // RD ACK
+            (0x53, Some(4), None, None, 40),     // RD COMPARE_SWAP
+            (0xAA, None, Some(4), None, 20),     // XRC WRITE_ONLY
+            (0xB1, None, None, Some(0), 4),      // XRC ACK
+            (0x81, None, None, None, 0),         // CNP
+            (0xE0, None, None, None, 0),         // vendor
         ];
         for &(op, deth, reth, aeth, len) in table {
             let l = ext_layout(op);
-            assert_eq!((l.deth, l.reth, l.aeth, l.len), (deth, reth, aeth, len), "opcode {op:#04x}");
+            assert_eq!(
+                (l.deth, l.reth, l.aeth, l.len),
+                (deth, reth, aeth, len),
+                "opcode {op:#04x}"
+            );
         }
         for op in 0u16..=255 {
             assert!(ext_layout(op as u8).len as usize <= MAX_CHAIN_LEN);

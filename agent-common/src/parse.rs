@@ -216,11 +216,17 @@ struct L3 {
 pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome> {
     let (mut ethertype, mut off) = match link {
         LinkType::Ethernet => (
-            be16(r.read(ethernet::ETHERTYPE_OFFSET).ok_or(Outcome::TruncatedL2)?),
+            be16(
+                r.read(ethernet::ETHERTYPE_OFFSET)
+                    .ok_or(Outcome::TruncatedL2)?,
+            ),
             ethernet::LEN,
         ),
         LinkType::LinuxSll => (
-            be16(r.read(sll::SLL_PROTOCOL_OFFSET).ok_or(Outcome::TruncatedL2)?),
+            be16(
+                r.read(sll::SLL_PROTOCOL_OFFSET)
+                    .ok_or(Outcome::TruncatedL2)?,
+            ),
             sll::SLL_LEN,
         ),
         LinkType::LinuxSll2 => {
@@ -228,7 +234,10 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
                 return Err(Outcome::TruncatedL2);
             }
             (
-                be16(r.read(sll::SLL2_PROTOCOL_OFFSET).ok_or(Outcome::TruncatedL2)?),
+                be16(
+                    r.read(sll::SLL2_PROTOCOL_OFFSET)
+                        .ok_or(Outcome::TruncatedL2)?,
+                ),
                 sll::SLL2_LEN,
             )
         }
@@ -257,7 +266,7 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
     if u.dst_port() != ROCEV2_UDP_PORT {
         return Err(Outcome::UdpOtherPort);
     }
-    let mut udp_len = u.len();
+    let mut udp_len = u.length();
     if udp_len < udp::LEN {
         return Err(Outcome::BadUdpLength);
     }
@@ -270,7 +279,10 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
         return Err(Outcome::TruncatedBth);
     }
     let bth_off = l3.l4 + udp::LEN;
-    let b = Bth::from_bytes(r.read::<{ bth::LEN }>(bth_off).ok_or(Outcome::TruncatedBth)?);
+    let b = Bth::from_bytes(
+        r.read::<{ bth::LEN }>(bth_off)
+            .ok_or(Outcome::TruncatedBth)?,
+    );
 
     let mut info = RoceInfo {
         outcome: Outcome::Roce,
@@ -327,7 +339,10 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
 
 #[inline(always)]
 fn parse_ipv4<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
-    let h = Ipv4Header(r.read::<{ ipv4::MIN_LEN }>(off).ok_or(Outcome::TruncatedIpv4)?);
+    let h = Ipv4Header(
+        r.read::<{ ipv4::MIN_LEN }>(off)
+            .ok_or(Outcome::TruncatedIpv4)?,
+    );
     if h.version() != 4 {
         return Err(Outcome::BadIpVersion);
     }
@@ -407,8 +422,7 @@ fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
         i += 1;
     }
     if next != ipv6::NEXT_UDP {
-        if ipv6::is_skippable_ext(next) || next == ipv6::NEXT_FRAGMENT || next == 50 || next == 51
-        {
+        if ipv6::is_skippable_ext(next) || next == ipv6::NEXT_FRAGMENT || next == 50 || next == 51 {
             return Err(Outcome::Ipv6ExtUnsupported);
         }
         return Err(Outcome::NotUdp);

@@ -44,7 +44,10 @@ fn rc_send_only_ipv4_every_field() {
     assert_eq!(i.vlan_tags, 0);
     assert!(!i.is_cnp());
     let k = i.flow_key(crate::Hook::TcEgress);
-    assert_eq!((k.sport, k.dest_qp, k.ip_version, k.hook), (0xE001, 0x12_3456, 4, 2));
+    assert_eq!(
+        (k.sport, k.dest_qp, k.ip_version, k.hook),
+        (0xE001, 0x12_3456, 4, 2)
+    );
 }
 
 #[test]
@@ -57,7 +60,14 @@ fn ipv6_traffic_class_ecn_and_addresses() {
         let i = p(&r.frame()).unwrap();
         assert_eq!(i.ip_version, 6);
         assert_eq!(i.ecn, ecn);
-        assert_eq!(i.src, ip("fd77::2").to_string().parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!(
+            i.src,
+            ip("fd77::2")
+                .to_string()
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        );
         assert_eq!(i.reth_dma_len, Some(4096));
     }
 }
@@ -92,11 +102,26 @@ fn extension_headers() {
     r.syndrome = 0x60 | 2;
     r.msn = 0x00_1234;
     let i = p(&r.frame()).unwrap();
-    assert_eq!(i.aeth, Some(Aeth { syndrome: 0x62, msn: 0x1234 }));
-    assert_eq!(crate::headers::ext::aeth_kind(0x62), crate::headers::ext::AethKind::Nak);
+    assert_eq!(
+        i.aeth,
+        Some(Aeth {
+            syndrome: 0x62,
+            msn: 0x1234
+        })
+    );
+    assert_eq!(
+        crate::headers::ext::aeth_kind(0x62),
+        crate::headers::ext::AethKind::Nak
+    );
     r.opcode = 0x64; // UD SEND_ONLY
     let i = p(&r.frame()).unwrap();
-    assert_eq!(i.deth, Some(Deth { qkey: 0x1111_2222, src_qp: 0xAB_CD }));
+    assert_eq!(
+        i.deth,
+        Some(Deth {
+            qkey: 0x1111_2222,
+            src_qp: 0xAB_CD
+        })
+    );
     r.opcode = 0x4C; // RD READ_REQUEST: RDETH, DETH, RETH
     r.dma_len = 77;
     let i = p(&r.frame()).unwrap();
@@ -140,23 +165,135 @@ fn malformed_and_other_reasons() {
     let ok = v4().frame();
     let l3 = 14;
     let cases: Vec<(&str, Vec<u8>, Outcome)> = vec![
-        ("arp", frames::ethernet(&[], frames::ETH_ARP, &[0; 28]), Outcome::NotIp),
-        ("tcp", frames::ethernet(&[], frames::ETH_IPV4, &frames::ipv4([1, 1, 1, 1], [2, 2, 2, 2], 0, 6, 0, &[0; 20])), Outcome::NotUdp),
-        ("udp 53", frames::ethernet(&[], frames::ETH_IPV4, &frames::ipv4([1, 1, 1, 1], [2, 2, 2, 2], 0, 17, 0, &frames::udp(4791, 53, &[0; 20]))), Outcome::UdpOtherPort),
+        (
+            "arp",
+            frames::ethernet(&[], frames::ETH_ARP, &[0; 28]),
+            Outcome::NotIp,
+        ),
+        (
+            "tcp",
+            frames::ethernet(
+                &[],
+                frames::ETH_IPV4,
+                &frames::ipv4([1, 1, 1, 1], [2, 2, 2, 2], 0, 6, 0, &[0; 20]),
+            ),
+            Outcome::NotUdp,
+        ),
+        (
+            "udp 53",
+            frames::ethernet(
+                &[],
+                frames::ETH_IPV4,
+                &frames::ipv4(
+                    [1, 1, 1, 1],
+                    [2, 2, 2, 2],
+                    0,
+                    17,
+                    0,
+                    &frames::udp(4791, 53, &[0; 20]),
+                ),
+            ),
+            Outcome::UdpOtherPort,
+        ),
         ("short eth", ok[..13].to_vec(), Outcome::TruncatedL2),
-        ("short vlan", { let mut r = v4(); r.vlans = vec![(TPID_8021Q, 1)]; r.frame()[..15].to_vec() }, Outcome::TruncatedL2),
+        (
+            "short vlan",
+            {
+                let mut r = v4();
+                r.vlans = vec![(TPID_8021Q, 1)];
+                r.frame()[..15].to_vec()
+            },
+            Outcome::TruncatedL2,
+        ),
         ("short ipv4", ok[..l3 + 19].to_vec(), Outcome::TruncatedIpv4),
-        ("version", { let mut f = ok.clone(); f[l3] = 0x65; f }, Outcome::BadIpVersion),
-        ("ihl 4", { let mut f = ok.clone(); f[l3] = 0x44; f }, Outcome::BadIhl),
-        ("total < ihl", { let mut f = ok.clone(); f[l3 + 2] = 0; f[l3 + 3] = 10; f }, Outcome::BadIpv4TotalLength),
-        ("options cut", { let mut r = v4(); r.ipv4_options = 40; r.frame()[..l3 + 40].to_vec() }, Outcome::TruncatedIpv4),
-        ("fragment", { let mut f = ok.clone(); f[l3 + 7] = 1; f }, Outcome::IpFragment),
-        ("short udp", ok[..l3 + 20 + 7].to_vec(), Outcome::TruncatedUdp),
-        ("udp len 7", { let mut f = ok.clone(); set_udp_len(&mut f, 7); f }, Outcome::BadUdpLength),
-        ("udp len 19", { let mut f = ok.clone(); set_udp_len(&mut f, 19); f }, Outcome::TruncatedBth),
-        ("bth cut", ok[..l3 + 20 + 8 + 11].to_vec(), Outcome::TruncatedBth),
-        ("short ipv6", Roce::new(ip("fd77::1"), ip("fd77::2"), 1, 1, 4).frame()[..l3 + 39].to_vec(), Outcome::TruncatedIpv6),
-        ("v6 version", { let mut f = Roce::new(ip("fd77::1"), ip("fd77::2"), 1, 1, 4).frame(); f[l3] = 0x40; f }, Outcome::BadIpVersion),
+        (
+            "version",
+            {
+                let mut f = ok.clone();
+                f[l3] = 0x65;
+                f
+            },
+            Outcome::BadIpVersion,
+        ),
+        (
+            "ihl 4",
+            {
+                let mut f = ok.clone();
+                f[l3] = 0x44;
+                f
+            },
+            Outcome::BadIhl,
+        ),
+        (
+            "total < ihl",
+            {
+                let mut f = ok.clone();
+                f[l3 + 2] = 0;
+                f[l3 + 3] = 10;
+                f
+            },
+            Outcome::BadIpv4TotalLength,
+        ),
+        (
+            "options cut",
+            {
+                let mut r = v4();
+                r.ipv4_options = 40;
+                r.frame()[..l3 + 40].to_vec()
+            },
+            Outcome::TruncatedIpv4,
+        ),
+        (
+            "fragment",
+            {
+                let mut f = ok.clone();
+                f[l3 + 7] = 1;
+                f
+            },
+            Outcome::IpFragment,
+        ),
+        (
+            "short udp",
+            ok[..l3 + 20 + 7].to_vec(),
+            Outcome::TruncatedUdp,
+        ),
+        (
+            "udp len 7",
+            {
+                let mut f = ok.clone();
+                set_udp_len(&mut f, 7);
+                f
+            },
+            Outcome::BadUdpLength,
+        ),
+        (
+            "udp len 19",
+            {
+                let mut f = ok.clone();
+                set_udp_len(&mut f, 19);
+                f
+            },
+            Outcome::TruncatedBth,
+        ),
+        (
+            "bth cut",
+            ok[..l3 + 20 + 8 + 11].to_vec(),
+            Outcome::TruncatedBth,
+        ),
+        (
+            "short ipv6",
+            Roce::new(ip("fd77::1"), ip("fd77::2"), 1, 1, 4).frame()[..l3 + 39].to_vec(),
+            Outcome::TruncatedIpv6,
+        ),
+        (
+            "v6 version",
+            {
+                let mut f = Roce::new(ip("fd77::1"), ip("fd77::2"), 1, 1, 4).frame();
+                f[l3] = 0x40;
+                f
+            },
+            Outcome::BadIpVersion,
+        ),
     ];
     for (name, frame, want) in cases {
         assert_eq!(p(&frame).map(|i| i.outcome), Err(want), "{name}");
@@ -213,9 +350,20 @@ fn ipv6_with_ext(exts: &[(u8, usize)], last_next: u8) -> Vec<u8> {
 #[test]
 fn ipv6_extension_headers() {
     assert_eq!(p(&ipv6_with_ext(&[], 17)).unwrap().outcome, Outcome::Roce);
-    assert_eq!(p(&ipv6_with_ext(&[(0, 8)], 17)).unwrap().outcome, Outcome::Roce);
-    assert_eq!(p(&ipv6_with_ext(&[(0, 8), (60, 16), (44, 8)], 17)).unwrap().outcome, Outcome::Roce);
-    assert_eq!(p(&ipv6_with_ext(&[(0, 8), (60, 16), (43, 8), (60, 8)], 17)), Err(Outcome::Ipv6ExtUnsupported));
+    assert_eq!(
+        p(&ipv6_with_ext(&[(0, 8)], 17)).unwrap().outcome,
+        Outcome::Roce
+    );
+    assert_eq!(
+        p(&ipv6_with_ext(&[(0, 8), (60, 16), (44, 8)], 17))
+            .unwrap()
+            .outcome,
+        Outcome::Roce
+    );
+    assert_eq!(
+        p(&ipv6_with_ext(&[(0, 8), (60, 16), (43, 8), (60, 8)], 17)),
+        Err(Outcome::Ipv6ExtUnsupported)
+    );
     assert_eq!(p(&ipv6_with_ext(&[(0, 8)], 6)), Err(Outcome::NotUdp));
     let mut later = ipv6_with_ext(&[(44, 8)], 17);
     later[14 + 40 + 3] = 0x08; // fragment offset 1
@@ -237,8 +385,14 @@ fn linux_cooked_captures() {
     let c = p(&f).unwrap();
     assert_eq!(a, c);
     assert_eq!(b, c);
-    assert_eq!(parse(&SliceReader(&[0u8; 19]), LinkType::LinuxSll2), Err(Outcome::TruncatedL2));
-    assert_eq!(parse(&SliceReader(&[0u8; 15]), LinkType::LinuxSll), Err(Outcome::TruncatedL2));
+    assert_eq!(
+        parse(&SliceReader(&[0u8; 19]), LinkType::LinuxSll2),
+        Err(Outcome::TruncatedL2)
+    );
+    assert_eq!(
+        parse(&SliceReader(&[0u8; 15]), LinkType::LinuxSll),
+        Err(Outcome::TruncatedL2)
+    );
 }
 
 #[test]
@@ -262,14 +416,22 @@ impl PacketReader for Checked<'_> {
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
         let r = SliceReader(self.0).read::<N>(off);
         if r.is_some() {
-            assert!(off + N <= self.0.len(), "read {N} at {off} beyond {}", self.0.len());
+            assert!(
+                off + N <= self.0.len(),
+                "read {N} at {off} beyond {}",
+                self.0.len()
+            );
         }
         r
     }
 }
 
 fn any_link() -> impl Strategy<Value = LinkType> {
-    prop_oneof![Just(LinkType::Ethernet), Just(LinkType::LinuxSll), Just(LinkType::LinuxSll2)]
+    prop_oneof![
+        Just(LinkType::Ethernet),
+        Just(LinkType::LinuxSll),
+        Just(LinkType::LinuxSll2)
+    ]
 }
 
 proptest! {

@@ -36,7 +36,8 @@ impl Analysis {
         self.counters.record(&parsed, len);
         if let Ok(info) = &parsed {
             // Captures carry no hook; flows are keyed as if seen at XDP.
-            self.flows.record(0, info.flow_key(Hook::Xdp), info, len, f.ts_ns);
+            self.flows
+                .record(0, info.flow_key(Hook::Xdp), info, len, f.ts_ns);
         }
         self.first_ts_ns.get_or_insert(f.ts_ns);
         self.last_ts_ns = f.ts_ns;
@@ -51,7 +52,10 @@ impl Analysis {
 }
 
 /// Analyses a capture file; `progress` receives (bytes read, file size).
-pub fn analyze_file(path: &Path, mut progress: impl FnMut(u64)) -> Result<Analysis, crate::sources::capture::CaptureError> {
+pub fn analyze_file(
+    path: &Path,
+    mut progress: impl FnMut(u64),
+) -> Result<Analysis, crate::sources::capture::CaptureError> {
     let mut a = Analysis::default();
     let summary = read_capture(path, &mut progress, |f| a.frame(f))?;
     a.summary = summary;

@@ -5,7 +5,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "rocemon", version, about = "RoCEv2 telemetry: per-opcode, ECN, CNP and per-flow counters from XDP/tc, served to Prometheus")]
+#[command(
+    name = "rocemon",
+    version,
+    about = "RoCEv2 telemetry: per-opcode, ECN, CNP and per-flow counters from XDP/tc, served to Prometheus"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -87,13 +87,19 @@ impl Config {
             ));
         }
         for (i, name) in ifaces.iter().enumerate() {
-            if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(char::is_whitespace) {
+            if name.is_empty()
+                || name.len() > 15
+                || name.contains('/')
+                || name.contains(char::is_whitespace)
+            {
                 return Err(bad(format!(
                     "interface name '{name}' is not valid (1-15 characters, no '/' or spaces)"
                 )));
             }
             if ifaces[..i].contains(name) {
-                return Err(bad(format!("interface '{name}' is given twice; list each interface once")));
+                return Err(bad(format!(
+                    "interface '{name}' is given twice; list each interface once"
+                )));
             }
         }
         let hook_names = args
@@ -109,7 +115,9 @@ impl Config {
             }
         }
         if hooks.is_empty() {
-            return Err(bad("hooks is empty; use xdp, tc-ingress and/or tc-egress".into()));
+            return Err(bad(
+                "hooks is empty; use xdp, tc-ingress and/or tc-egress".into()
+            ));
         }
         let xdp_mode = match args.xdp_mode.or(file.xdp_mode).unwrap_or(XdpModeArg::Auto) {
             XdpModeArg::Auto => XdpMode::Auto,
@@ -128,9 +136,14 @@ impl Config {
         })?;
         let top_k = args.top_k.or(file.top_k).unwrap_or(DEFAULT_TOP_K);
         if top_k == 0 || top_k > 10_000 {
-            return Err(bad(format!("top_k {top_k} is out of range; use 1 to 10000")));
+            return Err(bad(format!(
+                "top_k {top_k} is out of range; use 1 to 10000"
+            )));
         }
-        let poll_ms = args.poll_interval_ms.or(file.poll_interval_ms).unwrap_or(1000);
+        let poll_ms = args
+            .poll_interval_ms
+            .or(file.poll_interval_ms)
+            .unwrap_or(1000);
         if !(10..=60_000).contains(&poll_ms) {
             return Err(bad(format!(
                 "poll_interval_ms {poll_ms} is out of range; use 10 to 60000"
@@ -162,7 +175,10 @@ impl Config {
 /// Reads and parses a TOML configuration file.
 pub fn load_file(path: &Path) -> Result<FileConfig, UsageError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        bad(format!("cannot read config file {}: {e}; check the path given to --config", path.display()))
+        bad(format!(
+            "cannot read config file {}: {e}; check the path given to --config",
+            path.display()
+        ))
     })?;
     toml::from_str(&text).map_err(|e| {
         bad(format!(
@@ -211,20 +227,34 @@ mod tests {
 
     #[test]
     fn errors_name_the_key_and_fix() {
-        let e = Config::merge(FileConfig::default(), &args(&[])).unwrap_err().to_string();
+        let e = Config::merge(FileConfig::default(), &args(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--iface"), "{e}");
         let mut a = args(&["x"]);
         a.hooks = Some(vec!["kprobe".into()]);
-        let e = Config::merge(FileConfig::default(), &a).unwrap_err().to_string();
-        assert!(e.contains("unknown hook 'kprobe'") && e.contains("tc-ingress"), "{e}");
+        let e = Config::merge(FileConfig::default(), &a)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown hook 'kprobe'") && e.contains("tc-ingress"),
+            "{e}"
+        );
         let mut a = args(&["x"]);
         a.listen = Some("localhost".into());
-        let e = Config::merge(FileConfig::default(), &a).unwrap_err().to_string();
+        let e = Config::merge(FileConfig::default(), &a)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("IP:PORT"), "{e}");
         let mut a = args(&["x"]);
         a.top_k = Some(0);
-        assert!(Config::merge(FileConfig::default(), &a).unwrap_err().to_string().contains("top_k"));
-        let e = toml::from_str::<FileConfig>("interfacez = []").unwrap_err().to_string();
+        assert!(Config::merge(FileConfig::default(), &a)
+            .unwrap_err()
+            .to_string()
+            .contains("top_k"));
+        let e = toml::from_str::<FileConfig>("interfacez = []")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("interfacez"), "{e}");
         assert!(Config::merge(FileConfig::default(), &args(&["a", "a"])).is_err());
         assert!(Config::merge(FileConfig::default(), &args(&["a/b"])).is_err());

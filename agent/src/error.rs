@@ -7,7 +7,9 @@ use thiserror::Error;
 pub enum UsageError {
     #[error("no such interface '{0}': list interfaces with `ip link`, or create it first")]
     NoSuchInterface(String),
-    #[error("missing privileges: {0}; run as root, or grant CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON")]
+    #[error(
+        "missing privileges: {0}; run as root, or grant CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON"
+    )]
     NotPermitted(String),
     #[error("XDP {mode} mode is not supported on '{iface}': {reason}; use --xdp-mode auto or skb")]
     XdpModeUnsupported {
@@ -25,7 +27,10 @@ pub enum UsageError {
 
 /// The exit status for an error chain: 2 when a [`UsageError`] is in it, else 1.
 pub fn exit_status(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|e| e.downcast_ref::<UsageError>().is_some()) {
+    if err
+        .chain()
+        .any(|e| e.downcast_ref::<UsageError>().is_some())
+    {
         2
     } else {
         1

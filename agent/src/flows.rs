@@ -75,15 +75,25 @@ impl FlowTable {
     }
 
     /// Counts one packet (captures, AF_XDP): the same update the kernel runs.
-    pub fn record(&mut self, iface: usize, key: FlowKey, info: &RoceInfo, frame_len: u64, ts_ns: u64) {
-        let e = self.entries.entry((iface, key)).or_insert_with(|| FlowEntry {
-            iface,
-            key,
-            stats: FlowStats::default(),
-            rate_bytes: 0.0,
-            rate_packets: 0.0,
-            generation: 0,
-        });
+    pub fn record(
+        &mut self,
+        iface: usize,
+        key: FlowKey,
+        info: &RoceInfo,
+        frame_len: u64,
+        ts_ns: u64,
+    ) {
+        let e = self
+            .entries
+            .entry((iface, key))
+            .or_insert_with(|| FlowEntry {
+                iface,
+                key,
+                stats: FlowStats::default(),
+                rate_bytes: 0.0,
+                rate_packets: 0.0,
+                generation: 0,
+            });
         e.stats.record(info, frame_len, ts_ns);
     }
 
@@ -110,8 +120,16 @@ impl FlowTable {
         match self.entries.get_mut(&(iface, key)) {
             Some(e) => {
                 // A smaller total means the kernel evicted and re-created the flow.
-                let db = if stats.bytes >= e.stats.bytes { stats.bytes - e.stats.bytes } else { stats.bytes };
-                let dp = if stats.packets >= e.stats.packets { stats.packets - e.stats.packets } else { stats.packets };
+                let db = if stats.bytes >= e.stats.bytes {
+                    stats.bytes - e.stats.bytes
+                } else {
+                    stats.bytes
+                };
+                let dp = if stats.packets >= e.stats.packets {
+                    stats.packets - e.stats.packets
+                } else {
+                    stats.packets
+                };
                 if dt > 0.0 {
                     let alpha = 1.0 - (-dt / RATE_TAU_SECONDS).exp();
                     e.rate_bytes += alpha * (db as f64 / dt - e.rate_bytes);
@@ -141,7 +159,8 @@ impl FlowTable {
     pub fn end_poll(&mut self, polled: &[usize]) -> usize {
         let g = self.generation;
         let before = self.entries.len();
-        self.entries.retain(|(i, _), e| !polled.contains(i) || e.generation == g);
+        self.entries
+            .retain(|(i, _), e| !polled.contains(i) || e.generation == g);
         before - self.entries.len()
     }
 
@@ -195,7 +214,11 @@ mod tests {
         let top = t.top_k(1);
         assert_eq!(top[0].key.dest_qp, 1);
         // converged near 1 MB/s
-        assert!((top[0].rate_bytes - 1e6).abs() < 1e4, "{}", top[0].rate_bytes);
+        assert!(
+            (top[0].rate_bytes - 1e6).abs() < 1e4,
+            "{}",
+            top[0].rate_bytes
+        );
         t.begin_poll();
         t.update(0, key(1), stats(51_000_000), 1.0);
         assert_eq!(t.end_poll(&[0]), 1);

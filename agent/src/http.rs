@@ -19,7 +19,10 @@ async fn metrics(State(m): State<SharedMetrics>) -> impl IntoResponse {
     match text {
         Ok(t) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
             t,
         ),
         Err(e) => (
@@ -44,5 +47,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/", get(index))
         .with_state(metrics_state);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }

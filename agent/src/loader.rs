@@ -4,7 +4,7 @@
 
 use crate::config::XdpMode;
 use crate::error::UsageError;
-use agent_common::{Hook, HookCounters, FlowKey, FlowStats, MAP_COUNTERS, MAP_FLOWS};
+use agent_common::{FlowKey, FlowStats, Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS};
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
 use aya::programs::{tc::TcAttachType, SchedClassifier, Xdp, XdpMode as AyaXdpMode};

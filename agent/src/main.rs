@@ -61,8 +61,10 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
     let bar = if show {
         let b = ProgressBar::new(size);
         b.set_style(
-            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         Some(b)
     } else {
@@ -81,7 +83,10 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         b.finish_and_clear();
     }
     if a.summary.truncated_tail {
-        log::warn!("{}: the file ends inside a record; counted everything before it", args.file.display());
+        log::warn!(
+            "{}: the file ends inside a record; counted everything before it",
+            args.file.display()
+        );
     }
     let report = rocemon::report::build(&a);
     match args.format {

@@ -68,8 +68,13 @@ impl Metrics {
             v
         };
         let poll_duration = Histogram::with_opts(
-            HistogramOpts::new("rocemon_poll_duration_seconds", "Time to read the kernel maps and update the flow table.")
-                .buckets(vec![0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            HistogramOpts::new(
+                "rocemon_poll_duration_seconds",
+                "Time to read the kernel maps and update the flow table.",
+            )
+            .buckets(vec![
+                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
+            ]),
         )?;
         r.register(Box::new(poll_duration.clone()))?;
         Ok(Metrics {
@@ -103,22 +108,29 @@ impl Metrics {
     }
 
     pub fn set_attached(&self, iface: &str, hook: Hook, mode: &str) {
-        self.attached.with_label_values(&[iface, hook.name(), mode]).set(1);
+        self.attached
+            .with_label_values(&[iface, hook.name(), mode])
+            .set(1);
         // Create the always-present series so rates and ratios exist from the first scrape.
         let l = [iface, hook.direction(), hook.name()];
         for c in [&self.cnp, &self.becn, &self.fecn, &self.frames] {
             c.with_label_values(&l);
         }
         for e in ECN_LABELS {
-            self.ecn.with_label_values(&[iface, hook.direction(), hook.name(), e]);
+            self.ecn
+                .with_label_values(&[iface, hook.direction(), hook.name(), e]);
         }
-        self.map_update_errors.with_label_values(&[iface, agent_common::MAP_FLOWS]);
+        self.map_update_errors
+            .with_label_values(&[iface, agent_common::MAP_FLOWS]);
         self.flow_evictions.with_label_values(&[iface]);
     }
 
     /// Advances the counters of one hook to the kernel's totals `cur`.
     pub fn observe_counters(&mut self, iface: &str, hook: Hook, cur: &HookCounters) {
-        let prev = self.prev.entry((iface.to_string(), hook)).or_insert(HookCounters::ZERO);
+        let prev = self
+            .prev
+            .entry((iface.to_string(), hook))
+            .or_insert(HookCounters::ZERO);
         // A total below the previous one means the map was re-created: start over from it.
         let d = |now: u64, before: u64| if now >= before { now - before } else { now };
         let (dir, hn) = (hook.direction(), hook.name());
@@ -126,7 +138,9 @@ impl Metrics {
             let dp = d(cur.opcode_packets[op], prev.opcode_packets[op]);
             if dp > 0 {
                 let name = opcode::name(op as u8);
-                self.packets.with_label_values(&[iface, dir, hn, &name]).inc_by(dp);
+                self.packets
+                    .with_label_values(&[iface, dir, hn, &name])
+                    .inc_by(dp);
                 self.bytes
                     .with_label_values(&[iface, dir, hn, &name])
                     .inc_by(d(cur.opcode_bytes[op], prev.opcode_bytes[op]));
@@ -138,10 +152,18 @@ impl Metrics {
                 .inc_by(d(cur.ecn_packets[i], prev.ecn_packets[i]));
         }
         let l = [iface, dir, hn];
-        self.cnp.with_label_values(&l).inc_by(d(cur.cnp_packets, prev.cnp_packets));
-        self.becn.with_label_values(&l).inc_by(d(cur.becn_packets, prev.becn_packets));
-        self.fecn.with_label_values(&l).inc_by(d(cur.fecn_packets, prev.fecn_packets));
-        self.frames.with_label_values(&l).inc_by(d(cur.frames, prev.frames));
+        self.cnp
+            .with_label_values(&l)
+            .inc_by(d(cur.cnp_packets, prev.cnp_packets));
+        self.becn
+            .with_label_values(&l)
+            .inc_by(d(cur.becn_packets, prev.becn_packets));
+        self.fecn
+            .with_label_values(&l)
+            .inc_by(d(cur.fecn_packets, prev.fecn_packets));
+        self.frames
+            .with_label_values(&l)
+            .inc_by(d(cur.frames, prev.frames));
         for o in Outcome::ALL {
             let n = d(cur.outcomes[o as usize], prev.outcomes[o as usize]);
             let kind = match o.kind() {
@@ -150,7 +172,9 @@ impl Metrics {
                 OutcomeKind::Malformed => "malformed",
             };
             if n > 0 || o == Outcome::Roce {
-                self.outcomes.with_label_values(&[iface, hn, o.name(), kind]).inc_by(n);
+                self.outcomes
+                    .with_label_values(&[iface, hn, o.name(), kind])
+                    .inc_by(n);
             }
         }
         self.map_update_errors
@@ -160,7 +184,9 @@ impl Metrics {
     }
 
     pub fn map_read_error(&self, iface: &str, map: &str, n: u64) {
-        self.map_read_errors.with_label_values(&[iface, map]).inc_by(n);
+        self.map_read_errors
+            .with_label_values(&[iface, map])
+            .inc_by(n);
     }
 
     pub fn flow_evictions(&self, iface: &str, n: u64) {
@@ -170,18 +196,25 @@ impl Metrics {
     /// Replaces the per-flow series with the current top-K and sets the flow counts.
     pub fn set_flows(&self, table: &FlowTable, top_k: usize) {
         for (i, name) in table.ifaces.iter().enumerate() {
-            self.flows.with_label_values(&[name]).set(table.count_for(i) as i64);
+            self.flows
+                .with_label_values(&[name])
+                .set(table.count_for(i) as i64);
         }
         self.flow_rate_bytes.reset();
         self.flow_rate_packets.reset();
         for e in table.top_k(top_k) {
-            let hook = Hook::ALL.get(e.key.hook as usize).copied().unwrap_or(Hook::Xdp);
+            let hook = Hook::ALL
+                .get(e.key.hook as usize)
+                .copied()
+                .unwrap_or(Hook::Xdp);
             let iface = table.ifaces.get(e.iface).map(String::as_str).unwrap_or("?");
             let (src, dst) = (e.src().to_string(), e.dst().to_string());
             let (sport, qp) = (e.key.sport.to_string(), format!("0x{:x}", e.key.dest_qp));
             let l = [iface, hook.direction(), &src, &dst, &sport, &qp];
             self.flow_rate_bytes.with_label_values(&l).set(e.rate_bytes);
-            self.flow_rate_packets.with_label_values(&l).set(e.rate_packets);
+            self.flow_rate_packets
+                .with_label_values(&l)
+                .set(e.rate_packets);
         }
     }
 
@@ -204,7 +237,13 @@ mod tests {
         let mut m = Metrics::new().unwrap();
         m.set_attached("veth0", Hook::Xdp, "native");
         let mut c = HookCounters::ZERO;
-        let mut r = Roce::new("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0xC000, 5, 0x0A);
+        let mut r = Roce::new(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            0xC000,
+            5,
+            0x0A,
+        );
         r.ecn = 3;
         let f = r.frame();
         for _ in 0..3 {
@@ -215,12 +254,18 @@ mod tests {
         let text = m.encode().unwrap();
         assert!(text.contains(r#"rocemon_packets_total{direction="ingress",hook="xdp",iface="veth0",opcode="RC_RDMA_WRITE_ONLY"} 3"#), "{text}");
         assert!(text.contains(r#"rocemon_ecn_packets_total{codepoint="ce",direction="ingress",hook="xdp",iface="veth0"} 3"#));
-        assert!(text.contains(r#"rocemon_parse_outcomes_total{hook="xdp",iface="veth0",kind="roce",outcome="roce"} 3"#));
+        assert!(text.contains(
+            r#"rocemon_parse_outcomes_total{hook="xdp",iface="veth0",kind="roce",outcome="roce"} 3"#
+        ));
         for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
             let mut p = line.split_whitespace().skip(2);
             let (name, ty) = (p.next().unwrap(), p.next().unwrap());
             assert!(name.starts_with("rocemon_"), "{name}");
-            assert_eq!(ty == "counter", name.ends_with("_total"), "{name} is a {ty}");
+            assert_eq!(
+                ty == "counter",
+                name.ends_with("_total"),
+                "{name} is a {ty}"
+            );
         }
     }
 }

@@ -184,18 +184,49 @@ pub fn human_bytes(b: f64) -> String {
 /// The summary table: totals, opcodes, ECN, CNPs, parse outcomes and the top flows.
 pub fn table(r: &Report, top: usize) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "Frames      {:>12}   {} over {:.3} s", r.frames, human_bytes(r.bytes as f64), r.duration_seconds);
-    let _ = writeln!(s, "RoCEv2      {:>12}   {}  ({} of frames)", r.roce.packets, human_bytes(r.roce.bytes as f64), pct(r.roce.packets, r.frames));
-    let _ = writeln!(s, "CNPs        {:>12}   BECN {}  FECN {}", r.roce.cnp, r.roce.becn, r.roce.fecn);
+    let _ = writeln!(
+        s,
+        "Frames      {:>12}   {} over {:.3} s",
+        r.frames,
+        human_bytes(r.bytes as f64),
+        r.duration_seconds
+    );
+    let _ = writeln!(
+        s,
+        "RoCEv2      {:>12}   {}  ({} of frames)",
+        r.roce.packets,
+        human_bytes(r.roce.bytes as f64),
+        pct(r.roce.packets, r.frames)
+    );
+    let _ = writeln!(
+        s,
+        "CNPs        {:>12}   BECN {}  FECN {}",
+        r.roce.cnp, r.roce.becn, r.roce.fecn
+    );
     let e = &r.roce.ecn;
     let _ = writeln!(
         s,
         "ECN         not-ECT {} ({})  ECT(0) {} ({})  ECT(1) {} ({})  CE {} ({})",
-        e.not_ect, pct(e.not_ect, r.roce.packets), e.ect0, pct(e.ect0, r.roce.packets), e.ect1, pct(e.ect1, r.roce.packets), e.ce, pct(e.ce, r.roce.packets)
+        e.not_ect,
+        pct(e.not_ect, r.roce.packets),
+        e.ect0,
+        pct(e.ect0, r.roce.packets),
+        e.ect1,
+        pct(e.ect1, r.roce.packets),
+        e.ce,
+        pct(e.ce, r.roce.packets)
     );
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
-    let _ = writeln!(s, "Not RoCE    {other:>12}   Malformed {bad}{}", if r.truncated_tail { "   (file ends inside a record)" } else { "" });
+    let _ = writeln!(
+        s,
+        "Not RoCE    {other:>12}   Malformed {bad}{}",
+        if r.truncated_tail {
+            "   (file ends inside a record)"
+        } else {
+            ""
+        }
+    );
     for (k, v) in r.malformed.iter().filter(|(_, v)| **v > 0) {
         let _ = writeln!(s, "  malformed {k:<28} {v}");
     }
@@ -203,10 +234,25 @@ pub fn table(r: &Report, top: usize) -> String {
     let mut ops: Vec<&Opcode> = r.roce.opcodes.iter().collect();
     ops.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.opcode.cmp(&b.opcode)));
     for o in ops {
-        let _ = writeln!(s, "{:<36} {:>12} {:>12}", format!("{} (0x{:02x})", o.name, o.opcode), o.packets, o.bytes);
+        let _ = writeln!(
+            s,
+            "{:<36} {:>12} {:>12}",
+            format!("{} (0x{:02x})", o.name, o.opcode),
+            o.packets,
+            o.bytes
+        );
     }
-    let _ = writeln!(s, "\nTOP {} OF {} FLOWS", top.min(r.flows.len()), r.flows.len());
-    let _ = writeln!(s, "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}", "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "RATE/s", "CE", "CNP");
+    let _ = writeln!(
+        s,
+        "\nTOP {} OF {} FLOWS",
+        top.min(r.flows.len()),
+        r.flows.len()
+    );
+    let _ = writeln!(
+        s,
+        "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}",
+        "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "RATE/s", "CE", "CNP"
+    );
     for f in r.flows.iter().take(top) {
         let _ = writeln!(
             s,

@@ -23,16 +23,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     loader::check_privileges()?;
     loader::raise_memlock();
     // Bind before attaching: a taken port fails fast, with nothing to undo.
-    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| UsageError::ListenFailed {
-        addr: config.listen.to_string(),
-        reason: e.to_string(),
-    })?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| UsageError::ListenFailed {
+            addr: config.listen.to_string(),
+            reason: e.to_string(),
+        })?;
     let local = listener.local_addr().context("listener address")?;
 
     let mut probes = Vec::new();
     for iface in &config.ifaces {
-        let p = loader::attach(iface, &config.hooks, config.xdp_mode, config.flow_map_entries)
-            .with_context(|| format!("attach to {iface}"))?;
+        let p = loader::attach(
+            iface,
+            &config.hooks,
+            config.xdp_mode,
+            config.flow_map_entries,
+        )
+        .with_context(|| format!("attach to {iface}"))?;
         log::info!(
             "attached to {iface} (ifindex {}): {}",
             p.ifindex,
@@ -52,7 +59,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     metrics.set_build_info();
     for p in &probes {
         for h in &p.hooks {
-            let mode = if *h == Hook::Xdp { p.xdp_mode.unwrap_or("skb") } else { "tcx" };
+            let mode = if *h == Hook::Xdp {
+                p.xdp_mode.unwrap_or("skb")
+            } else {
+                "tcx"
+            };
             metrics.set_attached(&p.iface, *h, mode);
         }
     }
@@ -98,7 +109,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 }
 
 /// One poll: counters and flows of every probe into the metrics and the flow table.
-fn poll(probes: &mut [Probe], table: &mut FlowTable, shared: &SharedMetrics, dt: f64, top_k: usize) {
+fn poll(
+    probes: &mut [Probe],
+    table: &mut FlowTable,
+    shared: &SharedMetrics,
+    dt: f64,
+    top_k: usize,
+) {
     let started = Instant::now();
     table.begin_poll();
     let mut polled = Vec::new();
@@ -139,7 +156,11 @@ fn poll(probes: &mut [Probe], table: &mut FlowTable, shared: &SharedMetrics, dt:
     if gone > 0 {
         // Attribute evictions to interfaces is not possible after the fact; count them on
         // the first polled interface of a single-interface agent, else on "all".
-        let label = if probes.len() == 1 { probes[0].iface.as_str() } else { "all" };
+        let label = if probes.len() == 1 {
+            probes[0].iface.as_str()
+        } else {
+            "all"
+        };
         m.flow_evictions(label, gone as u64);
     }
     m.set_flows(table, top_k);
@@ -159,7 +180,15 @@ fn summary_line(probes: &[Probe], table: &FlowTable) -> String {
     let top = table.top_k(1);
     let top = top
         .first()
-        .map(|e| format!("top flow {} -> {} qp 0x{:x} at {}/s", e.src(), e.dst(), e.key.dest_qp, human_bytes(e.rate_bytes)))
+        .map(|e| {
+            format!(
+                "top flow {} -> {} qp 0x{:x} at {}/s",
+                e.src(),
+                e.dst(),
+                e.key.dest_qp,
+                human_bytes(e.rate_bytes)
+            )
+        })
         .unwrap_or_else(|| "no flows yet".into());
     format!(
         "rocemon: {} RoCE packets ({}), CE {}, CNP {}, {} flows; {}",

@@ -57,7 +57,10 @@ pub fn test_run(prog: impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
         )
     };
     if rc != 0 {
-        bail!("BPF_PROG_TEST_RUN failed: {}", std::io::Error::last_os_error());
+        bail!(
+            "BPF_PROG_TEST_RUN failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
     Ok(TestRun {
         retval: attr.retval,

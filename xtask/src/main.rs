@@ -1,8 +1,71 @@
-fn main() -> anyhow::Result<()> {
-    let dir = std::path::PathBuf::from(std::env::args().nth(2).unwrap_or("target/fixtures".into()));
-    for p in rocemon_testkit::fixtures::generate_all(&dir)? {
-        let e = rocemon_testkit::tshark::expected(&p)?;
-        println!("{}: frames {} roce {} bytes {} cnp {} ecn {:?} flows {} no-bth {} ops {}", p.display(), e.frames, e.roce_packets, e.roce_bytes, e.cnp, e.ecn, e.flows.len(), e.port_4791_without_bth, e.opcodes.len());
+//! `cargo xtask <task>`: setup, test, demo, fixtures.
+
+mod demo;
+mod setup;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and testing need (idempotent; only what is missing).
+    Setup,
+    /// Run the whole test suite (setup first when something is missing).
+    Test {
+        /// Extra arguments for `cargo test` (after --).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Two namespaces, rocemon on one end of a veth pair, built-in RoCEv2 traffic from the other.
+    Demo(demo::DemoArgs),
+    /// Write the test fixtures (captures) into a directory.
+    Fixtures {
+        #[arg(long, default_value = "target/fixtures")]
+        out: PathBuf,
+    },
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs a command with inherited output, failing on a non-zero exit.
+pub fn sh(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
     }
     Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::setup(),
+        Task::Test { args } => {
+            setup::ensure()?;
+            let mut c = Command::new("cargo");
+            c.current_dir(root())
+                .args(["test", "--workspace", "--exclude", "agent-ebpf"]);
+            setup::ebpf_env(&mut c);
+            c.args(&args);
+            sh(&mut c)
+        }
+        Task::Demo(a) => demo::demo(a),
+        Task::Fixtures { out } => {
+            for p in rocemon_testkit::fixtures::generate_all(&out)? {
+                println!("{}", p.display());
+            }
+            Ok(())
+        }
+    }
 }

@@ -64,7 +64,10 @@ mod tests {
         assert_eq!(aeth_kind(0x20 | 0x0E), AethKind::RnrNak);
         assert_eq!(aeth_kind(0x40), AethKind::Reserved);
         assert_eq!(aeth_kind(0x60), AethKind::Nak);
-        assert_eq!(aeth_kind(0x60 | NakCode::RemoteAccessError as u8), AethKind::Nak);
+        assert_eq!(
+            aeth_kind(0x60 | NakCode::RemoteAccessError as u8),
+            AethKind::Nak
+        );
         assert_eq!(MAX_CHAIN_LEN, 40);
     }
 }

@@ -14,9 +14,9 @@ impl UdpHeader {
     pub const fn dst_port(&self) -> u16 {
         u16::from_be_bytes([self.0[2], self.0[3]])
     }
-    /// Length of header plus payload.
+    /// Length of header plus payload (the UDP length field).
     #[inline(always)]
-    pub const fn len(&self) -> usize {
+    pub const fn length(&self) -> usize {
         u16::from_be_bytes([self.0[4], self.0[5]]) as usize
     }
 }
@@ -30,6 +30,6 @@ mod tests {
         let h = UdpHeader([0xC0, 0x01, 0x12, 0xB7, 0x00, 0x30, 0, 0]);
         assert_eq!(h.src_port(), 0xC001);
         assert_eq!(h.dst_port(), 4791);
-        assert_eq!(h.len(), 48);
+        assert_eq!(h.length(), 48);
     }
 }

@@ -86,9 +86,14 @@ pub fn read_capture(
                         legacy = Some((link_type(h.network.0)?, h.is_nanosecond_precision()));
                     }
                     PcapBlockOwned::Legacy(b) => {
-                        let (link, nanos) = legacy
-                            .ok_or_else(|| CaptureError::Corrupt("record before the file header".into()))?;
-                        let frac = if nanos { b.ts_usec as u64 } else { b.ts_usec as u64 * 1_000 };
+                        let (link, nanos) = legacy.ok_or_else(|| {
+                            CaptureError::Corrupt("record before the file header".into())
+                        })?;
+                        let frac = if nanos {
+                            b.ts_usec as u64
+                        } else {
+                            b.ts_usec as u64 * 1_000
+                        };
                         let caplen = (b.caplen as usize).min(b.data.len());
                         on_frame(Frame {
                             link,
@@ -107,12 +112,17 @@ pub fn read_capture(
                     }
                     PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
                         let ifc = ifaces.get(epb.if_id as usize).ok_or_else(|| {
-                            CaptureError::Corrupt(format!("packet of undeclared interface {}", epb.if_id))
+                            CaptureError::Corrupt(format!(
+                                "packet of undeclared interface {}",
+                                epb.if_id
+                            ))
                         })?;
                         let link = ifc.link.map_err(CaptureError::UnsupportedLinkType)?;
                         let units = ((epb.ts_high as u64) << 32) | epb.ts_low as u64;
-                        let ns = (units as u128 * 1_000_000_000 / ifc.resolution.max(1) as u128) as u64;
-                        let ts_ns = ns.saturating_add_signed(ifc.offset.saturating_mul(1_000_000_000));
+                        let ns =
+                            (units as u128 * 1_000_000_000 / ifc.resolution.max(1) as u128) as u64;
+                        let ts_ns =
+                            ns.saturating_add_signed(ifc.offset.saturating_mul(1_000_000_000));
                         on_frame(Frame {
                             link,
                             ts_ns,
@@ -121,9 +131,9 @@ pub fn read_capture(
                         });
                     }
                     PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
-                        let ifc = ifaces
-                            .first()
-                            .ok_or_else(|| CaptureError::Corrupt("simple packet before any interface".into()))?;
+                        let ifc = ifaces.first().ok_or_else(|| {
+                            CaptureError::Corrupt("simple packet before any interface".into())
+                        })?;
                         let link = ifc.link.map_err(CaptureError::UnsupportedLinkType)?;
                         on_frame(Frame {
                             link,

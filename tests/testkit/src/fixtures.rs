@@ -145,7 +145,14 @@ pub fn rc_ipv4() -> Fixture {
             push(&mut f, &Roce::cnp(c.b, c.a, c.sport, c.qp_a));
         }
     }
-    Fixture { name: "rc_ipv4", link: Link::Ethernet, format: Format::PcapMicros, snaplen: 65535, frames: f, replayable: true }
+    Fixture {
+        name: "rc_ipv4",
+        link: Link::Ethernet,
+        format: Format::PcapMicros,
+        snaplen: 65535,
+        frames: f,
+        replayable: true,
+    }
 }
 
 /// IPv6, 802.1Q and QinQ; UD, UC, RD and XRC opcodes; reserved and vendor opcodes.
@@ -163,11 +170,19 @@ pub fn mixed_ipv6_vlan() -> Fixture {
         0xE0, 0xF3, 0xFF, // vendor
     ];
     for (i, &op) in ops.iter().enumerate() {
-        for (j, vlans) in [vec![], vec![(TPID_8021Q, 100)], vec![(TPID_8021AD, 200), (TPID_8021Q, 300)]]
-            .into_iter()
-            .enumerate()
+        for (j, vlans) in [
+            vec![],
+            vec![(TPID_8021Q, 100)],
+            vec![(TPID_8021AD, 200), (TPID_8021Q, 300)],
+        ]
+        .into_iter()
+        .enumerate()
         {
-            let (src, dst) = if j == 1 { (ip("10.77.1.2"), ip("10.77.1.3")) } else { (a6, b6) };
+            let (src, dst) = if j == 1 {
+                (ip("10.77.1.2"), ip("10.77.1.3"))
+            } else {
+                (a6, b6)
+            };
             let mut r = Roce::new(src, dst, 0xD000 + i as u16, 0x300 + i as u32, op);
             r.vlans = vlans;
             r.ecn = ((i + j) % 4) as u8;
@@ -181,7 +196,14 @@ pub fn mixed_ipv6_vlan() -> Fixture {
     for i in 0..5 {
         push(&mut f, &Roce::cnp(b6, a6, 0xD000 + i, 0x77));
     }
-    Fixture { name: "mixed_ipv6_vlan", link: Link::Ethernet, format: Format::PcapNg, snaplen: 65535, frames: f, replayable: true }
+    Fixture {
+        name: "mixed_ipv6_vlan",
+        link: Link::Ethernet,
+        format: Format::PcapNg,
+        snaplen: 65535,
+        frames: f,
+        replayable: true,
+    }
 }
 
 /// Frames that are not RoCE, or are malformed, between valid RoCE frames.
@@ -200,10 +222,45 @@ pub fn malformed() -> Fixture {
     // ARP (not IP)
     f.push((T0 + 10, frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28])));
     // TCP (not UDP)
-    f.push((T0 + 11, frames::ethernet(&[], frames::ETH_IPV4, &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, 6, 0, &[0u8; 20]))));
+    f.push((
+        T0 + 11,
+        frames::ethernet(
+            &[],
+            frames::ETH_IPV4,
+            &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, 6, 0, &[0u8; 20]),
+        ),
+    ));
     // UDP to another port, and UDP *from* 4791 to another port
-    f.push((T0 + 12, frames::ethernet(&[], frames::ETH_IPV4, &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, 17, 0, &frames::udp(5353, 53, &[0u8; 20])))));
-    f.push((T0 + 13, frames::ethernet(&[], frames::ETH_IPV4, &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, 17, 0, &frames::udp(4791, 40000, &[0u8; 20])))));
+    f.push((
+        T0 + 12,
+        frames::ethernet(
+            &[],
+            frames::ETH_IPV4,
+            &frames::ipv4(
+                [10, 77, 2, 2],
+                [10, 77, 2, 3],
+                0,
+                17,
+                0,
+                &frames::udp(5353, 53, &[0u8; 20]),
+            ),
+        ),
+    ));
+    f.push((
+        T0 + 13,
+        frames::ethernet(
+            &[],
+            frames::ETH_IPV4,
+            &frames::ipv4(
+                [10, 77, 2, 2],
+                [10, 77, 2, 3],
+                0,
+                17,
+                0,
+                &frames::udp(4791, 40000, &[0u8; 20]),
+            ),
+        ),
+    ));
     // RoCE with IPv4 options (valid, 40 bytes of options: IHL 15)
     let mut opt = good(0x0A);
     opt.ipv4_options = 40;
@@ -249,7 +306,7 @@ pub fn malformed() -> Fixture {
     let mut cut = w[..14 + 20 + 8 + 12 + 8].to_vec();
     let ulen = (8 + 12 + 8) as u16;
     cut[38..40].copy_from_slice(&ulen.to_be_bytes());
-    let tl = (20 + ulen) as u16;
+    let tl = 20 + ulen;
     cut[16..18].copy_from_slice(&tl.to_be_bytes());
     cut[24..26].copy_from_slice(&[0, 0]);
     let cs = frames::checksum(&cut[14..34]);
@@ -265,14 +322,23 @@ pub fn malformed() -> Fixture {
     v6.truncate(14 + 30);
     f.push((T0 + 25, v6));
     push(&mut f, &good(0x81));
-    Fixture { name: "malformed", link: Link::Ethernet, format: Format::PcapMicros, snaplen: 65535, frames: f, replayable: false }
+    Fixture {
+        name: "malformed",
+        link: Link::Ethernet,
+        format: Format::PcapMicros,
+        snaplen: 65535,
+        frames: f,
+        replayable: false,
+    }
 }
 
 /// Many flows with random common opcodes, sizes and ECN marks (nanosecond pcap).
 pub fn many_flows() -> Fixture {
     let mut rng = Rng(0x5EED_4791);
     let mut f = Vec::new();
-    let common: &[u8] = &[0x04, 0x0A, 0x06, 0x07, 0x08, 0x0C, 0x10, 0x11, 0x00, 0x01, 0x02, 0x81];
+    let common: &[u8] = &[
+        0x04, 0x0A, 0x06, 0x07, 0x08, 0x0C, 0x10, 0x11, 0x00, 0x01, 0x02, 0x81,
+    ];
     for flow in 0..400u32 {
         let a = ip(&format!("10.78.{}.{}", flow / 200, 1 + flow % 200));
         let b = ip(&format!("10.79.{}.{}", flow % 3, 1 + flow % 7));
@@ -281,21 +347,44 @@ pub fn many_flows() -> Fixture {
         let n = 1 + rng.below(12);
         for k in 0..n {
             let op = common[rng.below(common.len() as u64) as usize];
-            let mut r = if op == 0x81 { Roce::cnp(a, b, sport, qp) } else { Roce::new(a, b, sport, qp, op) };
+            let mut r = if op == 0x81 {
+                Roce::cnp(a, b, sport, qp)
+            } else {
+                Roce::new(a, b, sport, qp, op)
+            };
             r.psn = k as u32;
-            r.payload = if op == 0x81 { 16 } else { rng.below(1500) as usize };
+            r.payload = if op == 0x81 {
+                16
+            } else {
+                rng.below(1500) as usize
+            };
             r.dma_len = r.payload as u32;
             r.ecn = rng.below(4) as u8;
             push(&mut f, &r);
         }
     }
-    Fixture { name: "many_flows", link: Link::Ethernet, format: Format::PcapNanos, snaplen: 65535, frames: f, replayable: true }
+    Fixture {
+        name: "many_flows",
+        link: Link::Ethernet,
+        format: Format::PcapNanos,
+        snaplen: 65535,
+        frames: f,
+        replayable: true,
+    }
 }
 
 /// A short mixed set (RC over IPv4 and IPv6 with a VLAN) in another framing.
 fn small_mix(name: &'static str, link: Link, format: Format, snaplen: u32) -> Fixture {
     let mut f = Vec::new();
-    let mut c = Conn { a: ip("10.77.3.2"), b: ip("10.77.3.3"), sport: 0xE001, qp_a: 0x51, qp_b: 0x52, psn_a: 0xFF_FFFE, psn_b: 7 };
+    let mut c = Conn {
+        a: ip("10.77.3.2"),
+        b: ip("10.77.3.3"),
+        sport: 0xE001,
+        qp_a: 0x51,
+        qp_b: 0x52,
+        psn_a: 0xFF_FFFE,
+        psn_b: 7,
+    };
     for i in 0..30u32 {
         let mut r = match i % 6 {
             0 => c.req(0x0A, 1024),
@@ -317,7 +406,14 @@ fn small_mix(name: &'static str, link: Link, format: Format, snaplen: u32) -> Fi
         r.dma_len = 65536;
         push(&mut f, &r);
     }
-    Fixture { name, link, format, snaplen, frames: f, replayable: false }
+    Fixture {
+        name,
+        link,
+        format,
+        snaplen,
+        frames: f,
+        replayable: false,
+    }
 }
 
 /// Every fixture.
@@ -337,7 +433,11 @@ pub fn all() -> Vec<Fixture> {
 
 impl Fixture {
     pub fn file_name(&self) -> String {
-        let ext = if self.format == Format::PcapNg { "pcapng" } else { "pcap" };
+        let ext = if self.format == Format::PcapNg {
+            "pcapng"
+        } else {
+            "pcap"
+        };
         format!("{}.{ext}", self.name)
     }
 
@@ -366,13 +466,19 @@ impl Fixture {
     /// Writes the capture into `dir` and returns its path.
     pub fn write(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(self.file_name());
-        let file = BufWriter::new(File::create(&path).with_context(|| format!("create {}", path.display()))?);
+        let file = BufWriter::new(
+            File::create(&path).with_context(|| format!("create {}", path.display()))?,
+        );
         match self.format {
             Format::PcapMicros | Format::PcapNanos => {
                 let header = PcapHeader {
                     datalink: self.datalink(),
                     snaplen: self.snaplen,
-                    ts_resolution: if self.format == Format::PcapNanos { TsResolution::NanoSecond } else { TsResolution::MicroSecond },
+                    ts_resolution: if self.format == Format::PcapNanos {
+                        TsResolution::NanoSecond
+                    } else {
+                        TsResolution::MicroSecond
+                    },
                     ..PcapHeader::default()
                 };
                 let mut w = PcapWriter::with_header(file, header)?;
@@ -409,4 +515,80 @@ impl Fixture {
 pub fn generate_all(dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     all().iter().map(|f| f.write(dir)).collect()
+}
+
+/// The demo's traffic: a few heavy RDMA WRITE flows (elephants) and many light flows (SEND,
+/// READ, ACK), ECN CE marks on the heavy flows and the CNPs that answer them.
+pub fn demo_traffic() -> Fixture {
+    let mut rng = Rng(0xDE30);
+    let mut f = Vec::new();
+    let mut heavy: Vec<Conn> = (0..3)
+        .map(|i| Conn {
+            a: ip(&format!("10.77.0.{}", 2 + i)),
+            b: ip("10.77.0.1"),
+            sport: 0xC000 + 0x111 * i as u16,
+            qp_a: 0x40 + i,
+            qp_b: 0x80 + i,
+            psn_a: 0,
+            psn_b: 0,
+        })
+        .collect();
+    let mut light: Vec<Conn> = (0..40)
+        .map(|i| Conn {
+            a: ip(&format!("10.77.1.{}", 2 + i)),
+            b: ip("10.77.0.1"),
+            sport: 0xD000 + 7 * i as u16,
+            qp_a: 0x200 + i,
+            qp_b: 0x400 + i,
+            psn_a: 0,
+            psn_b: 0,
+        })
+        .collect();
+    for step in 0..400u32 {
+        for (i, c) in heavy.iter_mut().enumerate() {
+            let op = match step % 8 {
+                0 => 0x06,
+                7 => 0x08,
+                _ => 0x07,
+            };
+            let mut r = c.req(op, 4096);
+            r.dma_len = 8 * 4096;
+            // The fabric marks some packets of the heavy flows CE ...
+            r.ecn = if rng.below(10) < 2 + i as u64 { 3 } else { 2 };
+            let ce = r.ecn == 3;
+            push(&mut f, &r);
+            // ... and the receiver answers with a CNP now and then (DCQCN).
+            if ce && rng.below(4) == 0 {
+                push(&mut f, &Roce::cnp(c.b, c.a, c.sport, c.qp_a));
+            }
+            if step % 8 == 7 {
+                let a = c.resp(0x11, 0, 0x1F);
+                push(&mut f, &a);
+            }
+        }
+        if step % 10 == 0 {
+            let n = light.len();
+            let c = &mut light[rng.below(n as u64) as usize];
+            let mut pkts = vec![
+                c.req(0x04, 256),
+                c.resp(0x11, 0, 0x1F),
+                c.req(0x0C, 0),
+                c.resp(0x10, 512, 0x1F),
+            ];
+            for p in pkts.iter_mut() {
+                p.ecn = 2;
+            }
+            for p in &pkts {
+                push(&mut f, p);
+            }
+        }
+    }
+    Fixture {
+        name: "demo",
+        link: Link::Ethernet,
+        format: Format::PcapMicros,
+        snaplen: 65535,
+        frames: f,
+        replayable: true,
+    }
 }

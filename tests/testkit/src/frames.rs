@@ -108,7 +108,7 @@ impl Roce {
         if transport == 3 || (transport == 2 && request) {
             v.extend_from_slice(&0x1111_2222u32.to_be_bytes()); // Q_Key
             v.push(0);
-            v.extend_from_slice(&0x00AB_CDu32.to_be_bytes()[1..]); // source QP
+            v.extend_from_slice(&0xABCD_u32.to_be_bytes()[1..]); // source QP
         }
         if transport == 5 && request {
             v.extend_from_slice(&[0, 0, 0, 9]); // XRCETH: XRC SRQ 9
@@ -179,8 +179,15 @@ pub fn ethernet(vlans: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8>
 }
 
 /// IPv4 header with a correct checksum, `options` bytes of NOPs (plus End) before the payload.
-pub fn ipv4(src: [u8; 4], dst: [u8; 4], tos: u8, proto: u8, options: usize, payload: &[u8]) -> Vec<u8> {
-    assert!(options % 4 == 0 && options <= 40);
+pub fn ipv4(
+    src: [u8; 4],
+    dst: [u8; 4],
+    tos: u8,
+    proto: u8,
+    options: usize,
+    payload: &[u8],
+) -> Vec<u8> {
+    assert!(options.is_multiple_of(4) && options <= 40);
     let hl = 20 + options;
     let total = hl + payload.len();
     let mut h = vec![0u8; hl];
@@ -234,7 +241,11 @@ pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 pub fn checksum(b: &[u8]) -> u16 {
     let mut sum = 0u32;
     for c in b.chunks(2) {
-        let w = if c.len() == 2 { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_be_bytes([c[0], 0]) };
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
         sum += w as u32;
     }
     while sum > 0xFFFF {
@@ -246,7 +257,12 @@ pub fn checksum(b: &[u8]) -> u16 {
 /// Offset of the IP header in an Ethernet frame built by [`ethernet`].
 pub fn l3_offset(frame: &[u8]) -> usize {
     let mut off = 12;
-    while off + 2 <= frame.len() && matches!(u16::from_be_bytes([frame[off], frame[off + 1]]), 0x8100 | 0x88A8 | 0x9100) {
+    while off + 2 <= frame.len()
+        && matches!(
+            u16::from_be_bytes([frame[off], frame[off + 1]]),
+            0x8100 | 0x88A8 | 0x9100
+        )
+    {
         off += 4;
     }
     off + 2
@@ -291,7 +307,13 @@ mod tests {
 
     #[test]
     fn lengths() {
-        let r = Roce::new("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), 0xC000, 5, 0x04);
+        let r = Roce::new(
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            0xC000,
+            5,
+            0x04,
+        );
         // BTH + ICRC
         assert_eq!(r.udp_payload().len(), 16);
         let mut w = r.clone();

@@ -6,9 +6,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Runs a command, failing with its stderr when it exits non-zero.
 pub fn run(cmd: &str, args: &[&str]) -> Result<Output> {
-    let out = Command::new(cmd).args(args).output().with_context(|| format!("run {cmd}"))?;
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .with_context(|| format!("run {cmd}"))?;
     if !out.status.success() {
-        bail!("{cmd} {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(out)
 }
@@ -47,11 +54,35 @@ impl VethPair {
         // From here on, Drop removes whatever was created.
         run("ip", &["netns", "add", &p.ns_a])?;
         run("ip", &["netns", "add", &p.ns_b])?;
-        run("ip", &[
-            "link", "add", &p.a_if, "netns", &p.ns_a, "numrxqueues", "1", "numtxqueues", "1", "type", "veth", "peer", "name", &p.b_if,
-            "netns", &p.ns_b, "numrxqueues", "1", "numtxqueues", "1",
-        ])?;
-        for (ns, ifn, v4, v6) in [(&p.ns_a, &p.a_if, "10.77.0.1/24", "fd77::1/64"), (&p.ns_b, &p.b_if, "10.77.0.2/24", "fd77::2/64")] {
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &p.a_if,
+                "netns",
+                &p.ns_a,
+                "numrxqueues",
+                "1",
+                "numtxqueues",
+                "1",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &p.b_if,
+                "netns",
+                &p.ns_b,
+                "numrxqueues",
+                "1",
+                "numtxqueues",
+                "1",
+            ],
+        )?;
+        for (ns, ifn, v4, v6) in [
+            (&p.ns_a, &p.a_if, "10.77.0.1/24", "fd77::1/64"),
+            (&p.ns_b, &p.b_if, "10.77.0.2/24", "fd77::2/64"),
+        ] {
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
             run("ip", &["-n", ns, "addr", "add", v4, "dev", ifn])?;
             run("ip", &["-n", ns, "addr", "add", v6, "dev", ifn, "nodad"])?;
@@ -71,7 +102,11 @@ impl VethPair {
     /// Replays a capture out of `b_if` (towards `a_if`) at full speed with tcpreplay.
     pub fn replay_from_b(&self, pcap: &std::path::Path) -> Result<()> {
         let path = pcap.to_str().context("capture path is not UTF-8")?;
-        self.exec(&self.ns_b, "tcpreplay", &["-q", "--topspeed", "-i", &self.b_if, path])?;
+        self.exec(
+            &self.ns_b,
+            "tcpreplay",
+            &["-q", "--topspeed", "-i", &self.b_if, path],
+        )?;
         Ok(())
     }
 }
@@ -92,18 +127,30 @@ pub fn http_get_in(ns: &str, addr: &str, path: &str) -> Result<(u16, String)> {
     std::thread::spawn(move || -> Result<(u16, String)> {
         use std::io::{Read, Write};
         use std::os::fd::AsRawFd;
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).with_context(|| format!("open netns {ns}"))?;
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
+            .with_context(|| format!("open netns {ns}"))?;
         // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
         if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
             bail!("setns {ns}: {}", std::io::Error::last_os_error());
         }
-        let mut s = std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))?;
+        let mut s =
+            std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))?;
         s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )?;
         let mut buf = String::new();
         s.read_to_string(&mut buf)?;
-        let status = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
-        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let status = buf
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .context("no HTTP status")?;
+        let body = buf
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         Ok((status, body))
     })
     .join()
@@ -129,7 +176,9 @@ impl Agent {
 
     /// Whether the process has exited (and its status).
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Sends SIGTERM and waits; returns the exit status and stderr.
@@ -138,7 +187,10 @@ impl Agent {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let out = child.wait_with_output()?;
-        Ok((out.status, String::from_utf8_lossy(&out.stderr).into_owned()))
+        Ok((
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 }
 
@@ -165,7 +217,9 @@ pub fn metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
             if n != name {
                 return None;
             }
-            let ok = filter.iter().all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+            let ok = filter
+                .iter()
+                .all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
             if ok {
                 value.parse::<f64>().ok()
             } else {
@@ -183,7 +237,8 @@ pub fn metric_labels(text: &str, name: &str, key: &str) -> Vec<(String, f64)> {
             let (series, value) = l.rsplit_once(' ')?;
             let v = series.split(',').find_map(|kv| {
                 let kv = kv.trim_start_matches(&format!("{name}{{"));
-                kv.strip_prefix(&format!("{key}=\"")).map(|x| x.trim_end_matches('}').trim_end_matches('"').to_string())
+                kv.strip_prefix(&format!("{key}=\""))
+                    .map(|x| x.trim_end_matches('}').trim_end_matches('"').to_string())
             })?;
             Some((v, value.parse().ok()?))
         })

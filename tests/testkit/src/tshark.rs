@@ -13,8 +13,16 @@ use std::process::Command;
 
 /// InfiniBand payload heuristics that tshark 4.0 registers; all switched off.
 const IB_HEURISTICS: &[&str] = &[
-    "smcr_infiniband", "smb_direct_infiniband", "rpcrdma_infiniband", "nvme_rdma", "lnet_ib",
-    "iser_infiniband", "eth_over_ib", "sdp_infiniband", "fc_infiniband", "drbd_rdma",
+    "smcr_infiniband",
+    "smb_direct_infiniband",
+    "rpcrdma_infiniband",
+    "nvme_rdma",
+    "lnet_ib",
+    "iser_infiniband",
+    "eth_over_ib",
+    "sdp_infiniband",
+    "fc_infiniband",
+    "drbd_rdma",
 ];
 
 const FIELDS: &[&str] = &[
@@ -74,7 +82,11 @@ fn num(s: &str) -> Result<u64> {
 
 /// Whether tshark is installed.
 pub fn available() -> bool {
-    Command::new("tshark").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 /// Runs tshark over `capture` and sums what it decoded.
@@ -89,9 +101,15 @@ pub fn expected(capture: &Path) -> Result<Expected> {
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
-    let out = cmd.output().context("run tshark (install it with `cargo xtask setup`)")?;
+    let out = cmd
+        .output()
+        .context("run tshark (install it with `cargo xtask setup`)")?;
     if !out.status.success() {
-        bail!("tshark failed on {}: {}", capture.display(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "tshark failed on {}: {}",
+            capture.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8(out.stdout).context("tshark output is not UTF-8")?;
     let mut e = Expected::default();
@@ -118,14 +136,21 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         } else {
             bail!("RoCE frame without an IP ECN field: {line:?}");
         };
-        let (src, dst) = if !c[8].is_empty() { (c[8], c[9]) } else { (c[10], c[11]) };
+        let (src, dst) = if !c[8].is_empty() {
+            (c[8], c[9])
+        } else {
+            (c[10], c[11])
+        };
         e.roce_packets += 1;
         e.roce_bytes += len;
         e.ecn[ecn as usize] += 1;
         let o = e.opcodes.entry(opcode).or_default();
         o.0 += 1;
         o.1 += len;
-        let fl = e.flows.entry((src.to_string(), dst.to_string(), num(c[2])? as u16, dest_qp)).or_default();
+        let fl = e
+            .flows
+            .entry((src.to_string(), dst.to_string(), num(c[2])? as u16, dest_qp))
+            .or_default();
         fl.packets += 1;
         fl.bytes += len;
         if ecn == 3 {

@@ -1,0 +1,143 @@
+//! `cargo xtask setup`: what shared/TOOLCHAIN.md lists, installed only when missing.
+
+use crate::sh;
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+
+/// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay and bpftool for tests.
+const APT: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "iproute2",
+    "tshark",
+    "tcpreplay",
+    "bpftool",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+fn ok(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn has_nightly() -> bool {
+    ok("rustup", &["toolchain", "list"])
+        .is_some_and(|t| t.lines().any(|l| l.starts_with("nightly")))
+}
+
+/// The toolchain that builds the eBPF object: nightly, or stable with RUSTC_BOOTSTRAP.
+fn ebpf_toolchain() -> &'static str {
+    if has_nightly() {
+        "nightly"
+    } else {
+        "stable"
+    }
+}
+
+/// Environment for cargo commands that build the eBPF object.
+pub fn ebpf_env(c: &mut Command) {
+    if ebpf_toolchain() == "stable" {
+        c.env("ROCEMON_EBPF_TOOLCHAIN", "stable")
+            .env("RUSTC_BOOTSTRAP", "1");
+    }
+}
+
+fn missing_apt() -> Vec<&'static str> {
+    APT.iter()
+        .copied()
+        .filter(|p| {
+            !ok("dpkg-query", &["-W", "-f", "${Status}", p])
+                .is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect()
+}
+
+fn has_rust_src(tc: &str) -> bool {
+    ok(
+        "rustup",
+        &["component", "list", "--installed", "--toolchain", tc],
+    )
+    .is_some_and(|s| s.lines().any(|l| l.starts_with("rust-src")))
+}
+
+fn has_bpf_linker() -> bool {
+    ok("bpf-linker", &["--version"]).is_some_and(|v| v.contains(BPF_LINKER_VERSION))
+}
+
+/// What is missing, in words.
+fn missing() -> Vec<String> {
+    let mut m: Vec<String> = missing_apt()
+        .iter()
+        .map(|p| format!("apt package {p}"))
+        .collect();
+    if !has_rust_src(ebpf_toolchain()) {
+        m.push(format!("rust-src for {}", ebpf_toolchain()));
+    }
+    if !has_bpf_linker() {
+        m.push(format!("bpf-linker {BPF_LINKER_VERSION}"));
+    }
+    m
+}
+
+/// Runs setup only when something is missing.
+pub fn ensure() -> Result<()> {
+    if missing().is_empty() {
+        return Ok(());
+    }
+    setup()
+}
+
+pub fn setup() -> Result<()> {
+    let m = missing();
+    if m.is_empty() {
+        println!("setup: everything is installed (rust-src, LLVM 22, bpf-linker {BPF_LINKER_VERSION}, iproute2, tshark, tcpreplay, bpftool)");
+        return Ok(());
+    }
+    println!("setup: missing: {}", m.join(", "));
+    let apt = missing_apt();
+    if !apt.is_empty() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!(
+                "installing {} needs root: run `sudo cargo xtask setup`",
+                apt.join(" ")
+            );
+        }
+        println!("setup: apt-get update && apt-get install {}", apt.join(" "));
+        sh(Command::new("apt-get").args(["update", "-q"]))?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&apt)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    let tc = ebpf_toolchain();
+    if !has_rust_src(tc) {
+        println!("setup: rustup component add rust-src --toolchain {tc}");
+        sh(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", tc]))?;
+    }
+    if !has_bpf_linker() {
+        println!("setup: cargo install bpf-linker {BPF_LINKER_VERSION} (LLVM 22; about 90 s)");
+        let path = std::env::var("PATH").unwrap_or_default();
+        sh(Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22")
+            .env("PATH", format!("/usr/lib/llvm-22/bin:{path}")))
+        .context("install bpf-linker")?;
+    }
+    let still = missing();
+    if !still.is_empty() {
+        bail!("setup finished but still missing: {}", still.join(", "));
+    }
+    println!("setup: done");
+    Ok(())
+}
