@@ -155,13 +155,20 @@ impl FlowTable {
     }
 
     /// Ends a poll round: flows of `polled` interfaces that the kernel no longer holds
-    /// (evicted from the LRU map) leave the table. Returns how many left.
-    pub fn end_poll(&mut self, polled: &[usize]) -> usize {
+    /// (evicted from the LRU map) leave the table. Returns how many left, per interface.
+    pub fn end_poll(&mut self, polled: &[usize]) -> Vec<usize> {
         let g = self.generation;
-        let before = self.entries.len();
-        self.entries
-            .retain(|(i, _), e| !polled.contains(i) || e.generation == g);
-        before - self.entries.len()
+        let mut gone = vec![0; self.ifaces.len()];
+        self.entries.retain(|(i, _), e| {
+            let keep = !polled.contains(i) || e.generation == g;
+            if !keep {
+                if let Some(n) = gone.get_mut(*i) {
+                    *n += 1;
+                }
+            }
+            keep
+        });
+        gone
     }
 
     /// The `k` flows with the highest byte rate (then most bytes), highest first.
@@ -221,7 +228,7 @@ mod tests {
         );
         t.begin_poll();
         t.update(0, key(1), stats(51_000_000), 1.0);
-        assert_eq!(t.end_poll(&[0]), 1);
+        assert_eq!(t.end_poll(&[0]), vec![1]);
         assert_eq!(t.len(), 1);
         assert_eq!(t.count_for(0), 1);
     }

@@ -152,16 +152,10 @@ fn poll(
             }
         }
     }
-    let gone = table.end_poll(&polled);
-    if gone > 0 {
-        // Attribute evictions to interfaces is not possible after the fact; count them on
-        // the first polled interface of a single-interface agent, else on "all".
-        let label = if probes.len() == 1 {
-            probes[0].iface.as_str()
-        } else {
-            "all"
-        };
-        m.flow_evictions(label, gone as u64);
+    for (i, gone) in table.end_poll(&polled).into_iter().enumerate() {
+        if gone > 0 {
+            m.flow_evictions(&probes[i].iface, gone as u64);
+        }
     }
     m.set_flows(table, top_k);
     m.poll_duration.observe(started.elapsed().as_secs_f64());

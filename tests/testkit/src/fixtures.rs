@@ -90,6 +90,23 @@ fn push(frames: &mut Vec<(u64, Vec<u8>)>, r: &Roce) {
     frames.push((t, r.frame()));
 }
 
+/// An Ethernet fixture recorded whole (no snapshot length cut).
+fn whole(
+    name: &'static str,
+    format: Format,
+    frames: Vec<(u64, Vec<u8>)>,
+    replayable: bool,
+) -> Fixture {
+    Fixture {
+        name,
+        link: Link::Ethernet,
+        format,
+        snaplen: 65535,
+        frames,
+        replayable,
+    }
+}
+
 /// RC over IPv4: every RC operation family, ACK/NAK syndromes, all ECN codepoints, CNPs.
 pub fn rc_ipv4() -> Fixture {
     let mut f = Vec::new();
@@ -145,14 +162,7 @@ pub fn rc_ipv4() -> Fixture {
             push(&mut f, &Roce::cnp(c.b, c.a, c.sport, c.qp_a));
         }
     }
-    Fixture {
-        name: "rc_ipv4",
-        link: Link::Ethernet,
-        format: Format::PcapMicros,
-        snaplen: 65535,
-        frames: f,
-        replayable: true,
-    }
+    whole("rc_ipv4", Format::PcapMicros, f, true)
 }
 
 /// IPv6, 802.1Q and QinQ; UD, UC, RD and XRC opcodes; reserved and vendor opcodes.
@@ -196,14 +206,7 @@ pub fn mixed_ipv6_vlan() -> Fixture {
     for i in 0..5 {
         push(&mut f, &Roce::cnp(b6, a6, 0xD000 + i, 0x77));
     }
-    Fixture {
-        name: "mixed_ipv6_vlan",
-        link: Link::Ethernet,
-        format: Format::PcapNg,
-        snaplen: 65535,
-        frames: f,
-        replayable: true,
-    }
+    whole("mixed_ipv6_vlan", Format::PcapNg, f, true)
 }
 
 /// Frames that are not RoCE, or are malformed, between valid RoCE frames.
@@ -221,46 +224,19 @@ pub fn malformed() -> Fixture {
     push(&mut f, &good(0x04));
     // ARP (not IP)
     f.push((T0 + 10, frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28])));
+    // An IPv4 frame of protocol `proto` between the fixture hosts.
+    let v4 = |proto: u8, payload: &[u8]| {
+        frames::ethernet(
+            &[],
+            frames::ETH_IPV4,
+            &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, proto, 0, payload),
+        )
+    };
     // TCP (not UDP)
-    f.push((
-        T0 + 11,
-        frames::ethernet(
-            &[],
-            frames::ETH_IPV4,
-            &frames::ipv4([10, 77, 2, 2], [10, 77, 2, 3], 0, 6, 0, &[0u8; 20]),
-        ),
-    ));
+    f.push((T0 + 11, v4(6, &[0u8; 20])));
     // UDP to another port, and UDP *from* 4791 to another port
-    f.push((
-        T0 + 12,
-        frames::ethernet(
-            &[],
-            frames::ETH_IPV4,
-            &frames::ipv4(
-                [10, 77, 2, 2],
-                [10, 77, 2, 3],
-                0,
-                17,
-                0,
-                &frames::udp(5353, 53, &[0u8; 20]),
-            ),
-        ),
-    ));
-    f.push((
-        T0 + 13,
-        frames::ethernet(
-            &[],
-            frames::ETH_IPV4,
-            &frames::ipv4(
-                [10, 77, 2, 2],
-                [10, 77, 2, 3],
-                0,
-                17,
-                0,
-                &frames::udp(4791, 40000, &[0u8; 20]),
-            ),
-        ),
-    ));
+    f.push((T0 + 12, v4(17, &frames::udp(5353, 53, &[0u8; 20]))));
+    f.push((T0 + 13, v4(17, &frames::udp(4791, 40000, &[0u8; 20]))));
     // RoCE with IPv4 options (valid, 40 bytes of options: IHL 15)
     let mut opt = good(0x0A);
     opt.ipv4_options = 40;
@@ -322,14 +298,7 @@ pub fn malformed() -> Fixture {
     v6.truncate(14 + 30);
     f.push((T0 + 25, v6));
     push(&mut f, &good(0x81));
-    Fixture {
-        name: "malformed",
-        link: Link::Ethernet,
-        format: Format::PcapMicros,
-        snaplen: 65535,
-        frames: f,
-        replayable: false,
-    }
+    whole("malformed", Format::PcapMicros, f, false)
 }
 
 /// Many flows with random common opcodes, sizes and ECN marks (nanosecond pcap).
@@ -363,14 +332,7 @@ pub fn many_flows() -> Fixture {
             push(&mut f, &r);
         }
     }
-    Fixture {
-        name: "many_flows",
-        link: Link::Ethernet,
-        format: Format::PcapNanos,
-        snaplen: 65535,
-        frames: f,
-        replayable: true,
-    }
+    whole("many_flows", Format::PcapNanos, f, true)
 }
 
 /// A short mixed set (RC over IPv4 and IPv6 with a VLAN) in another framing.
@@ -583,12 +545,5 @@ pub fn demo_traffic() -> Fixture {
             }
         }
     }
-    Fixture {
-        name: "demo",
-        link: Link::Ethernet,
-        format: Format::PcapMicros,
-        snaplen: 65535,
-        frames: f,
-        replayable: true,
-    }
+    whole("demo", Format::PcapMicros, f, true)
 }

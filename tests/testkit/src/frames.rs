@@ -321,6 +321,8 @@ mod tests {
         w.payload = 3;
         // BTH + RETH + ImmDt + 3 payload + 1 pad + ICRC
         assert_eq!(w.udp_payload().len(), 12 + 16 + 4 + 3 + 1 + 4);
-        assert_eq!(r.frame().len(), 14 + 20 + 8 + 16);
+        // 14 + 20 + 8 + 16 = 58 bytes, padded to the 60-byte Ethernet minimum
+        assert_eq!(r.frame().len(), 60);
+        assert_eq!(w.frame().len(), 14 + 20 + 8 + 12 + 16 + 4 + 3 + 1 + 4);
     }
 }
