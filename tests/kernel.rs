@@ -97,11 +97,9 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                 let p = parse(&SliceReader(&data), LinkType::Ethernet);
                 host[hook as usize].record(&p, data.len() as u64);
                 if let Ok(info) = &p {
-                    host_flows.entry(info.flow_key(hook)).or_default().record(
-                        info,
-                        data.len() as u64,
-                        0,
-                    );
+                    let flow = host_flows.entry(info.flow_key(hook)).or_default();
+                    let ev = flow.record(info, data.len() as u64, 0);
+                    host[hook as usize].record_psn(&ev);
                 }
             }
         }
@@ -125,7 +123,20 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
             .iter()
             .map(|(k, s)| (*k, comparable(s)))
             .collect();
-        assert_eq!(kernel_flows, host_flows, "{}: flow maps differ", fx.name);
+        assert_eq!(
+            kernel_flows.len(),
+            host_flows.len(),
+            "{}: flow counts differ",
+            fx.name
+        );
+        for (k, h) in &host_flows {
+            assert_eq!(
+                kernel_flows.get(k),
+                Some(h),
+                "{}: flow {k:?} differs",
+                fx.name
+            );
+        }
 
         // Oracle: fixtures recorded whole (no snapshot cut) give tshark's numbers.
         if fx.snaplen == 65535 {

@@ -5,6 +5,7 @@
 //! frame is counted the same way wherever it is seen.
 
 use crate::parse::{Outcome, RoceInfo};
+use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, NAK_SLOTS};
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
 pub const OUTCOME_SLOTS: usize = 32;
@@ -63,6 +64,13 @@ pub struct HookCounters {
     pub frame_bytes: u64,
     /// Flow-map updates that failed (map full or busy).
     pub flow_update_errors: u64,
+    /// Packets missing from request sequences (see [`crate::psn`]).
+    pub psn_gaps: u64,
+    /// Requests whose PSN was seen again.
+    pub retransmits: u64,
+    /// NAKs by code ([`crate::psn::NAK_NAMES`]).
+    pub naks: [u64; NAK_SLOTS],
+    pub rnr_naks: u64,
 }
 
 impl Default for HookCounters {
@@ -83,6 +91,10 @@ impl HookCounters {
         frames: 0,
         frame_bytes: 0,
         flow_update_errors: 0,
+        psn_gaps: 0,
+        retransmits: 0,
+        naks: [0; NAK_SLOTS],
+        rnr_naks: 0,
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -106,8 +118,24 @@ impl HookCounters {
                 if info.bth.fecn {
                     self.fecn_packets += 1;
                 }
+                if let Some(s) = ack_syndrome(info) {
+                    if let Some(slot) = nak_slot(s) {
+                        self.naks[slot % NAK_SLOTS] += 1;
+                    } else if is_rnr_nak(s) {
+                        self.rnr_naks += 1;
+                    }
+                }
             }
             Err(o) => self.outcomes[(*o as usize) & (OUTCOME_SLOTS - 1)] += 1,
+        }
+    }
+
+    /// Adds what a packet did to its flow's PSN sequence.
+    #[inline(always)]
+    pub fn record_psn(&mut self, ev: &PsnEvent) {
+        self.psn_gaps += ev.gap as u64;
+        if ev.retransmit {
+            self.retransmits += 1;
         }
     }
 
@@ -131,6 +159,12 @@ impl HookCounters {
         self.frames += o.frames;
         self.frame_bytes += o.frame_bytes;
         self.flow_update_errors += o.flow_update_errors;
+        self.psn_gaps += o.psn_gaps;
+        self.retransmits += o.retransmits;
+        for (a, b) in self.naks.iter_mut().zip(o.naks.iter()) {
+            *a += b;
+        }
+        self.rnr_naks += o.rnr_naks;
     }
 
     /// RoCE packets (complete BTH), whatever their extension headers.
@@ -157,7 +191,7 @@ mod tests {
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
-            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6)
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 1)
         );
     }
 

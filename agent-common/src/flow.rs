@@ -2,6 +2,7 @@
 
 use crate::opcode::{class, OpClass};
 use crate::parse::RoceInfo;
+use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
 
 /// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP), plus
 /// the hook that saw it, so XDP and tc ingress on one interface never add into one record.
@@ -19,7 +20,7 @@ pub struct FlowKey {
     pub dest_qp: u32,
 }
 
-/// What a flow did. `#[repr(C)]`, 120 bytes, no implicit padding (BPF map value).
+/// What a flow did. `#[repr(C)]`, 184 bytes, no implicit padding (BPF map value).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowStats {
@@ -37,6 +38,14 @@ pub struct FlowStats {
     pub last_seen_ns: u64,
     /// Packets by [`OpClass`].
     pub class_packets: [u64; OpClass::COUNT],
+    /// Packets missing from the request sequence (see [`crate::psn`]).
+    pub psn_gaps: u64,
+    /// Requests whose PSN was at or before one already seen.
+    pub retransmits: u64,
+    /// NAKs received on this flow by code ([`crate::psn::NAK_NAMES`]).
+    pub naks: [u64; NAK_SLOTS],
+    pub rnr_naks: u64,
+    pub psn: PsnTrack,
     /// PSN of the last packet seen.
     pub last_psn: u32,
     pub last_opcode: u8,
@@ -44,9 +53,10 @@ pub struct FlowStats {
 }
 
 impl FlowStats {
-    /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`.
+    /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
+    /// did to the PSN sequence (for the global counters).
     #[inline(always)]
-    pub fn record(&mut self, info: &RoceInfo, frame_len: u64, now_ns: u64) {
+    pub fn record(&mut self, info: &RoceInfo, frame_len: u64, now_ns: u64) -> PsnEvent {
         if self.packets == 0 {
             self.first_seen_ns = now_ns;
         }
@@ -65,6 +75,19 @@ impl FlowStats {
         self.last_seen_ns = now_ns;
         self.last_psn = info.bth.psn;
         self.last_opcode = info.bth.opcode;
+        if let Some(s) = ack_syndrome(info) {
+            if let Some(slot) = nak_slot(s) {
+                self.naks[slot % NAK_SLOTS] += 1;
+            } else if is_rnr_nak(s) {
+                self.rnr_naks += 1;
+            }
+        }
+        let ev = self.psn.observe(info.bth.opcode, info.bth.psn);
+        self.psn_gaps += ev.gap as u64;
+        if ev.retransmit {
+            self.retransmits += 1;
+        }
+        ev
     }
 
     /// Merges another partial record of the same flow (per-CPU values).
@@ -79,6 +102,7 @@ impl FlowStats {
             self.last_seen_ns = o.last_seen_ns;
             self.last_psn = o.last_psn;
             self.last_opcode = o.last_opcode;
+            self.psn = o.psn;
         }
         self.packets += o.packets;
         self.bytes += o.bytes;
@@ -88,6 +112,12 @@ impl FlowStats {
         for (a, b) in self.class_packets.iter_mut().zip(o.class_packets.iter()) {
             *a += b;
         }
+        self.psn_gaps += o.psn_gaps;
+        self.retransmits += o.retransmits;
+        for (a, b) in self.naks.iter_mut().zip(o.naks.iter()) {
+            *a += b;
+        }
+        self.rnr_naks += o.rnr_naks;
     }
 }
 
@@ -129,7 +159,10 @@ mod tests {
     #[test]
     fn layout() {
         assert_eq!(core::mem::size_of::<FlowKey>(), 40);
-        assert_eq!(core::mem::size_of::<FlowStats>(), 120);
+        assert_eq!(
+            core::mem::size_of::<FlowStats>(),
+            8 * (7 + OpClass::COUNT + 2 + NAK_SLOTS + 1) + 8 + 8
+        );
     }
 
     #[test]

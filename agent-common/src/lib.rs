@@ -12,6 +12,7 @@
 //! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
+//! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod counters;
@@ -19,6 +20,7 @@ pub mod flow;
 pub mod headers;
 pub mod opcode;
 pub mod parse;
+pub mod psn;
 pub mod reader;
 
 pub use counters::{Hook, HookCounters};

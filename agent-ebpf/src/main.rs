@@ -35,6 +35,11 @@ static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
 /// `frags`: multi-buffer aware, so jumbo RoCE frames (4 KiB IB MTU) work in native mode; the
 /// headers always sit in the first buffer, and the wire length comes from
 /// `bpf_xdp_get_buff_len`.
+/// Scratch space for a new flow's first record: a `FlowStats` does not fit on the 512-byte
+/// BPF stack next to the parsed packet.
+#[map]
+static SCRATCH: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
+
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let r = xdp::XdpReader::new(&ctx);
@@ -88,18 +93,32 @@ fn count<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> bool {
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: this CPU's value of an existing element, as above.
-        unsafe { (*s).record(info, frame_len, now) };
+        let ev = unsafe { (*s).record(info, frame_len, now) };
+        c.record_psn(&ev);
         return false;
     }
-    let mut s = FlowStats::default();
-    s.record(info, frame_len, now);
-    if FLOWS.insert(&key, &s, BPF_NOEXIST as u64).is_ok() {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        c.flow_update_errors += 1;
+        return c.flow_update_errors == 1;
+    };
+    // SAFETY: this CPU's scratch slot; zeroed in place (no stack copy), then filled.
+    let ev = unsafe {
+        core::ptr::write_bytes(scratch, 0, 1);
+        (*scratch).record(info, frame_len, now)
+    };
+    // SAFETY: as above; the map copies the value.
+    if FLOWS
+        .insert(&key, unsafe { &*scratch }, BPF_NOEXIST as u64)
+        .is_ok()
+    {
+        c.record_psn(&ev);
         return false;
     }
     // Another CPU inserted the flow in between: count into its element.
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: as above.
-        unsafe { (*s).record(info, frame_len, now) };
+        let ev = unsafe { (*s).record(info, frame_len, now) };
+        c.record_psn(&ev);
         return false;
     }
     c.flow_update_errors += 1;

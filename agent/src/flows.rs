@@ -2,6 +2,7 @@
 //! per-flow totals), `analyze` feeds it packets through `FlowStats::record`; both give flows
 //! with totals and a smoothed rate, and the same top-K selection.
 
+use agent_common::psn::PsnEvent;
 use agent_common::{FlowKey, FlowStats, RoceInfo};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -82,7 +83,7 @@ impl FlowTable {
         info: &RoceInfo,
         frame_len: u64,
         ts_ns: u64,
-    ) {
+    ) -> PsnEvent {
         let e = self
             .entries
             .entry((iface, key))
@@ -94,7 +95,7 @@ impl FlowTable {
                 rate_packets: 0.0,
                 generation: 0,
             });
-        e.stats.record(info, frame_len, ts_ns);
+        e.stats.record(info, frame_len, ts_ns)
     }
 
     /// For captures: the mean rate of each flow over its own lifetime.
