@@ -1,11 +1,45 @@
 //! Offline analysis: capture frames through `agent-common`'s parser, counter block and flow
-//! update: exactly what the kernel programs do for live traffic.
+//! update (exactly what the kernel programs do for live traffic), and the same flow table,
+//! rates and detectors as live mode, clocked by capture timestamps.
 
-use crate::flows::FlowTable;
-use crate::sources::capture::{read_capture, CaptureSummary, Frame};
-use agent_common::{parse, Hook, HookCounters, SliceReader};
-use anyhow::Result;
+use crate::detect::ecmp::{self, EcmpConfig, EcmpReport};
+use crate::detect::elephant::{ElephantConfig, Transition};
+use crate::flows::{ElephantEvent, FlowTable};
+use crate::sources::capture::{read_capture, CaptureError, CaptureSummary, Frame};
+use agent_common::{parse, FlowKey, Hook, HookCounters, SliceReader};
+use std::collections::BTreeMap;
 use std::path::Path;
+
+/// What `analyze` runs besides counting.
+#[derive(Clone, Debug)]
+pub struct AnalyzeOptions {
+    pub elephant: ElephantConfig,
+    pub ecmp: EcmpConfig,
+    /// Capture-time interval between rate/detector ticks, seconds.
+    pub tick_s: f64,
+    /// Time constant of the smoothed rates, seconds.
+    pub rate_window_s: f64,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions {
+            elephant: ElephantConfig::default(),
+            ecmp: EcmpConfig::default(),
+            tick_s: 1.0,
+            rate_window_s: crate::flows::RATE_TAU_SECONDS,
+        }
+    }
+}
+
+/// One elephant period of a flow, in seconds from the start of the capture.
+#[derive(Clone, Debug, serde::Serialize, PartialEq)]
+pub struct ElephantPeriod {
+    pub started_s: f64,
+    /// `None` when the flow was still an elephant at the end of the capture.
+    pub ended_s: Option<f64>,
+    pub peak_bytes_per_second: f64,
+}
 
 /// The result of analysing one capture.
 pub struct Analysis {
@@ -14,33 +48,132 @@ pub struct Analysis {
     pub summary: CaptureSummary,
     pub first_ts_ns: Option<u64>,
     pub last_ts_ns: u64,
-}
-
-impl Default for Analysis {
-    fn default() -> Self {
-        Analysis {
-            counters: HookCounters::ZERO,
-            flows: FlowTable::new(vec!["capture".into()]),
-            summary: CaptureSummary::default(),
-            first_ts_ns: None,
-            last_ts_ns: 0,
-        }
-    }
+    pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
+    /// Elephants ever seen, by flow, at their peak (for the ECMP views).
+    pub ecmp: EcmpReport,
+    opts: AnalyzeOptions,
+    next_tick_ns: u64,
+    peaks: BTreeMap<FlowKey, f64>,
 }
 
 impl Analysis {
+    pub fn new(opts: AnalyzeOptions) -> Self {
+        let mut flows = FlowTable::new(vec!["capture".into()]);
+        flows.tau_s = opts.rate_window_s;
+        Analysis {
+            counters: HookCounters::ZERO,
+            flows,
+            summary: CaptureSummary::default(),
+            first_ts_ns: None,
+            last_ts_ns: 0,
+            elephants: BTreeMap::new(),
+            ecmp: EcmpReport::default(),
+            opts,
+            next_tick_ns: 0,
+            peaks: BTreeMap::new(),
+        }
+    }
+
+    fn tick_ns(&self) -> u64 {
+        ((self.opts.tick_s * 1e9) as u64).max(1_000_000)
+    }
+
+    fn apply(&mut self, events: Vec<ElephantEvent>) {
+        for e in events {
+            match e.transition {
+                Transition::Started => {
+                    self.elephants
+                        .entry(e.key)
+                        .or_default()
+                        .push(ElephantPeriod {
+                            started_s: e.at_s,
+                            ended_s: None,
+                            peak_bytes_per_second: e.rate_bytes,
+                        })
+                }
+                Transition::Ended => {
+                    if let Some(p) = self.elephants.get_mut(&e.key).and_then(|v| v.last_mut()) {
+                        p.ended_s = Some(e.at_s);
+                    }
+                }
+            }
+        }
+        for v in self.flows.views() {
+            if v.elephant {
+                let peak = self.peaks.entry(v.key).or_default();
+                *peak = peak.max(v.rate_bytes);
+                if let Some(p) = self.elephants.get_mut(&v.key).and_then(|p| p.last_mut()) {
+                    p.peak_bytes_per_second = p.peak_bytes_per_second.max(v.rate_bytes);
+                }
+            }
+        }
+    }
+
+    /// Ticks the flow table up to capture time `ts_ns` (one tick per interval).
+    fn advance(&mut self, ts_ns: u64) {
+        let step = self.tick_ns();
+        if self.next_tick_ns == 0 {
+            self.next_tick_ns = ts_ns + step;
+            return;
+        }
+        let enter = [self.opts.elephant.enter_bps(None)];
+        let mut n = 0;
+        while ts_ns >= self.next_tick_ns {
+            n += 1;
+            if n > 100_000 {
+                // A long silence: one tick covers the rest.
+                let dt = (ts_ns - self.next_tick_ns) as f64 / 1e9 + step as f64 / 1e9;
+                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
+                self.apply(ev);
+                self.next_tick_ns = ts_ns + step;
+                break;
+            }
+            let ev = self
+                .flows
+                .tick(step as f64 / 1e9, &self.opts.elephant, &enter);
+            self.apply(ev);
+            self.next_tick_ns += step;
+        }
+    }
+
     /// Counts one frame.
     pub fn frame(&mut self, f: Frame<'_>) {
+        self.advance(f.ts_ns);
         let parsed = parse(&SliceReader(f.data), f.link);
         let len = f.orig_len as u64;
         self.counters.record(&parsed, len);
         if let Ok(info) = &parsed {
             // Captures carry no hook; flows are keyed as if seen at XDP.
-            self.flows
+            let ev = self
+                .flows
                 .record(0, info.flow_key(Hook::Xdp), info, len, f.ts_ns);
+            self.counters.record_psn(&ev);
         }
         self.first_ts_ns.get_or_insert(f.ts_ns);
         self.last_ts_ns = f.ts_ns;
+    }
+
+    /// Closes the last interval and runs the ECMP views (elephants = flows that were
+    /// elephants at any time, at their peak rate).
+    pub fn finish(&mut self) {
+        if self.first_ts_ns.is_some() {
+            // The part of the last interval the capture covered.
+            let start = self.next_tick_ns.saturating_sub(self.tick_ns());
+            let dt = self.last_ts_ns.saturating_sub(start) as f64 / 1e9;
+            if dt > 0.0 {
+                let enter = [self.opts.elephant.enter_bps(None)];
+                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
+                self.apply(ev);
+            }
+        }
+        let mut views = self.flows.views();
+        for v in views.iter_mut() {
+            if let Some(p) = self.peaks.get(&v.key) {
+                v.elephant = true;
+                v.rate_bytes = *p;
+            }
+        }
+        self.ecmp = ecmp::analyze(&views, &self.flows.ifaces, &self.opts.ecmp);
     }
 
     /// Capture span in seconds.
@@ -51,14 +184,15 @@ impl Analysis {
     }
 }
 
-/// Analyses a capture file; `progress` receives (bytes read, file size).
+/// Analyses a capture file; `progress` receives the bytes read so far.
 pub fn analyze_file(
     path: &Path,
+    opts: AnalyzeOptions,
     mut progress: impl FnMut(u64),
-) -> Result<Analysis, crate::sources::capture::CaptureError> {
-    let mut a = Analysis::default();
+) -> Result<Analysis, CaptureError> {
+    let mut a = Analysis::new(opts);
     let summary = read_capture(path, &mut progress, |f| a.frame(f))?;
     a.summary = summary;
-    a.flows.finish_capture_rates();
+    a.finish();
     Ok(a)
 }

@@ -21,6 +21,24 @@ pub enum Command {
     Run(RunArgs),
     /// Analyse a pcap or pcapng capture offline with the same parser and flow logic.
     Analyze(AnalyzeArgs),
+    /// A live terminal view of a running agent: top flows, elephants, ECMP collisions.
+    Top(TopArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// The agent's HTTP address.
+    #[arg(long, default_value = "127.0.0.1:9442")]
+    pub addr: String,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Flows to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Stop after this many refreshes (0: until Ctrl-C).
+    #[arg(long, default_value_t = 0)]
+    pub iterations: u64,
 }
 
 #[derive(Args, Debug, Default)]
@@ -52,6 +70,9 @@ pub struct RunArgs {
     /// Print a one-line summary to stderr every N seconds (0: never).
     #[arg(long, value_name = "SECONDS")]
     pub summary_every: Option<u64>,
+    /// Elephant entry threshold in bytes per second (overrides elephant.threshold_bytes_per_second).
+    #[arg(long, value_name = "BYTES_PER_SECOND")]
+    pub elephant_bps: Option<f64>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
@@ -81,4 +102,13 @@ pub struct AnalyzeArgs {
     /// Never show a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Configuration file: its [elephant], [ecmp] and rate_window_seconds settings apply.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Elephant entry threshold in bytes per second.
+    #[arg(long, value_name = "BYTES_PER_SECOND")]
+    pub elephant_bps: Option<f64>,
+    /// Capture-time interval between rate and detector ticks, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
 }

@@ -2,6 +2,8 @@
 //! Every rule lives here, and every message names the key and the fix.
 
 use crate::cli::{RunArgs, XdpModeArg};
+use crate::detect::ecmp::EcmpConfig;
+use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
 use agent_common::Hook;
 use serde::Deserialize;
@@ -21,6 +23,10 @@ pub struct FileConfig {
     pub poll_interval_ms: Option<u64>,
     pub flow_map_entries: Option<u32>,
     pub summary_every: Option<u64>,
+    /// Time constant of the smoothed flow rates.
+    pub rate_window_seconds: Option<f64>,
+    pub elephant: Option<ElephantConfig>,
+    pub ecmp: Option<EcmpConfig>,
 }
 
 /// How to attach XDP.
@@ -43,6 +49,9 @@ pub struct Config {
     pub poll_interval: Duration,
     pub flow_map_entries: u32,
     pub summary_every: Option<Duration>,
+    pub rate_window_s: f64,
+    pub elephant: ElephantConfig,
+    pub ecmp: EcmpConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -76,6 +85,7 @@ impl Config {
 
     /// Flags override the file; then every value is checked.
     pub fn merge(file: FileConfig, args: &RunArgs) -> Result<Config, UsageError> {
+        let (rate_window_s, mut elephant, ecmp) = detectors(&file)?;
         let ifaces = if args.ifaces.is_empty() {
             file.interfaces.unwrap_or_default()
         } else {
@@ -159,6 +169,11 @@ impl Config {
             )));
         }
         let summary = args.summary_every.or(file.summary_every).unwrap_or(0);
+        if let Some(bps) = args.elephant_bps {
+            elephant.threshold_bytes_per_second = bps;
+            elephant.validate().map_err(bad)?;
+        }
+        ecmp.validate(Some(&ifaces)).map_err(bad)?;
         Ok(Config {
             ifaces,
             hooks,
@@ -168,8 +183,28 @@ impl Config {
             poll_interval: Duration::from_millis(poll_ms),
             flow_map_entries,
             summary_every: (summary > 0).then(|| Duration::from_secs(summary)),
+            rate_window_s,
+            elephant,
+            ecmp,
         })
     }
+}
+
+/// The detector settings of a file (shared by `run` and `analyze`), validated.
+pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig), UsageError> {
+    let rate_window = file
+        .rate_window_seconds
+        .unwrap_or(crate::flows::RATE_TAU_SECONDS);
+    if !(0.01..=3600.0).contains(&rate_window) {
+        return Err(bad(format!(
+            "rate_window_seconds {rate_window} is out of range; use 0.01 to 3600"
+        )));
+    }
+    let elephant = file.elephant.clone().unwrap_or_default();
+    elephant.validate().map_err(bad)?;
+    let ecmp = file.ecmp.clone().unwrap_or_default();
+    ecmp.validate(None).map_err(bad)?;
+    Ok((rate_window, elephant, ecmp))
 }
 
 /// Reads and parses a TOML configuration file.
@@ -258,5 +293,40 @@ mod tests {
         assert!(e.contains("interfacez"), "{e}");
         assert!(Config::merge(FileConfig::default(), &args(&["a", "a"])).is_err());
         assert!(Config::merge(FileConfig::default(), &args(&["a/b"])).is_err());
+    }
+
+    #[test]
+    fn detector_sections() {
+        let file: FileConfig = toml::from_str(
+            r#"
+interfaces = ["u0", "u1"]
+rate_window_seconds = 1.5
+[elephant]
+threshold_bytes_per_second = 1e6
+min_duration_seconds = 2
+[ecmp]
+groups = [{ name = "spine", interfaces = ["u0", "u1"] }]
+[ecmp.hash]
+function = "crc16-1021"
+seed = 7
+fields = ["src_ip", "dst_ip", "protocol", "src_port", "dst_port", "dest_qp"]
+paths = 4
+"#,
+        )
+        .unwrap();
+        let c = Config::merge(file, &args(&[])).unwrap();
+        assert_eq!(c.elephant.threshold_bytes_per_second, 1e6);
+        assert_eq!(c.ecmp.groups[0].interfaces.len(), 2);
+        assert_eq!(c.ecmp.hash.as_ref().unwrap().paths, 4);
+        assert_eq!(c.rate_window_s, 1.5);
+        let file: FileConfig =
+            toml::from_str("[ecmp]\ngroups = [{ name = \"g\", interfaces = [\"a\", \"b\"] }]")
+                .unwrap();
+        let e = Config::merge(file, &args(&["a"])).unwrap_err().to_string();
+        assert!(e.contains("'b', which is not watched"), "{e}");
+        let e = toml::from_str::<FileConfig>("[ecmp.hash]\nfunction = \"md5\"\npaths = 2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("md5"), "{e}");
     }
 }

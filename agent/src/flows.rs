@@ -2,13 +2,15 @@
 //! per-flow totals), `analyze` feeds it packets through `FlowStats::record`; both give flows
 //! with totals and a smoothed rate, and the same top-K selection.
 
+use crate::detect::ecmp::FlowView;
+use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use agent_common::psn::PsnEvent;
 use agent_common::{FlowKey, FlowStats, RoceInfo};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Time constant of the exponentially weighted rate, in seconds.
-pub const RATE_TAU_SECONDS: f64 = 5.0;
+/// Default time constant of the exponentially weighted rate, in seconds.
+pub const RATE_TAU_SECONDS: f64 = 2.0;
 
 /// A flow as the agent knows it.
 #[derive(Clone, Debug)]
@@ -21,6 +23,13 @@ pub struct FlowEntry {
     pub rate_bytes: f64,
     /// Smoothed packets per second.
     pub rate_packets: f64,
+    /// Elephant detection state.
+    pub elephant: ElephantState,
+    /// Totals at the previous tick (rates are computed from their change).
+    prev_bytes: u64,
+    prev_packets: u64,
+    /// Whether the flow has been through a tick (its first interval has a rate).
+    ticked: bool,
     /// Poll generation that last saw the flow in the kernel map.
     generation: u64,
 }
@@ -43,19 +52,132 @@ pub fn addr(ip_version: u8, bytes: &[u8; 16]) -> IpAddr {
     }
 }
 
-#[derive(Default, Debug)]
+/// A flow that became, or stopped being, an elephant.
+#[derive(Clone, Copy, Debug)]
+pub struct ElephantEvent {
+    pub iface: usize,
+    pub key: FlowKey,
+    pub transition: Transition,
+    /// Seconds on the table's clock.
+    pub at_s: f64,
+    pub rate_bytes: f64,
+}
+
+#[derive(Debug)]
 pub struct FlowTable {
     pub ifaces: Vec<String>,
     entries: HashMap<(usize, FlowKey), FlowEntry>,
     generation: u64,
+    /// Time constant of the smoothed rates.
+    pub tau_s: f64,
+    /// Seconds of ticks so far.
+    pub clock_s: f64,
 }
 
 impl FlowTable {
     pub fn new(ifaces: Vec<String>) -> Self {
         FlowTable {
             ifaces,
-            ..Default::default()
+            entries: HashMap::new(),
+            generation: 0,
+            tau_s: RATE_TAU_SECONDS,
+            clock_s: 0.0,
         }
+    }
+
+    fn entry(&mut self, iface: usize, key: FlowKey) -> &mut FlowEntry {
+        let generation = self.generation;
+        self.entries
+            .entry((iface, key))
+            .or_insert_with(|| FlowEntry {
+                iface,
+                key,
+                stats: FlowStats::default(),
+                rate_bytes: 0.0,
+                rate_packets: 0.0,
+                elephant: ElephantState::default(),
+                prev_bytes: 0,
+                prev_packets: 0,
+                ticked: false,
+                generation,
+            })
+    }
+
+    /// Advances the clock by `dt` seconds: smoothed rates from the totals' change since the
+    /// last tick, then elephant detection against each interface's entry threshold
+    /// (`enter_bps[iface]`). The same code serves live polls and capture time.
+    pub fn tick(&mut self, dt: f64, cfg: &ElephantConfig, enter_bps: &[f64]) -> Vec<ElephantEvent> {
+        self.clock_s += dt;
+        let now = self.clock_s;
+        let alpha = if dt > 0.0 {
+            1.0 - (-dt / self.tau_s.max(1e-3)).exp()
+        } else {
+            0.0
+        };
+        let mut events = Vec::new();
+        for e in self.entries.values_mut() {
+            // A smaller total means the kernel evicted and re-created the flow.
+            let db = if e.stats.bytes >= e.prev_bytes {
+                e.stats.bytes - e.prev_bytes
+            } else {
+                e.stats.bytes
+            };
+            let dp = if e.stats.packets >= e.prev_packets {
+                e.stats.packets - e.prev_packets
+            } else {
+                e.stats.packets
+            };
+            e.prev_bytes = e.stats.bytes;
+            e.prev_packets = e.stats.packets;
+            if dt <= 0.0 {
+                continue;
+            }
+            let (rb, rp) = (db as f64 / dt, dp as f64 / dt);
+            if e.ticked {
+                e.rate_bytes += alpha * (rb - e.rate_bytes);
+                e.rate_packets += alpha * (rp - e.rate_packets);
+            } else {
+                // The first interval seeds the average (no ramp from zero).
+                e.rate_bytes = rb;
+                e.rate_packets = rp;
+                e.ticked = true;
+            }
+            let enter = enter_bps
+                .get(e.iface)
+                .copied()
+                .unwrap_or(cfg.threshold_bytes_per_second);
+            if let Some(t) = e.elephant.step(cfg, enter, e.rate_bytes, dt, now) {
+                events.push(ElephantEvent {
+                    iface: e.iface,
+                    key: e.key,
+                    transition: t,
+                    at_s: now,
+                    rate_bytes: e.rate_bytes,
+                });
+            }
+        }
+        events
+    }
+
+    /// The detector's view of every flow.
+    pub fn views(&self) -> Vec<FlowView> {
+        self.entries
+            .values()
+            .map(|e| FlowView {
+                iface: e.iface,
+                key: e.key,
+                rate_bytes: e.rate_bytes,
+                elephant: e.elephant.elephant,
+            })
+            .collect()
+    }
+
+    /// Elephants per interface.
+    pub fn elephants_for(&self, iface: usize) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.iface == iface && e.elephant.elephant)
+            .count()
     }
 
     pub fn len(&self) -> usize {
@@ -84,30 +206,8 @@ impl FlowTable {
         frame_len: u64,
         ts_ns: u64,
     ) -> PsnEvent {
-        let e = self
-            .entries
-            .entry((iface, key))
-            .or_insert_with(|| FlowEntry {
-                iface,
-                key,
-                stats: FlowStats::default(),
-                rate_bytes: 0.0,
-                rate_packets: 0.0,
-                generation: 0,
-            });
+        let e = self.entry(iface, key);
         e.stats.record(info, frame_len, ts_ns)
-    }
-
-    /// For captures: the mean rate of each flow over its own lifetime.
-    pub fn finish_capture_rates(&mut self) {
-        for e in self.entries.values_mut() {
-            let span = e.stats.last_seen_ns.saturating_sub(e.stats.first_seen_ns);
-            if span > 0 {
-                let s = span as f64 / 1e9;
-                e.rate_bytes = e.stats.bytes as f64 / s;
-                e.rate_packets = e.stats.packets as f64 / s;
-            }
-        }
     }
 
     /// Starts a poll round (live mode).
@@ -115,44 +215,13 @@ impl FlowTable {
         self.generation += 1;
     }
 
-    /// Applies a kernel-map snapshot of one flow seen `dt` seconds after the previous poll.
-    pub fn update(&mut self, iface: usize, key: FlowKey, stats: FlowStats, dt: f64) {
+    /// Applies a kernel-map snapshot (cumulative totals) of one flow; rates follow at the
+    /// next [`FlowTable::tick`].
+    pub fn update(&mut self, iface: usize, key: FlowKey, stats: FlowStats) {
         let generation = self.generation;
-        match self.entries.get_mut(&(iface, key)) {
-            Some(e) => {
-                // A smaller total means the kernel evicted and re-created the flow.
-                let db = if stats.bytes >= e.stats.bytes {
-                    stats.bytes - e.stats.bytes
-                } else {
-                    stats.bytes
-                };
-                let dp = if stats.packets >= e.stats.packets {
-                    stats.packets - e.stats.packets
-                } else {
-                    stats.packets
-                };
-                if dt > 0.0 {
-                    let alpha = 1.0 - (-dt / RATE_TAU_SECONDS).exp();
-                    e.rate_bytes += alpha * (db as f64 / dt - e.rate_bytes);
-                    e.rate_packets += alpha * (dp as f64 / dt - e.rate_packets);
-                }
-                e.stats = stats;
-                e.generation = generation;
-            }
-            None => {
-                self.entries.insert(
-                    (iface, key),
-                    FlowEntry {
-                        iface,
-                        key,
-                        stats,
-                        rate_bytes: 0.0,
-                        rate_packets: 0.0,
-                        generation,
-                    },
-                );
-            }
-        }
+        let e = self.entry(iface, key);
+        e.stats = stats;
+        e.generation = generation;
     }
 
     /// Ends a poll round: flows of `polled` interfaces that the kernel no longer holds
@@ -209,16 +278,28 @@ mod tests {
     #[test]
     fn rates_top_k_and_eviction() {
         let mut t = FlowTable::new(vec!["a".into()]);
+        let cfg = ElephantConfig {
+            threshold_bytes_per_second: 500_000.0,
+            min_duration_seconds: 3.0,
+            ..Default::default()
+        };
         t.begin_poll();
-        t.update(0, key(1), stats(0), 1.0);
-        t.update(0, key(2), stats(0), 1.0);
+        t.update(0, key(1), stats(0));
+        t.update(0, key(2), stats(0));
         t.end_poll(&[0]);
+        let mut events = vec![];
         for i in 1..=50u64 {
             t.begin_poll();
-            t.update(0, key(1), stats(i * 1_000_000), 1.0);
-            t.update(0, key(2), stats(i * 1_000), 1.0);
+            t.update(0, key(1), stats(i * 1_000_000));
+            t.update(0, key(2), stats(i * 1_000));
             t.end_poll(&[0]);
+            events.extend(t.tick(1.0, &cfg, &[500_000.0]));
         }
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].key.dest_qp, 1);
+        assert_eq!(events[0].transition, Transition::Started);
+        assert_eq!(events[0].at_s, 3.0);
+        assert_eq!(t.elephants_for(0), 1);
         let top = t.top_k(1);
         assert_eq!(top[0].key.dest_qp, 1);
         // converged near 1 MB/s
@@ -228,7 +309,7 @@ mod tests {
             top[0].rate_bytes
         );
         t.begin_poll();
-        t.update(0, key(1), stats(51_000_000), 1.0);
+        t.update(0, key(1), stats(51_000_000));
         assert_eq!(t.end_poll(&[0]), vec![1]);
         assert_eq!(t.len(), 1);
         assert_eq!(t.count_for(0), 1);

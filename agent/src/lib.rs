@@ -3,9 +3,9 @@
 //! The agent is a pipeline with clear rooms (see `shared/DESIGN.md`):
 //!
 //! ```text
-//! sources ------------------> flow table ----> exporters
-//!   loader + sources::maps     flows.rs          metrics.rs (the one catalog) + http.rs (/metrics)
-//!   sources::capture           (rates, top-K)    report.rs (analyze: table and JSON)
+//! sources ------------------> flow table ----> detectors ----> exporters
+//!   loader (kernel maps)       flows.rs          detect/         metrics.rs (the one catalog),
+//!   sources::capture           (rates, top-K)    elephant, ecmp  http.rs + api.rs, report.rs, top.rs
 //! ```
 //!
 //! - [`cli`]: raw flags; [`config`]: one validated [`config::Config`]; [`error`]: errors users
@@ -14,12 +14,17 @@
 //!   the kernel maps. [`testrun`]: BPF_PROG_TEST_RUN for tests and benchmarks.
 //! - [`sources::capture`]: pcap/pcapng frames; [`analyze`]: frames through `agent-common`'s
 //!   parser and update functions (the same ones the kernel runs).
-//! - [`flows`]: the flow table; [`metrics`]: the metric catalog; [`http`]: the endpoint.
+//! - [`flows`]: the flow table (rates, ticks); [`detect`]: elephants, ECMP (observed,
+//!   predicted, entropy) and switch hash models.
+//! - [`metrics`]: the metric catalog; [`api`] + [`http`]: `/metrics` and `/api/v1/*`;
+//!   [`top`]: `rocemon top`, a terminal view over the API.
 //! - [`run`]: wires the live pipeline; it takes its shutdown as a future so tests drive it.
 
 pub mod analyze;
+pub mod api;
 pub mod cli;
 pub mod config;
+pub mod detect;
 pub mod error;
 pub mod flows;
 pub mod http;
@@ -29,3 +34,4 @@ pub mod report;
 pub mod run;
 pub mod sources;
 pub mod testrun;
+pub mod top;

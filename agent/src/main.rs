@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run(a),
         Command::Analyze(a) => analyze(a),
+        Command::Top(a) => rocemon::top::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -70,7 +71,23 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
     } else {
         None
     };
-    let a = rocemon::analyze::analyze_file(&args.file, |n| {
+    let mut opts = rocemon::analyze::AnalyzeOptions::default();
+    if let Some(path) = &args.config {
+        let file = rocemon::config::load_file(path)?;
+        let (rate_window_s, elephant, ecmp) = rocemon::config::detectors(&file)?;
+        opts.rate_window_s = rate_window_s;
+        opts.elephant = elephant;
+        opts.ecmp = ecmp;
+    }
+    if let Some(bps) = args.elephant_bps {
+        opts.elephant.threshold_bytes_per_second = bps;
+        opts.elephant.validate().map_err(UsageError::BadConfig)?;
+    }
+    if args.tick_ms == 0 {
+        return Err(UsageError::BadConfig("--tick-ms must be at least 1".into()).into());
+    }
+    opts.tick_s = args.tick_ms as f64 / 1000.0;
+    let a = rocemon::analyze::analyze_file(&args.file, opts, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
         }

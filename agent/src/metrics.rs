@@ -4,7 +4,9 @@
 //! (iface, direction, hook, opcode name (<= 256), ECN codepoint, parse outcome); per-flow
 //! series only for the top-K flows by rate, replaced on every poll.
 
+use crate::detect::ecmp::{EcmpReport, GroupView};
 use crate::flows::FlowTable;
+use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, Hook, HookCounters, Outcome, OutcomeKind};
 use anyhow::Result;
 use prometheus::{
@@ -32,6 +34,24 @@ pub struct Metrics {
     flow_rate_bytes: GaugeVec,
     flow_rate_packets: GaugeVec,
     flow_evictions: IntCounterVec,
+    flow_elephant: GaugeVec,
+    flow_psn_gaps: GaugeVec,
+    flow_retransmits: GaugeVec,
+    flow_naks: GaugeVec,
+    psn_gaps: IntCounterVec,
+    retransmits: IntCounterVec,
+    naks: IntCounterVec,
+    rnr_naks: IntCounterVec,
+    elephants: IntGaugeVec,
+    uplink_rate: GaugeVec,
+    uplink_elephants: IntGaugeVec,
+    uplink_colliding: IntGaugeVec,
+    colliding_uplinks: IntGaugeVec,
+    imbalance: GaugeVec,
+    path_elephants: IntGaugeVec,
+    colliding_paths: IntGaugeVec,
+    shared_tuples: IntGaugeVec,
+    source_ports: IntGaugeVec,
     pub poll_duration: Histogram,
     attached: IntGaugeVec,
     build_info: IntGaugeVec,
@@ -58,6 +78,7 @@ fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<In
 }
 
 const HOOK: &[&str] = &["iface", "direction", "hook"];
+const FLOW: &[&str] = &["iface", "direction", "src", "dst", "sport", "dest_qp"];
 
 impl Metrics {
     pub fn new() -> Result<Metrics> {
@@ -92,6 +113,24 @@ impl Metrics {
             flow_rate_bytes: gauge(&r, "rocemon_flow_rate_bytes_per_second", "Smoothed wire bytes per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
             flow_rate_packets: gauge(&r, "rocemon_flow_rate_packets_per_second", "Smoothed packets per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
             flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows that left the kernel LRU flow map between two polls.", &["iface"])?,
+            flow_elephant: gauge(&r, "rocemon_flow_elephant", "1 when a top-K flow is an elephant, else 0.", FLOW)?,
+            flow_psn_gaps: gauge(&r, "rocemon_flow_psn_gaps", "Packets missing from a top-K flow's request sequence so far.", FLOW)?,
+            flow_retransmits: gauge(&r, "rocemon_flow_retransmits", "Retransmitted requests of a top-K flow so far.", FLOW)?,
+            flow_naks: gauge(&r, "rocemon_flow_naks", "NAKs (all codes, and RNR NAKs) received on a top-K flow so far.", FLOW)?,
+            psn_gaps: counter(&r, "rocemon_psn_gaps_total", "Packets missing from RC/UC/XRC request sequences (PSN gaps).", HOOK)?,
+            retransmits: counter(&r, "rocemon_retransmitted_packets_total", "Requests whose PSN was seen again (retransmissions).", HOOK)?,
+            naks: counter(&r, "rocemon_naks_total", "NAKs by code (psn_sequence_error, invalid_request, remote_access_error, remote_operational_error, invalid_rd_request, reserved).", &with("code"))?,
+            rnr_naks: counter(&r, "rocemon_rnr_naks_total", "Receiver-not-ready NAKs.", HOOK)?,
+            elephants: int_gauge(&r, "rocemon_elephant_flows", "Flows that are elephants now.", &["iface"])?,
+            uplink_rate: gauge(&r, "rocemon_ecmp_uplink_bytes_per_second", "Smoothed RoCE load of an uplink of an ECMP group.", &["group", "iface"])?,
+            uplink_elephants: int_gauge(&r, "rocemon_ecmp_uplink_elephants", "Elephants on an uplink of an ECMP group.", &["group", "iface"])?,
+            uplink_colliding: int_gauge(&r, "rocemon_ecmp_uplink_colliding", "1 when the uplink carries two or more elephants while another uplink of its group carries none.", &["group", "iface"])?,
+            colliding_uplinks: int_gauge(&r, "rocemon_ecmp_colliding_uplinks", "Colliding uplinks of an ECMP group.", &["group"])?,
+            imbalance: gauge(&r, "rocemon_ecmp_imbalance_ratio", "Max over mean uplink load of an ECMP group (1 is balanced).", &["group"])?,
+            path_elephants: int_gauge(&r, "rocemon_ecmp_predicted_path_elephants", "Elephants the hash model puts on a path.", &["path"])?,
+            colliding_paths: int_gauge(&r, "rocemon_ecmp_predicted_colliding_paths", "Paths the hash model predicts to collide.", &[])?,
+            shared_tuples: int_gauge(&r, "rocemon_ecmp_shared_5tuple_groups", "Groups of flows (distinct destination QPs) sharing one outer 5-tuple.", &[])?,
+            source_ports: int_gauge(&r, "rocemon_ecmp_source_ports", "Distinct UDP source ports of a host pair (the top-K pairs with the fewest).", &["src", "dst"])?,
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             poll_duration,
@@ -180,6 +219,20 @@ impl Metrics {
         self.map_update_errors
             .with_label_values(&[iface, agent_common::MAP_FLOWS])
             .inc_by(d(cur.flow_update_errors, prev.flow_update_errors));
+        self.psn_gaps
+            .with_label_values(&l)
+            .inc_by(d(cur.psn_gaps, prev.psn_gaps));
+        self.retransmits
+            .with_label_values(&l)
+            .inc_by(d(cur.retransmits, prev.retransmits));
+        self.rnr_naks
+            .with_label_values(&l)
+            .inc_by(d(cur.rnr_naks, prev.rnr_naks));
+        for (i, code) in NAK_NAMES.iter().enumerate() {
+            self.naks
+                .with_label_values(&[iface, dir, hn, code])
+                .inc_by(d(cur.naks[i], prev.naks[i]));
+        }
         *prev = *cur;
     }
 
@@ -193,16 +246,31 @@ impl Metrics {
         self.flow_evictions.with_label_values(&[iface]).inc_by(n);
     }
 
-    /// Replaces the per-flow series with the current top-K and sets the flow counts.
+    /// Replaces the per-flow series with the current top-K (elephants first, then the
+    /// highest rates) and sets the flow and elephant counts.
     pub fn set_flows(&self, table: &FlowTable, top_k: usize) {
         for (i, name) in table.ifaces.iter().enumerate() {
             self.flows
                 .with_label_values(&[name])
                 .set(table.count_for(i) as i64);
+            self.elephants
+                .with_label_values(&[name])
+                .set(table.elephants_for(i) as i64);
         }
-        self.flow_rate_bytes.reset();
-        self.flow_rate_packets.reset();
-        for e in table.top_k(top_k) {
+        for g in [
+            &self.flow_rate_bytes,
+            &self.flow_rate_packets,
+            &self.flow_elephant,
+            &self.flow_psn_gaps,
+            &self.flow_retransmits,
+            &self.flow_naks,
+        ] {
+            g.reset();
+        }
+        let mut chosen = table.top_k(usize::MAX);
+        chosen.sort_by_key(|e| !e.elephant.elephant);
+        chosen.truncate(top_k);
+        for e in chosen {
             let hook = Hook::ALL
                 .get(e.key.hook as usize)
                 .copied()
@@ -215,7 +283,66 @@ impl Metrics {
             self.flow_rate_packets
                 .with_label_values(&l)
                 .set(e.rate_packets);
+            self.flow_elephant
+                .with_label_values(&l)
+                .set(e.elephant.elephant as u8 as f64);
+            self.flow_psn_gaps
+                .with_label_values(&l)
+                .set(e.stats.psn_gaps as f64);
+            self.flow_retransmits
+                .with_label_values(&l)
+                .set(e.stats.retransmits as f64);
+            let naks: u64 = e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks;
+            self.flow_naks.with_label_values(&l).set(naks as f64);
         }
+    }
+
+    /// Sets the ECMP gauges from the detectors' report.
+    pub fn set_ecmp(&self, r: &EcmpReport, top_k: usize) {
+        for g in &r.groups {
+            self.set_group(g);
+        }
+        self.path_elephants.reset();
+        if let Some(p) = &r.predicted {
+            for m in &p.members {
+                self.path_elephants
+                    .with_label_values(&[&m.member])
+                    .set(m.elephants as i64);
+            }
+            self.colliding_paths
+                .with_label_values(&[] as &[&str])
+                .set(p.colliding_members as i64);
+        }
+        self.shared_tuples
+            .with_label_values(&[] as &[&str])
+            .set(r.shared_5tuples.len() as i64);
+        self.source_ports.reset();
+        for h in r.source_ports.iter().take(top_k) {
+            self.source_ports
+                .with_label_values(&[&h.src, &h.dst])
+                .set(h.source_ports as i64);
+        }
+    }
+
+    fn set_group(&self, g: &GroupView) {
+        for m in &g.members {
+            let l = [g.name.as_str(), m.member.as_str()];
+            self.uplink_rate
+                .with_label_values(&l)
+                .set(m.bytes_per_second);
+            self.uplink_elephants
+                .with_label_values(&l)
+                .set(m.elephants as i64);
+            self.uplink_colliding
+                .with_label_values(&l)
+                .set(m.colliding as i64);
+        }
+        self.colliding_uplinks
+            .with_label_values(&[&g.name])
+            .set(g.colliding_members as i64);
+        self.imbalance
+            .with_label_values(&[&g.name])
+            .set(g.imbalance_ratio);
     }
 
     /// The Prometheus text exposition of every metric.

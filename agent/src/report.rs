@@ -1,7 +1,9 @@
 //! `rocemon analyze` output: one JSON object, or a readable table.
 
-use crate::analyze::Analysis;
+use crate::analyze::{Analysis, ElephantPeriod};
+use crate::detect::ecmp::EcmpReport;
 use crate::flows::FlowEntry;
+use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, OpClass, Outcome, OutcomeKind, ROCEV2_UDP_PORT};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -19,8 +21,31 @@ pub struct Report {
     pub malformed: BTreeMap<&'static str, u64>,
     /// The file ended inside a record; everything before it is counted.
     pub truncated_tail: bool,
-    /// Every flow, highest rate first.
+    /// PSN and NAK health over all flows.
+    pub health: Health,
+    /// Flows that were elephants at some time of the capture.
+    pub elephants: Vec<Elephant>,
+    /// ECMP views: predicted collisions (with a hash model), shared 5-tuples, source ports.
+    pub ecmp: EcmpReport,
+    /// Every flow, highest mean rate first.
     pub flows: Vec<Flow>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Health {
+    pub psn_gaps: u64,
+    pub retransmits: u64,
+    pub naks: BTreeMap<&'static str, u64>,
+    pub rnr_naks: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Elephant {
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dest_qp: u32,
+    pub periods: Vec<ElephantPeriod>,
 }
 
 #[derive(Serialize, Debug)]
@@ -52,7 +77,7 @@ pub struct Opcode {
     pub bytes: u64,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Flow {
     pub ip_version: u8,
     pub src: String,
@@ -67,10 +92,27 @@ pub struct Flow {
     pub becn: u64,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
+    /// Smoothed current rate (live) or at the end of the capture (analyze).
     pub rate_bytes_per_second: f64,
+    /// Bytes over the flow's lifetime (first to last packet).
+    pub mean_bytes_per_second: f64,
+    pub elephant: bool,
     pub last_psn: u32,
+    pub psn_gaps: u64,
+    pub retransmits: u64,
+    pub naks: BTreeMap<&'static str, u64>,
+    pub rnr_naks: u64,
     /// Packets by operation class.
     pub ops: BTreeMap<&'static str, u64>,
+}
+
+/// NAK counts by name.
+pub fn naks(counts: &[u64]) -> BTreeMap<&'static str, u64> {
+    NAK_NAMES
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .collect()
 }
 
 impl Flow {
@@ -90,7 +132,20 @@ impl Flow {
             first_seen_ns: e.stats.first_seen_ns,
             last_seen_ns: e.stats.last_seen_ns,
             rate_bytes_per_second: e.rate_bytes,
+            mean_bytes_per_second: {
+                let span = e.stats.last_seen_ns.saturating_sub(e.stats.first_seen_ns);
+                if span > 0 {
+                    e.stats.bytes as f64 * 1e9 / span as f64
+                } else {
+                    0.0
+                }
+            },
+            elephant: e.elephant.elephant,
             last_psn: e.stats.last_psn,
+            psn_gaps: e.stats.psn_gaps,
+            retransmits: e.stats.retransmits,
+            naks: naks(&e.stats.naks),
+            rnr_naks: e.stats.rnr_naks,
             ops: OpClass::ALL
                 .iter()
                 .map(|c| (c.name(), e.stats.class_packets[*c as usize]))
@@ -125,11 +180,27 @@ pub fn build(a: &Analysis) -> Report {
             bytes: c.opcode_bytes[op as usize],
         })
         .collect();
-    let flows = a
+    let mut flows: Vec<Flow> = a
         .flows
         .top_k(usize::MAX)
         .into_iter()
         .map(Flow::from_entry)
+        .collect();
+    flows.sort_by(|x, y| {
+        y.mean_bytes_per_second
+            .total_cmp(&x.mean_bytes_per_second)
+            .then(y.bytes.cmp(&x.bytes))
+    });
+    let elephants = a
+        .elephants
+        .iter()
+        .map(|(k, periods)| Elephant {
+            src: crate::flows::addr(k.ip_version, &k.src).to_string(),
+            dst: crate::flows::addr(k.ip_version, &k.dst).to_string(),
+            sport: k.sport,
+            dest_qp: k.dest_qp,
+            periods: periods.clone(),
+        })
         .collect();
     Report {
         frames: c.frames,
@@ -153,6 +224,14 @@ pub fn build(a: &Analysis) -> Report {
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,
+        health: Health {
+            psn_gaps: c.psn_gaps,
+            retransmits: c.retransmits,
+            naks: naks(&c.naks),
+            rnr_naks: c.rnr_naks,
+        },
+        elephants,
+        ecmp: a.ecmp.clone(),
         flows,
     }
 }
@@ -256,15 +335,18 @@ pub fn table(r: &Report, top: usize) -> String {
     for f in r.flows.iter().take(top) {
         let _ = writeln!(
             s,
-            "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}",
+            "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5} {:>5} {:>5}{}",
             format!("{} -> {}", f.src, f.dst),
             f.sport,
             format!("0x{:x}", f.dest_qp),
             f.packets,
             f.bytes,
-            human_bytes(f.rate_bytes_per_second),
+            human_bytes(f.mean_bytes_per_second),
             f.ecn_ce,
-            f.cnp
+            f.cnp,
+            f.psn_gaps,
+            f.naks.values().sum::<u64>() + f.rnr_naks,
+            if f.elephant { "  elephant" } else { "" }
         );
     }
     s

@@ -1,10 +1,13 @@
 //! The live pipeline: check, bind, attach, then poll the kernel maps into the flow table and
 //! the metrics until `shutdown` completes; then detach everything (dropping the probes).
 
+use crate::api::{self, ApiView};
 use crate::config::Config;
+use crate::detect::ecmp;
+use crate::detect::elephant::{link_speed_mbps, Transition};
 use crate::error::UsageError;
 use crate::flows::FlowTable;
-use crate::http::{self, SharedMetrics};
+use crate::http::{self, Shared};
 use crate::loader::{self, Probe};
 use crate::metrics::Metrics;
 use crate::report::human_bytes;
@@ -67,8 +70,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             metrics.set_attached(&p.iface, *h, mode);
         }
     }
-    let shared: SharedMetrics = Arc::new(Mutex::new(metrics));
+    let shared = Shared {
+        metrics: Arc::new(Mutex::new(metrics)),
+        api: Arc::new(Mutex::new(ApiView::default())),
+    };
     let mut table = FlowTable::new(config.ifaces.clone());
+    table.tau_s = config.rate_window_s;
+    // Elephant entry thresholds per interface (link share of the reported speed, or absolute).
+    let sysfs = std::path::Path::new("/sys/class/net");
+    let enter_bps: Vec<f64> = config
+        .ifaces
+        .iter()
+        .map(|i| config.elephant.enter_bps(link_speed_mbps(sysfs, i)))
+        .collect();
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, shared.clone(), async move {
@@ -88,7 +102,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
-                poll(&mut probes, &mut table, &shared, dt, config.top_k);
+                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps);
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
@@ -108,18 +122,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-/// One poll: counters and flows of every probe into the metrics and the flow table.
+/// One poll: counters and flows of every probe into the metrics and the flow table, then the
+/// detectors, then the API view.
 fn poll(
     probes: &mut [Probe],
     table: &mut FlowTable,
-    shared: &SharedMetrics,
+    shared: &Shared,
     dt: f64,
-    top_k: usize,
+    config: &Config,
+    enter_bps: &[f64],
 ) {
     let started = Instant::now();
     table.begin_poll();
     let mut polled = Vec::new();
-    let Ok(mut m) = shared.lock() else {
+    let Ok(mut m) = shared.metrics.lock() else {
         log::error!("metrics lock poisoned; skipping poll");
         return;
     };
@@ -139,7 +155,7 @@ fn poll(
         match p.read_flows() {
             Ok((flows, errors)) => {
                 for (k, s) in flows {
-                    table.update(i, k, s, dt);
+                    table.update(i, k, s);
                 }
                 if errors > 0 {
                     m.map_read_error(&p.iface, MAP_FLOWS, errors);
@@ -157,8 +173,39 @@ fn poll(
             m.flow_evictions(&probes[i].iface, gone as u64);
         }
     }
-    m.set_flows(table, top_k);
+    for ev in table.tick(dt, &config.elephant, enter_bps) {
+        let iface = table
+            .ifaces
+            .get(ev.iface)
+            .map(String::as_str)
+            .unwrap_or("?");
+        let (src, dst) = (
+            crate::flows::addr(ev.key.ip_version, &ev.key.src),
+            crate::flows::addr(ev.key.ip_version, &ev.key.dst),
+        );
+        match ev.transition {
+            Transition::Started => log::info!(
+                "elephant started on {iface}: {src} -> {dst} sport {} qp 0x{:x} at {}/s",
+                ev.key.sport,
+                ev.key.dest_qp,
+                human_bytes(ev.rate_bytes)
+            ),
+            Transition::Ended => log::info!(
+                "elephant ended on {iface}: {src} -> {dst} sport {} qp 0x{:x}",
+                ev.key.sport,
+                ev.key.dest_qp
+            ),
+        }
+    }
+    let report = ecmp::analyze(&table.views(), &table.ifaces, &config.ecmp);
+    m.set_flows(table, config.top_k);
+    m.set_ecmp(&report, config.top_k);
     m.poll_duration.observe(started.elapsed().as_secs_f64());
+    drop(m);
+    let view = api::build(table, &report, config, 1000);
+    if let Ok(mut a) = shared.api.lock() {
+        *a = view;
+    }
 }
 
 /// A one-line live summary (the demo prints it every few seconds).

@@ -1,0 +1,373 @@
+//! ECMP collisions, three ways:
+//!
+//! 1. observed: the agent watches the uplinks of one ECMP group and sees which uplink each
+//!    flow takes;
+//! 2. predicted: a configured model of the switch hash ([`super::hash`]) gives each flow's path;
+//! 3. entropy: flows that share one outer 5-tuple (distinct destination QPs) can never be
+//!    separated by a 5-tuple hash, and few UDP source ports per host pair mean few paths.
+//!
+//! A collision, observed or predicted, is a member (uplink or path) carrying two or more
+//! elephants while another member of the same group carries none.
+
+use super::hash::{FlowFields, HashModel};
+use crate::flows::addr;
+use agent_common::{FlowKey, ROCEV2_UDP_PORT};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A named group of interfaces that are the uplinks of one ECMP group.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: String,
+    pub interfaces: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EcmpConfig {
+    #[serde(default)]
+    pub groups: Vec<GroupConfig>,
+    /// The switch hash model for predicted paths.
+    #[serde(default)]
+    pub hash: Option<HashModel>,
+}
+
+impl EcmpConfig {
+    pub fn validate(&self, ifaces: Option<&[String]>) -> Result<(), String> {
+        let mut names = BTreeSet::new();
+        for g in &self.groups {
+            if !names.insert(&g.name) {
+                return Err(format!(
+                    "ecmp group '{}' is defined twice; give each group one name",
+                    g.name
+                ));
+            }
+            if g.interfaces.len() < 2 {
+                return Err(format!(
+                    "ecmp group '{}' needs at least two interfaces (its uplinks)",
+                    g.name
+                ));
+            }
+            if let Some(all) = ifaces {
+                for i in &g.interfaces {
+                    if !all.contains(i) {
+                        return Err(format!(
+                            "ecmp group '{}' names interface '{i}', which is not watched; add it to interfaces (or --iface)",
+                            g.name
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(h) = &self.hash {
+            if h.paths == 0 || h.paths > 4096 {
+                return Err(format!(
+                    "ecmp.hash.paths {} is out of range; use 1 to 4096",
+                    h.paths
+                ));
+            }
+            if h.fields.is_empty() {
+                return Err("ecmp.hash.fields is empty; list e.g. [\"src_ip\", \"dst_ip\", \"protocol\", \"src_port\", \"dst_port\"]".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the detectors need to know of a flow.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowView {
+    pub iface: usize,
+    pub key: FlowKey,
+    pub rate_bytes: f64,
+    pub elephant: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MemberView {
+    /// Interface name (observed) or path number (predicted).
+    pub member: String,
+    pub flows: usize,
+    pub elephants: usize,
+    pub bytes_per_second: f64,
+    /// Carries two or more elephants while another member carries none.
+    pub colliding: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct GroupView {
+    pub name: String,
+    pub members: Vec<MemberView>,
+    pub colliding_members: usize,
+    /// Max over mean member load (1 is perfect balance; 0 when idle).
+    pub imbalance_ratio: f64,
+    pub collision: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SharedTuple {
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dest_qps: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HostPair {
+    pub src: String,
+    pub dst: String,
+    pub source_ports: usize,
+    pub flows: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct EcmpReport {
+    /// Observed: one entry per configured group.
+    pub groups: Vec<GroupView>,
+    /// Predicted from the hash model, if one is configured.
+    pub predicted: Option<GroupView>,
+    /// Flows (distinct destination QPs) sharing one outer 5-tuple.
+    pub shared_5tuples: Vec<SharedTuple>,
+    /// Distinct UDP source ports per host pair, fewest first.
+    pub source_ports: Vec<HostPair>,
+}
+
+/// Marks colliding members; returns their number.
+pub fn mark_collisions(members: &mut [MemberView]) -> usize {
+    let idle = members.iter().any(|m| m.elephants == 0);
+    let mut n = 0;
+    for m in members.iter_mut() {
+        m.colliding = idle && m.elephants >= 2;
+        n += m.colliding as usize;
+    }
+    n
+}
+
+fn group_view(name: String, mut members: Vec<MemberView>) -> GroupView {
+    let colliding = mark_collisions(&mut members);
+    let loads: Vec<f64> = members.iter().map(|m| m.bytes_per_second).collect();
+    let mean = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
+    let max = loads.iter().cloned().fold(0.0, f64::max);
+    GroupView {
+        name,
+        members,
+        colliding_members: colliding,
+        imbalance_ratio: if mean > 0.0 { max / mean } else { 0.0 },
+        collision: colliding > 0,
+    }
+}
+
+/// The flow's fields as a switch hashes them.
+pub fn fields(key: &FlowKey) -> FlowFields<'_> {
+    let n = if key.ip_version == 4 { 4 } else { 16 };
+    FlowFields {
+        src: &key.src[..n],
+        dst: &key.dst[..n],
+        sport: key.sport,
+        dport: ROCEV2_UDP_PORT,
+        dest_qp: key.dest_qp,
+    }
+}
+
+/// Runs the three ECMP views over the flows. `ifaces` names the flow views' interfaces.
+pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpReport {
+    let mut report = EcmpReport::default();
+    for g in &cfg.groups {
+        let members = g
+            .interfaces
+            .iter()
+            .map(|name| {
+                let idx = ifaces.iter().position(|i| i == name);
+                let on: Vec<&FlowView> = flows.iter().filter(|f| Some(f.iface) == idx).collect();
+                MemberView {
+                    member: name.clone(),
+                    flows: on.len(),
+                    elephants: on.iter().filter(|f| f.elephant).count(),
+                    bytes_per_second: on.iter().map(|f| f.rate_bytes).sum(),
+                    colliding: false,
+                }
+            })
+            .collect();
+        report.groups.push(group_view(g.name.clone(), members));
+    }
+    // One record per flow for the host-level views (a flow seen at several hooks or
+    // interfaces counts once, with its highest rate).
+    let mut unique: BTreeMap<FlowKey, FlowView> = BTreeMap::new();
+    for f in flows {
+        let k = FlowKey { hook: 0, ..f.key };
+        let e = unique.entry(k).or_insert(*f);
+        if f.rate_bytes > e.rate_bytes {
+            e.rate_bytes = f.rate_bytes;
+        }
+        e.elephant |= f.elephant;
+    }
+    if let Some(model) = &cfg.hash {
+        let mut members: Vec<MemberView> = (0..model.paths)
+            .map(|p| MemberView {
+                member: p.to_string(),
+                flows: 0,
+                elephants: 0,
+                bytes_per_second: 0.0,
+                colliding: false,
+            })
+            .collect();
+        for (k, f) in &unique {
+            let m = &mut members[model.path(&fields(k)) as usize];
+            m.flows += 1;
+            m.elephants += f.elephant as usize;
+            m.bytes_per_second += f.rate_bytes;
+        }
+        report.predicted = Some(group_view("predicted".into(), members));
+    }
+    // (IP version, source, destination) of a host pair.
+    type Pair = (u8, [u8; 16], [u8; 16]);
+    let mut tuples: BTreeMap<(Pair, u16), BTreeSet<u32>> = BTreeMap::new();
+    let mut pairs: BTreeMap<Pair, (BTreeSet<u16>, usize)> = BTreeMap::new();
+    for k in unique.keys() {
+        tuples
+            .entry(((k.ip_version, k.src, k.dst), k.sport))
+            .or_default()
+            .insert(k.dest_qp);
+        let p = pairs.entry((k.ip_version, k.src, k.dst)).or_default();
+        p.0.insert(k.sport);
+        p.1 += 1;
+    }
+    report.shared_5tuples = tuples
+        .into_iter()
+        .filter(|(_, qps)| qps.len() >= 2)
+        .map(|(((v, s, d), sport), qps)| SharedTuple {
+            src: addr(v, &s).to_string(),
+            dst: addr(v, &d).to_string(),
+            sport,
+            dest_qps: qps.into_iter().collect(),
+        })
+        .collect();
+    let mut hp: Vec<HostPair> = pairs
+        .into_iter()
+        .map(|((v, s, d), (ports, flows))| HostPair {
+            src: addr(v, &s).to_string(),
+            dst: addr(v, &d).to_string(),
+            source_ports: ports.len(),
+            flows,
+        })
+        .collect();
+    hp.sort_by(|a, b| {
+        a.source_ports
+            .cmp(&b.source_ports)
+            .then(b.flows.cmp(&a.flows))
+    });
+    report.source_ports = hp;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::hash::{default_fields, HashFn};
+
+    fn flow(iface: usize, sport: u16, qp: u32, rate: f64, elephant: bool) -> FlowView {
+        let mut key = FlowKey {
+            ip_version: 4,
+            sport,
+            dest_qp: qp,
+            ..FlowKey::default()
+        };
+        key.src[..4].copy_from_slice(&[10, 0, 0, 1]);
+        key.dst[..4].copy_from_slice(&[10, 0, 0, 2]);
+        FlowView {
+            iface,
+            key,
+            rate_bytes: rate,
+            elephant,
+        }
+    }
+
+    #[test]
+    fn observed_collision_rule() {
+        let ifaces: Vec<String> = ["u0", "u1", "u2", "u3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let cfg = EcmpConfig {
+            groups: vec![GroupConfig {
+                name: "g".into(),
+                interfaces: ifaces.clone(),
+            }],
+            hash: None,
+        };
+        // u0 two elephants, u1 one, u2 one light flow, u3 nothing: u0 collides
+        let flows = [
+            flow(0, 1, 1, 100.0, true),
+            flow(0, 2, 2, 100.0, true),
+            flow(1, 3, 3, 100.0, true),
+            flow(2, 4, 4, 1.0, false),
+        ];
+        let r = analyze(&flows, &ifaces, &cfg);
+        let g = &r.groups[0];
+        assert!(g.collision);
+        assert_eq!(g.colliding_members, 1);
+        assert!(g.members[0].colliding && !g.members[1].colliding);
+        assert!((g.imbalance_ratio - 200.0 / (301.0 / 4.0)).abs() < 1e-9);
+        // every uplink has an elephant: two on one uplink is no collision by the rule
+        let flows = [
+            flow(0, 1, 1, 1.0, true),
+            flow(0, 2, 2, 1.0, true),
+            flow(1, 3, 3, 1.0, true),
+            flow(2, 4, 4, 1.0, true),
+            flow(3, 5, 5, 1.0, true),
+        ];
+        assert!(!analyze(&flows, &ifaces, &cfg).groups[0].collision);
+    }
+
+    #[test]
+    fn predicted_and_entropy() {
+        let model = HashModel {
+            function: HashFn::Crc16_1021,
+            seed: None,
+            fields: default_fields(),
+            paths: 2,
+        };
+        let cfg = EcmpConfig {
+            groups: vec![],
+            hash: Some(model.clone()),
+        };
+        // three elephants sharing one 5-tuple: one path, which collides; entropy shows it
+        let flows = [
+            flow(0, 7, 1, 10.0, true),
+            flow(0, 7, 2, 10.0, true),
+            flow(0, 7, 3, 10.0, true),
+        ];
+        let r = analyze(&flows, &["x".into()], &cfg);
+        let p = r.predicted.unwrap();
+        assert_eq!(p.members.iter().map(|m| m.elephants).sum::<usize>(), 3);
+        assert!(p.collision);
+        assert_eq!(r.shared_5tuples.len(), 1);
+        assert_eq!(r.shared_5tuples[0].dest_qps, vec![1, 2, 3]);
+        assert_eq!(r.source_ports[0].source_ports, 1);
+        assert_eq!(r.source_ports[0].flows, 3);
+    }
+
+    #[test]
+    fn config_validation() {
+        let bad = EcmpConfig {
+            groups: vec![GroupConfig {
+                name: "g".into(),
+                interfaces: vec!["a".into(), "z".into()],
+            }],
+            hash: None,
+        };
+        assert!(bad
+            .validate(Some(&["a".into(), "b".into()]))
+            .unwrap_err()
+            .contains("'z'"));
+        let one = EcmpConfig {
+            groups: vec![GroupConfig {
+                name: "g".into(),
+                interfaces: vec!["a".into()],
+            }],
+            hash: None,
+        };
+        assert!(one.validate(None).is_err());
+    }
+}

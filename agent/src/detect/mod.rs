@@ -1,0 +1,6 @@
+//! Detectors over the flow table: elephants, ECMP (observed, predicted, entropy), and the
+//! switch hash models the predicted view uses. PSN/NAK health is counted per packet in
+//! `agent-common::psn` (kernel and analyze alike) and only reported from here.
+pub mod ecmp;
+pub mod elephant;
+pub mod hash;

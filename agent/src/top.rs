@@ -1,0 +1,185 @@
+//! `rocemon top`: a live terminal view of a running agent, read from its JSON API: top flows
+//! by rate (elephants highlighted), ECMP groups with their collisions, shared 5-tuples.
+
+use crate::cli::TopArgs;
+use crate::report::human_bytes;
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+fn get(agent: &ureq::Agent, url: &str) -> Result<Value> {
+    agent
+        .get(url)
+        .call()
+        .with_context(|| {
+            format!("cannot reach rocemon at {url}; is `rocemon run` listening there? (set --addr)")
+        })?
+        .into_json()
+        .with_context(|| format!("{url} did not return JSON"))
+}
+
+fn n(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// Renders one screen from the two API documents.
+pub fn render(flows: &Value, ecmp: &Value, color: bool) -> String {
+    let (hi, lo) = if color {
+        ("\x1b[1;31m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "rocemon top: {} flows, {} elephants",
+        n(&flows["flows_total"]),
+        n(&flows["elephants_total"])
+    );
+    let _ = writeln!(
+        s,
+        "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9} {:>7} {:>5} {:>6} {:>5}",
+        "",
+        "IFACE",
+        "SRC -> DST",
+        "SPORT",
+        "DEST_QP",
+        "RATE/s",
+        "PKT/s",
+        "CE",
+        "CNP",
+        "GAPS",
+        "NAKS"
+    );
+    for f in flows["flows"].as_array().into_iter().flatten() {
+        let elephant = f["elephant"].as_bool().unwrap_or(false);
+        let naks: f64 = f["naks"]
+            .as_object()
+            .map(|o| o.values().map(n).sum())
+            .unwrap_or(0.0)
+            + n(&f["rnr_naks"]);
+        let line = format!(
+            "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9.0} {:>7} {:>5} {:>6} {:>5}",
+            if elephant { "E" } else { "" },
+            f["iface"].as_str().unwrap_or("?"),
+            format!(
+                "{} -> {}",
+                f["src"].as_str().unwrap_or("?"),
+                f["dst"].as_str().unwrap_or("?")
+            ),
+            n(&f["sport"]),
+            format!("0x{:x}", n(&f["dest_qp"]) as u64),
+            human_bytes(n(&f["rate_bytes_per_second"])),
+            n(&f["rate_packets_per_second"]),
+            n(&f["ecn_ce"]),
+            n(&f["cnp"]),
+            n(&f["psn_gaps"]),
+            naks
+        );
+        if elephant {
+            let _ = writeln!(s, "{hi}{line}{lo}");
+        } else {
+            let _ = writeln!(s, "{line}");
+        }
+    }
+    let groups = ecmp["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| (g, "observed"));
+    let predicted = ecmp
+        .get("predicted")
+        .filter(|p| !p.is_null())
+        .map(|p| (p, "predicted"));
+    for (g, kind) in groups.chain(predicted) {
+        let collision = g["collision"].as_bool().unwrap_or(false);
+        let _ = writeln!(
+            s,
+            "\nECMP {kind} {}: imbalance {:.2}{}",
+            g["name"].as_str().unwrap_or("?"),
+            n(&g["imbalance_ratio"]),
+            if collision {
+                format!("  {hi}COLLISION{lo}")
+            } else {
+                String::new()
+            }
+        );
+        for m in g["members"].as_array().into_iter().flatten() {
+            let colliding = m["colliding"].as_bool().unwrap_or(false);
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>11}/s {:>4} flows {:>3} elephants{}",
+                m["member"].as_str().unwrap_or("?"),
+                human_bytes(n(&m["bytes_per_second"])),
+                n(&m["flows"]),
+                n(&m["elephants"]),
+                if colliding {
+                    format!("  {hi}<- collision{lo}")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    let shared = ecmp["shared_5tuples"]
+        .as_array()
+        .map(|a| a.len())
+        .unwrap_or(0);
+    let _ = writeln!(s, "\nshared 5-tuples: {shared}");
+    s
+}
+
+pub fn run(args: TopArgs) -> Result<()> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(5))
+        .build();
+    let tty = std::io::stdout().is_terminal();
+    let base = format!("http://{}", args.addr);
+    let mut i = 0u64;
+    loop {
+        let flows = get(&agent, &format!("{base}/api/v1/flows?limit={}", args.limit))?;
+        let ecmp = get(&agent, &format!("{base}/api/v1/ecmp"))?;
+        let screen = render(&flows, &ecmp, tty);
+        let mut out = std::io::stdout().lock();
+        if tty {
+            // Home and clear: refresh in place.
+            write!(out, "\x1b[H\x1b[2J{screen}")?;
+        } else {
+            writeln!(out, "{screen}")?;
+        }
+        out.flush()?;
+        i += 1;
+        if args.iterations > 0 && i >= args.iterations {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval.max(0.1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_elephants_and_collisions() {
+        let flows = serde_json::json!({"flows_total": 2, "elephants_total": 1, "flows": [
+            {"iface": "up0", "src": "10.0.0.1", "dst": "10.0.0.2", "sport": 49152, "dest_qp": 32, "rate_bytes_per_second": 5e6,
+             "rate_packets_per_second": 1000.0, "ecn_ce": 3, "cnp": 1, "psn_gaps": 0, "naks": {"psn_sequence_error": 2}, "rnr_naks": 1, "elephant": true},
+            {"iface": "up1", "src": "10.0.0.3", "dst": "10.0.0.2", "sport": 49153, "dest_qp": 33, "rate_bytes_per_second": 10.0,
+             "rate_packets_per_second": 1.0, "ecn_ce": 0, "cnp": 0, "psn_gaps": 0, "naks": {}, "rnr_naks": 0, "elephant": false}]});
+        let ecmp = serde_json::json!({"groups": [{"name": "spine", "imbalance_ratio": 2.0, "collision": true, "members": [
+            {"member": "up0", "bytes_per_second": 5e6, "flows": 2, "elephants": 2, "colliding": true},
+            {"member": "up1", "bytes_per_second": 0.0, "flows": 0, "elephants": 0, "colliding": false}]}],
+            "predicted": null, "shared_5tuples": [{}]});
+        let s = render(&flows, &ecmp, true);
+        assert!(s.contains("2 flows, 1 elephants"));
+        assert!(s.contains("\x1b[1;31mE up0"), "{s}");
+        assert!(s.contains("COLLISION"));
+        assert!(s.contains("<- collision"));
+        assert!(s.contains("shared 5-tuples: 1"));
+        let plain = render(&flows, &ecmp, false);
+        assert!(!plain.contains('\x1b'));
+    }
+}
