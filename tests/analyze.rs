@@ -193,3 +193,163 @@ fn table_output_and_bad_files() {
     assert_eq!(j["truncated_tail"], Value::Bool(true));
     assert_eq!(u(&j["frames"]), 623);
 }
+
+fn nak_codes_from_tshark(e: &tshark::Expected) -> ([u64; 5], u64) {
+    let mut naks = [0u64; 5];
+    let mut rnr = 0;
+    for (s, n) in &e.aeth_syndromes {
+        match (s >> 5) & 3 {
+            3 if (s & 0x1F) < 5 => naks[(s & 0x1F) as usize] += n,
+            1 => rnr += n,
+            _ => {}
+        }
+    }
+    (naks, rnr)
+}
+
+#[test]
+fn psn_and_nak_counts_are_exact() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-psn").unwrap();
+    let p = fixtures::psn_health().write(dir.path()).unwrap();
+    let j = analyze_json(&p);
+    let h = &j["health"];
+    assert_eq!(u(&h["psn_gaps"]), 2);
+    assert_eq!(u(&h["retransmits"]), 4);
+    assert_eq!(u(&h["rnr_naks"]), 3);
+    let naks = [
+        "psn_sequence_error",
+        "invalid_request",
+        "remote_access_error",
+        "remote_operational_error",
+        "invalid_rd_request",
+    ];
+    let ours: Vec<u64> = naks.iter().map(|k| u(&h["naks"][k])).collect();
+    assert_eq!(ours, vec![2, 1, 1, 1, 1]);
+    // The NAK codes as tshark decodes the AETH syndromes of the same capture.
+    let (theirs, rnr) = nak_codes_from_tshark(&tshark::expected(&p).unwrap());
+    assert_eq!(ours, theirs.to_vec(), "NAK codes vs tshark");
+    assert_eq!(rnr, 3, "RNR NAKs vs tshark");
+    // Per flow.
+    let flows = j["flows"].as_array().unwrap();
+    let by_sport = |sp: u64, qp: u64| {
+        flows
+            .iter()
+            .find(|f| u(&f["sport"]) == sp && u(&f["dest_qp"]) == qp)
+            .unwrap()
+    };
+    let f1 = by_sport(0xC101, 0x500);
+    assert_eq!((u(&f1["psn_gaps"]), u(&f1["retransmits"])), (1, 3));
+    let f2 = by_sport(0xC102, 0x500);
+    assert_eq!((u(&f2["psn_gaps"]), u(&f2["retransmits"])), (1, 0));
+    let f3 = by_sport(0xC103, 0x500);
+    assert_eq!((u(&f3["psn_gaps"]), u(&f3["retransmits"])), (0, 1));
+    let acks = by_sport(0xC101, 0x400);
+    assert_eq!(u(&acks["rnr_naks"]), 3);
+    assert_eq!(u(&acks["naks"]["psn_sequence_error"]), 2);
+}
+
+#[test]
+fn elephants_flagged_within_duration_and_released_after_hysteresis() {
+    let dir = TempDir::new("rocemon-eleph").unwrap();
+    let p = fixtures::elephant_timeline().write(dir.path()).unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &cfg,
+        "rate_window_seconds = 1\n[elephant]\nthreshold_bytes_per_second = 500000\nexit_ratio = 0.5\nmin_duration_seconds = 2\nrelease_seconds = 2\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args([
+            "analyze",
+            "--format",
+            "json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let el = j["elephants"].as_array().unwrap();
+    assert_eq!(el.len(), 1, "only the heavy flow: {el:?}");
+    assert_eq!(u(&el[0]["sport"]), 0xC201);
+    let periods = el[0]["periods"].as_array().unwrap();
+    assert_eq!(periods.len(), 1);
+    let started = periods[0]["started_s"].as_f64().unwrap();
+    let ended = periods[0]["ended_s"].as_f64().expect("released");
+    // flagged once it stayed above the threshold for the minimum duration (2 s, 1 s ticks)
+    assert!((2.0..=3.0).contains(&started), "started at {started}");
+    // the flow stops at 10 s; the smoothed rate falls below the exit threshold within a
+    // couple of ticks, and the release takes 2 s more
+    assert!((12.0..=15.0).contains(&ended), "ended at {ended}");
+    let peak = periods[0]["peak_bytes_per_second"].as_f64().unwrap();
+    assert!((0.9e6..=1.1e6).contains(&peak), "peak {peak}");
+    // The table shows it too.
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--config", cfg.to_str().unwrap()])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains("ELEPHANTS 1") && t.contains("sport 49665"),
+        "{t}"
+    );
+}
+
+#[test]
+fn predicted_ecmp_and_entropy_in_analyze() {
+    let dir = TempDir::new("rocemon-pred").unwrap();
+    let p = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    std::fs::write(&cfg, "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 4\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args([
+            "analyze",
+            "--format",
+            "json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pred = &j["ecmp"]["predicted"];
+    assert_eq!(pred["members"].as_array().unwrap().len(), 4);
+    let placed: u64 = pred["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| u(&m["flows"]))
+        .sum();
+    assert_eq!(placed, 12, "every flow gets a predicted path");
+    // rc_ipv4: each connection uses one source port both ways, one QP per direction
+    assert_eq!(j["ecmp"]["shared_5tuples"].as_array().unwrap().len(), 0);
+    assert_eq!(j["ecmp"]["source_ports"].as_array().unwrap().len(), 12);
+    assert!(j["ecmp"]["source_ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|h| u(&h["source_ports"]) == 1));
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--config", bad.to_str().unwrap()])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ecmp.hash.paths 0 is out of range"));
+}

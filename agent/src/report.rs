@@ -283,44 +283,100 @@ pub fn table(r: &Report, top: usize) -> String {
         r.roce.cnp, r.roce.becn, r.roce.fecn
     );
     let e = &r.roce.ecn;
+    let p = r.roce.packets;
     let _ = writeln!(
         s,
         "ECN         not-ECT {} ({})  ECT(0) {} ({})  ECT(1) {} ({})  CE {} ({})",
         e.not_ect,
-        pct(e.not_ect, r.roce.packets),
+        pct(e.not_ect, p),
         e.ect0,
-        pct(e.ect0, r.roce.packets),
+        pct(e.ect0, p),
         e.ect1,
-        pct(e.ect1, r.roce.packets),
+        pct(e.ect1, p),
         e.ce,
-        pct(e.ce, r.roce.packets)
+        pct(e.ce, p)
     );
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
-    let _ = writeln!(
-        s,
-        "Not RoCE    {other:>12}   Malformed {bad}{}",
-        if r.truncated_tail {
-            "   (file ends inside a record)"
-        } else {
-            ""
-        }
-    );
+    let tail = if r.truncated_tail {
+        "   (file ends inside a record)"
+    } else {
+        ""
+    };
+    let _ = writeln!(s, "Not RoCE    {other:>12}   Malformed {bad}{tail}");
     for (k, v) in r.malformed.iter().filter(|(_, v)| **v > 0) {
         let _ = writeln!(s, "  malformed {k:<28} {v}");
     }
+    let h = &r.health;
+    let nak_total: u64 = h.naks.values().sum();
+    let _ = writeln!(
+        s,
+        "PSN gaps    {:>12}   retransmissions {}   NAKs {}   RNR NAKs {}",
+        h.psn_gaps, h.retransmits, nak_total, h.rnr_naks
+    );
+    for (k, v) in h.naks.iter().filter(|(_, v)| **v > 0) {
+        let _ = writeln!(s, "  NAK {k:<34} {v}");
+    }
+
     let _ = writeln!(s, "\n{:<36} {:>12} {:>12}", "OPCODE", "PACKETS", "BYTES");
     let mut ops: Vec<&Opcode> = r.roce.opcodes.iter().collect();
     ops.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.opcode.cmp(&b.opcode)));
     for o in ops {
+        let name = format!("{} (0x{:02x})", o.name, o.opcode);
+        let _ = writeln!(s, "{name:<36} {:>12} {:>12}", o.packets, o.bytes);
+    }
+
+    let _ = writeln!(s, "\nELEPHANTS {}", r.elephants.len());
+    for e in &r.elephants {
+        for p in &e.periods {
+            let end = p
+                .ended_s
+                .map(|t| format!("{t:.1} s"))
+                .unwrap_or_else(|| "end".into());
+            let _ = writeln!(
+                s,
+                "  {} -> {} sport {} qp 0x{:x}: {:.1} s .. {end}, peak {}/s",
+                e.src,
+                e.dst,
+                e.sport,
+                e.dest_qp,
+                p.started_s,
+                human_bytes(p.peak_bytes_per_second)
+            );
+        }
+    }
+    if let Some(p) = &r.ecmp.predicted {
+        let verdict = if p.collision {
+            "COLLISION"
+        } else {
+            "no collision"
+        };
+        let _ = writeln!(s, "\nPREDICTED ECMP ({} paths): {verdict}", p.members.len());
+        for m in p.members.iter().filter(|m| m.flows > 0) {
+            let mark = if m.colliding { "  <- collision" } else { "" };
+            let _ = writeln!(
+                s,
+                "  path {:>4}: {:>5} flows {:>3} elephants{mark}",
+                m.member, m.flows, m.elephants
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nSHARED 5-TUPLES {} (flows no 5-tuple hash can separate)",
+        r.ecmp.shared_5tuples.len()
+    );
+    for t in r.ecmp.shared_5tuples.iter().take(top) {
         let _ = writeln!(
             s,
-            "{:<36} {:>12} {:>12}",
-            format!("{} (0x{:02x})", o.name, o.opcode),
-            o.packets,
-            o.bytes
+            "  {} -> {} sport {}: {} QPs",
+            t.src,
+            t.dst,
+            t.sport,
+            t.dest_qps.len()
         );
     }
+
     let _ = writeln!(
         s,
         "\nTOP {} OF {} FLOWS",
@@ -329,8 +385,8 @@ pub fn table(r: &Report, top: usize) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5}",
-        "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "RATE/s", "CE", "CNP"
+        "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5} {:>5} {:>5}",
+        "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "MEAN/s", "CE", "CNP", "GAPS", "NAKS"
     );
     for f in r.flows.iter().take(top) {
         let _ = writeln!(

@@ -384,6 +384,7 @@ pub fn all() -> Vec<Fixture> {
         rc_ipv4(),
         mixed_ipv6_vlan(),
         malformed(),
+        psn_health(),
         many_flows(),
         small_mix("cooked_sll", Link::Sll, Format::PcapMicros, 65535),
         small_mix("cooked_sll2", Link::Sll2, Format::PcapNg, 65535),
@@ -546,4 +547,68 @@ pub fn demo_traffic() -> Fixture {
         }
     }
     whole("demo", Format::PcapMicros, f, true)
+}
+
+/// PSN and NAK health: a gap, go-back-N retransmissions, a duplicate, a PSN wrap, NAKs of every
+/// code and RNR NAKs. Expected (by construction, and NAK codes checked against tshark):
+/// 2 missing packets, 4 retransmissions, NAKs [2, 1, 1, 1, 1] by code, 3 RNR NAKs.
+pub fn psn_health() -> Fixture {
+    let mut f = Vec::new();
+    let a = ip("10.77.4.2");
+    let b = ip("10.77.4.3");
+    let req = |sport: u16, psn: u32| {
+        let mut r = Roce::new(a, b, sport, 0x500, 0x07);
+        r.psn = psn;
+        r.payload = 256;
+        r
+    };
+    // Flow 1: 13 lost (gap 1), go-back-N resends 13, 14, 15 (3 retransmissions).
+    for psn in [10, 11, 12, 14, 15, 13, 14, 15, 16] {
+        push(&mut f, &req(0xC101, psn));
+    }
+    // Flow 2: wraps at 2^24, then 2 is lost (gap 1).
+    for psn in [0xFF_FFFE, 0xFF_FFFF, 0, 1, 3] {
+        push(&mut f, &req(0xC102, psn));
+    }
+    // Flow 3: a duplicate (1 retransmission).
+    for psn in [5, 5, 6] {
+        push(&mut f, &req(0xC103, psn));
+    }
+    // The responder's ACKs back to the requester: NAK codes 0 (twice), 1, 2, 3, 4; three RNR
+    // NAKs; two plain ACKs.
+    for syndrome in [
+        0x60, 0x60, 0x61, 0x62, 0x63, 0x64, 0x2E, 0x21, 0x3F, 0x1F, 0x05,
+    ] {
+        let mut r = Roce::new(b, a, 0xC101, 0x400, 0x11);
+        r.syndrome = syndrome;
+        push(&mut f, &r);
+    }
+    whole("psn_health", Format::PcapMicros, f, true)
+}
+
+/// A timeline for elephant detection: a heavy flow at 1 MB/s for 10 s that then stops, and a
+/// light flow at 1 kB/s for 20 s (one packet per 1 ms / 100 ms).
+pub fn elephant_timeline() -> Fixture {
+    let mut f = Vec::new();
+    let heavy = {
+        let mut r = Roce::new(ip("10.77.5.2"), ip("10.77.5.3"), 0xC201, 0x600, 0x07);
+        r.payload = 1000 - 14 - 20 - 8 - 12 - 4; // 1000-byte frames
+        r
+    };
+    let light = {
+        let mut r = Roce::new(ip("10.77.5.4"), ip("10.77.5.3"), 0xC202, 0x601, 0x04);
+        r.payload = 100 - 14 - 20 - 8 - 12 - 4;
+        r
+    };
+    let (hf, lf) = (heavy.frame(), light.frame());
+    for ms in 0..20_000u64 {
+        let t = T0 + ms * 1_000_000;
+        if ms < 10_000 {
+            f.push((t, hf.clone()));
+        }
+        if ms % 100 == 50 {
+            f.push((t + 500_000, lf.clone()));
+        }
+    }
+    whole("elephant_timeline", Format::PcapNanos, f, false)
 }
