@@ -91,7 +91,7 @@ fn push(frames: &mut Vec<(u64, Vec<u8>)>, r: &Roce) {
 }
 
 /// An Ethernet fixture recorded whole (no snapshot length cut).
-fn whole(
+pub fn whole(
     name: &'static str,
     format: Format,
     frames: Vec<(u64, Vec<u8>)>,
