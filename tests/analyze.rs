@@ -6,8 +6,14 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 fn analyze_json(path: &std::path::Path) -> Value {
+    analyze_json_with(path, &[])
+}
+
+/// `rocemon analyze --format json [extra] FILE`, which must succeed.
+fn analyze_json_with(path: &std::path::Path, extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--format", "json"])
+        .args(extra)
         .arg(path)
         .output()
         .expect("run rocemon");
@@ -259,23 +265,7 @@ fn elephants_flagged_within_duration_and_released_after_hysteresis() {
         "rate_window_seconds = 1\n[elephant]\nthreshold_bytes_per_second = 500000\nexit_ratio = 0.5\nmin_duration_seconds = 2\nrelease_seconds = 2\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args([
-            "analyze",
-            "--format",
-            "json",
-            "--config",
-            cfg.to_str().unwrap(),
-        ])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = analyze_json_with(&p, &["--config", cfg.to_str().unwrap()]);
     let el = j["elephants"].as_array().unwrap();
     assert_eq!(el.len(), 1, "only the heavy flow: {el:?}");
     assert_eq!(u(&el[0]["sport"]), 0xC201);
@@ -309,23 +299,7 @@ fn predicted_ecmp_and_entropy_in_analyze() {
     let p = fixtures::rc_ipv4().write(dir.path()).unwrap();
     let cfg = dir.path().join("rocemon.toml");
     std::fs::write(&cfg, "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 4\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args([
-            "analyze",
-            "--format",
-            "json",
-            "--config",
-            cfg.to_str().unwrap(),
-        ])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = analyze_json_with(&p, &["--config", cfg.to_str().unwrap()]);
     let pred = &j["ecmp"]["predicted"];
     assert_eq!(pred["members"].as_array().unwrap().len(), 4);
     let placed: u64 = pred["members"]
