@@ -9,6 +9,8 @@ use std::path::PathBuf;
 fn main() -> anyhow::Result<()> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR not set")?);
     println!("cargo:rerun-if-env-changed=ROCEMON_EBPF_TOOLCHAIN");
+    // The kernel programs compile agent-common too: rebuild them when it changes.
+    println!("cargo:rerun-if-changed=../agent-common/src");
     let skip =
         std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {

@@ -97,6 +97,9 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                 let p = parse(&SliceReader(&data), LinkType::Ethernet);
                 host[hook as usize].record(&p, data.len() as u64);
                 if let Ok(info) = &p {
+                    if !host_flows.contains_key(&info.flow_key(hook)) {
+                        host[hook as usize].flows_created += 1;
+                    }
                     let flow = host_flows.entry(info.flow_key(hook)).or_default();
                     let ev = flow.record(info, data.len() as u64, 0);
                     host[hook as usize].record_psn(&ev);
@@ -104,6 +107,17 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
             }
         }
         let kernel = loader::read_counters(&ebpf).unwrap();
+        for hook in Hook::ALL {
+            // Every frame is accounted for exactly once: RoCE, not RoCE, or malformed.
+            let k = &kernel[hook as usize];
+            assert_eq!(
+                k.outcomes.iter().sum::<u64>(),
+                k.frames,
+                "{}: {} accounting",
+                fx.name,
+                hook.name()
+            );
+        }
         for hook in Hook::ALL {
             assert_eq!(
                 kernel[hook as usize],

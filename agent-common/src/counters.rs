@@ -71,6 +71,9 @@ pub struct HookCounters {
     /// NAKs by code ([`crate::psn::NAK_NAMES`]).
     pub naks: [u64; NAK_SLOTS],
     pub rnr_naks: u64,
+    /// Flow records created. Minus the flows still in the map, that is how many the LRU map
+    /// evicted (nothing else deletes them).
+    pub flows_created: u64,
 }
 
 impl Default for HookCounters {
@@ -95,6 +98,7 @@ impl HookCounters {
         retransmits: 0,
         naks: [0; NAK_SLOTS],
         rnr_naks: 0,
+        flows_created: 0,
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -165,6 +169,7 @@ impl HookCounters {
             *a += b;
         }
         self.rnr_naks += o.rnr_naks;
+        self.flows_created += o.flows_created;
     }
 
     /// RoCE packets (complete BTH), whatever their extension headers.
@@ -191,7 +196,7 @@ mod tests {
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
-            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 1)
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2)
         );
     }
 

@@ -42,3 +42,6 @@ pub const FLOW_MAP_ENTRIES: u32 = 16_384;
 pub const PROG_XDP: &str = "rocemon_xdp";
 pub const PROG_TC_INGRESS: &str = "rocemon_tc_ingress";
 pub const PROG_TC_EGRESS: &str = "rocemon_tc_egress";
+/// Benchmark baselines: one per-CPU counter bump.
+pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
+pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

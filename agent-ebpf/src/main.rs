@@ -112,6 +112,7 @@ fn count<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> bool {
         .is_ok()
     {
         c.record_psn(&ev);
+        c.flows_created += 1;
         return false;
     }
     // Another CPU inserted the flow in between: count into its element.
@@ -134,3 +135,28 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[link_section = "license"]
 #[no_mangle]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
+
+/// Benchmark baseline (`cargo xtask bench`): the cheapest useful program, one per-CPU counter
+/// bump. Never attached by the agent.
+#[map]
+static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[xdp]
+pub fn rocemon_baseline_xdp(_ctx: XdpContext) -> u32 {
+    bump_baseline();
+    xdp_action::XDP_PASS
+}
+
+#[classifier]
+pub fn rocemon_baseline_tc(_ctx: TcContext) -> i32 {
+    bump_baseline();
+    TC_ACT_PIPE
+}
+
+#[inline(always)]
+fn bump_baseline() {
+    if let Some(c) = BASELINE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot.
+        unsafe { *c += 1 };
+    }
+}

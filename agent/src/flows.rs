@@ -197,6 +197,11 @@ impl FlowTable {
         self.entries.values()
     }
 
+    /// Whether the table holds a flow.
+    pub fn contains(&self, iface: usize, key: &FlowKey) -> bool {
+        self.entries.contains_key(&(iface, *key))
+    }
+
     /// Counts one packet (captures, AF_XDP): the same update the kernel runs.
     pub fn record(
         &mut self,

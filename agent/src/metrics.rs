@@ -112,7 +112,7 @@ impl Metrics {
             flows: int_gauge(&r, "rocemon_flows", "RoCEv2 flows currently held in the flow table.", &["iface"])?,
             flow_rate_bytes: gauge(&r, "rocemon_flow_rate_bytes_per_second", "Smoothed wire bytes per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
             flow_rate_packets: gauge(&r, "rocemon_flow_rate_packets_per_second", "Smoothed packets per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
-            flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows that left the kernel LRU flow map between two polls.", &["iface"])?,
+            flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows the kernel LRU flow map evicted (created minus still held).", &["iface"])?,
             flow_elephant: gauge(&r, "rocemon_flow_elephant", "1 when a top-K flow is an elephant, else 0.", FLOW)?,
             flow_psn_gaps: gauge(&r, "rocemon_flow_psn_gaps", "Packets missing from a top-K flow's request sequence so far.", FLOW)?,
             flow_retransmits: gauge(&r, "rocemon_flow_retransmits", "Retransmitted requests of a top-K flow so far.", FLOW)?,
@@ -242,8 +242,14 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn flow_evictions(&self, iface: &str, n: u64) {
-        self.flow_evictions.with_label_values(&[iface]).inc_by(n);
+    /// Advances the eviction counter of an interface to `evicted_total` (flows created by its
+    /// programs minus flows still in its map).
+    pub fn set_flow_evictions(&mut self, iface: &str, evicted_total: u64) {
+        let c = self.flow_evictions.with_label_values(&[iface]);
+        let seen = c.get();
+        if evicted_total > seen {
+            c.inc_by(evicted_total - seen);
+        }
     }
 
     /// Replaces the per-flow series with the current top-K (elephants first, then the

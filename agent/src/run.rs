@@ -141,11 +141,13 @@ fn poll(
     };
     for (i, p) in probes.iter_mut().enumerate() {
         p.flush_logs();
+        let mut created = None;
         match p.read_counters() {
             Ok(blocks) => {
                 for h in &p.hooks {
                     m.observe_counters(&p.iface, *h, &blocks[*h as usize]);
                 }
+                created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
             }
             Err(e) => {
                 log::warn!("read {MAP_COUNTERS} on {}: {e:#}", p.iface);
@@ -154,6 +156,9 @@ fn poll(
         }
         match p.read_flows() {
             Ok((flows, errors)) => {
+                if let Some(created) = created {
+                    m.set_flow_evictions(&p.iface, created.saturating_sub(flows.len() as u64));
+                }
                 for (k, s) in flows {
                     table.update(i, k, s);
                 }
@@ -168,11 +173,7 @@ fn poll(
             }
         }
     }
-    for (i, gone) in table.end_poll(&polled).into_iter().enumerate() {
-        if gone > 0 {
-            m.flow_evictions(&probes[i].iface, gone as u64);
-        }
-    }
+    table.end_poll(&polled);
     for ev in table.tick(dt, &config.elephant, enter_bps) {
         let iface = table
             .ifaces

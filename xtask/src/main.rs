@@ -27,6 +27,11 @@ enum Task {
     },
     /// Two namespaces, rocemon on one end of a veth pair, built-in RoCEv2 traffic from the other.
     Demo(demo::DemoArgs),
+    /// Run the benchmarks (as root) and write bench/results/REPORT.md and report.json.
+    Bench {
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+    },
     /// Write the test fixtures (captures) into a directory.
     Fixtures {
         #[arg(long, default_value = "target/fixtures")]
@@ -61,6 +66,20 @@ fn main() -> Result<()> {
             sh(&mut c)
         }
         Task::Demo(a) => demo::demo(a),
+        Task::Bench { out } => {
+            setup::ensure()?;
+            let out = if out.is_absolute() {
+                out
+            } else {
+                root().join(out)
+            };
+            let mut c = Command::new("cargo");
+            c.current_dir(root())
+                .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
+                .arg(&out);
+            setup::ebpf_env(&mut c);
+            sh(&mut c)
+        }
         Task::Fixtures { out } => {
             for p in rocemon_testkit::fixtures::generate_all(&out)? {
                 println!("{}", p.display());
