@@ -22,6 +22,7 @@
 
 pub mod analyze;
 pub mod api;
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod detect;

@@ -240,9 +240,37 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
     Ok(out)
 }
 
-/// Every flow of an object, merged over CPUs, and the number of entries that failed to read
-/// (an LRU map can evict a key between the key walk and the lookup).
+/// Every flow of an object, merged over CPUs, and the number of entries that failed to read.
+/// Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to walking the keys
+/// (two syscalls per flow) on kernels without batch support.
 pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
+    if let aya::maps::Map::PerCpuLruHashMap(data) | aya::maps::Map::PerCpuHashMap(data) = map {
+        use std::os::fd::{AsFd, AsRawFd};
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        let mut out = Vec::new();
+        let read = crate::batch::lookup_percpu::<FlowKey, FlowStats>(
+            data.fd().as_fd().as_raw_fd(),
+            cpus,
+            |k, values| {
+                let mut s = FlowStats::default();
+                for v in values {
+                    s.merge(v);
+                }
+                out.push((*k, s));
+            },
+        );
+        match read {
+            Ok(()) => return Ok((out, 0)),
+            Err(e) => log::debug!("batch lookup unavailable ({e}); walking the keys"),
+        }
+    }
+    read_flows_by_key(ebpf)
+}
+
+/// Every flow, key by key (the fallback; an LRU map can evict a key between the key walk and
+/// the lookup, which counts as a read error).
+pub fn read_flows_by_key(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
     let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
     let flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
     let mut out = Vec::new();

@@ -273,10 +273,7 @@ impl Metrics {
         ] {
             g.reset();
         }
-        let mut chosen = table.top_k(usize::MAX);
-        chosen.sort_by_key(|e| !e.elephant.elephant);
-        chosen.truncate(top_k);
-        for e in chosen {
+        for e in table.exported(top_k) {
             let hook = Hook::ALL
                 .get(e.key.hook as usize)
                 .copied()
@@ -321,7 +318,7 @@ impl Metrics {
         }
         self.shared_tuples
             .with_label_values(&[] as &[&str])
-            .set(r.shared_5tuples.len() as i64);
+            .set(r.shared_5tuple_groups as i64);
         self.source_ports.reset();
         for h in r.source_ports.iter().take(top_k) {
             self.source_ports

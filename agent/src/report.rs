@@ -364,7 +364,7 @@ pub fn table(r: &Report, top: usize) -> String {
     let _ = writeln!(
         s,
         "\nSHARED 5-TUPLES {} (flows no 5-tuple hash can separate)",
-        r.ecmp.shared_5tuples.len()
+        r.ecmp.shared_5tuple_groups
     );
     for t in r.ecmp.shared_5tuples.iter().take(top) {
         let _ = writeln!(

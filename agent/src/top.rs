@@ -172,7 +172,7 @@ mod tests {
         let ecmp = serde_json::json!({"groups": [{"name": "spine", "imbalance_ratio": 2.0, "collision": true, "members": [
             {"member": "up0", "bytes_per_second": 5e6, "flows": 2, "elephants": 2, "colliding": true},
             {"member": "up1", "bytes_per_second": 0.0, "flows": 0, "elephants": 0, "colliding": false}]}],
-            "predicted": null, "shared_5tuples": [{}]});
+            "predicted": null, "shared_5tuple_groups": 1, "shared_5tuples": [{}]});
         let s = render(&flows, &ecmp, true);
         assert!(s.contains("2 flows, 1 elephants"));
         assert!(s.contains("\x1b[1;31mE up0"), "{s}");

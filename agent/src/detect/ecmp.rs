@@ -12,8 +12,12 @@
 use super::hash::{FlowFields, HashModel};
 use crate::flows::addr;
 use agent_common::{FlowKey, ROCEV2_UDP_PORT};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+/// How many shared 5-tuples and host pairs the report lists (all are counted).
+pub const MAX_LISTED: usize = 1000;
 
 /// A named group of interfaces that are the uplinks of one ECMP group.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -127,9 +131,13 @@ pub struct EcmpReport {
     pub groups: Vec<GroupView>,
     /// Predicted from the hash model, if one is configured.
     pub predicted: Option<GroupView>,
-    /// Flows (distinct destination QPs) sharing one outer 5-tuple.
+    /// Groups of flows (distinct destination QPs) sharing one outer 5-tuple: how many.
+    pub shared_5tuple_groups: usize,
+    /// The first [`MAX_LISTED`] of them.
     pub shared_5tuples: Vec<SharedTuple>,
-    /// Distinct UDP source ports per host pair, fewest first.
+    /// Host pairs seen.
+    pub host_pairs: usize,
+    /// Distinct UDP source ports per host pair, fewest first ([`MAX_LISTED`] at most).
     pub source_ports: Vec<HostPair>,
 }
 
@@ -193,7 +201,8 @@ pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpR
     }
     // One record per flow for the host-level views (a flow seen at several hooks or
     // interfaces counts once, with its highest rate).
-    let mut unique: BTreeMap<FlowKey, FlowView> = BTreeMap::new();
+    let mut unique: FxHashMap<FlowKey, FlowView> = FxHashMap::default();
+    unique.reserve(flows.len());
     for f in flows {
         let k = FlowKey { hook: 0, ..f.key };
         let e = unique.entry(k).or_insert(*f);
@@ -220,44 +229,58 @@ pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpR
         }
         report.predicted = Some(group_view("predicted".into(), members));
     }
-    // (IP version, source, destination) of a host pair.
-    type Pair = (u8, [u8; 16], [u8; 16]);
-    let mut tuples: BTreeMap<(Pair, u16), BTreeSet<u32>> = BTreeMap::new();
-    let mut pairs: BTreeMap<Pair, (BTreeSet<u16>, usize)> = BTreeMap::new();
-    for k in unique.keys() {
-        tuples
-            .entry(((k.ip_version, k.src, k.dst), k.sport))
-            .or_default()
-            .insert(k.dest_qp);
-        let p = pairs.entry((k.ip_version, k.src, k.dst)).or_default();
-        p.0.insert(k.sport);
-        p.1 += 1;
+    // Sorted (host pair, source port, destination QP) triples: runs of one host pair give its
+    // source ports, runs of one 5-tuple give the QPs sharing it. No allocation per flow.
+    type HostPairKey = (u8, [u8; 16], [u8; 16]);
+    let mut rows: Vec<(HostPairKey, u16, u32)> = unique
+        .keys()
+        .map(|k| ((k.ip_version, k.src, k.dst), k.sport, k.dest_qp))
+        .collect();
+    rows.sort_unstable();
+    let mut pairs: Vec<(usize, usize, usize)> = Vec::new(); // (first row, ports, flows)
+    let mut i = 0;
+    while i < rows.len() {
+        let pair = rows[i].0;
+        let start = i;
+        let mut ports = 0;
+        while i < rows.len() && rows[i].0 == pair {
+            let sport = rows[i].1;
+            let t0 = i;
+            while i < rows.len() && rows[i].0 == pair && rows[i].1 == sport {
+                i += 1;
+            }
+            ports += 1;
+            if i - t0 >= 2 {
+                report.shared_5tuple_groups += 1;
+                if report.shared_5tuples.len() < MAX_LISTED {
+                    let (v, s, d) = pair;
+                    report.shared_5tuples.push(SharedTuple {
+                        src: addr(v, &s).to_string(),
+                        dst: addr(v, &d).to_string(),
+                        sport,
+                        dest_qps: rows[t0..i].iter().map(|r| r.2).collect(),
+                    });
+                }
+            }
+        }
+        pairs.push((start, ports, i - start));
     }
-    report.shared_5tuples = tuples
-        .into_iter()
-        .filter(|(_, qps)| qps.len() >= 2)
-        .map(|(((v, s, d), sport), qps)| SharedTuple {
-            src: addr(v, &s).to_string(),
-            dst: addr(v, &d).to_string(),
-            sport,
-            dest_qps: qps.into_iter().collect(),
+    report.host_pairs = pairs.len();
+    // The host pairs with the fewest source ports (least entropy) first.
+    pairs.sort_unstable_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+    report.source_ports = pairs
+        .iter()
+        .take(MAX_LISTED)
+        .map(|&(row, ports, flows)| {
+            let (v, s, d) = rows[row].0;
+            HostPair {
+                src: addr(v, &s).to_string(),
+                dst: addr(v, &d).to_string(),
+                source_ports: ports,
+                flows,
+            }
         })
         .collect();
-    let mut hp: Vec<HostPair> = pairs
-        .into_iter()
-        .map(|((v, s, d), (ports, flows))| HostPair {
-            src: addr(v, &s).to_string(),
-            dst: addr(v, &d).to_string(),
-            source_ports: ports.len(),
-            flows,
-        })
-        .collect();
-    hp.sort_by(|a, b| {
-        a.source_ports
-            .cmp(&b.source_ports)
-            .then(b.flows.cmp(&a.flows))
-    });
-    report.source_ports = hp;
     report
 }
 
