@@ -10,6 +10,9 @@ use agent_common::{parse, FlowKey, Hook, HookCounters, SliceReader};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Ticks run one by one across a silence in the capture; a longer silence is one tick.
+const MAX_TICKS_PER_GAP: u32 = 64;
+
 /// What `analyze` runs besides counting.
 #[derive(Clone, Debug)]
 pub struct AnalyzeOptions {
@@ -120,8 +123,9 @@ impl Analysis {
         let mut n = 0;
         while ts_ns >= self.next_tick_ns {
             n += 1;
-            if n > 100_000 {
-                // A long silence: one tick covers the rest.
+            if n > MAX_TICKS_PER_GAP {
+                // A long silence (or a timestamp jump): one tick covers the rest, so a capture
+                // with a gap of days costs no more than one with a gap of a minute.
                 let dt = (ts_ns - self.next_tick_ns) as f64 / 1e9 + step as f64 / 1e9;
                 let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
                 self.apply(ev);

@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: setup, test, demo, fixtures.
 
 mod demo;
+mod fuzz;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -32,6 +33,9 @@ enum Task {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
     },
+    /// Fuzz the shared parser and the capture reader (cargo-fuzz), and the kernel programs
+    /// against the host parser (BPF_PROG_TEST_RUN, as root).
+    Fuzz(fuzz::FuzzArgs),
     /// Write the test fixtures (captures) into a directory.
     Fixtures {
         #[arg(long, default_value = "target/fixtures")]
@@ -66,6 +70,7 @@ fn main() -> Result<()> {
             sh(&mut c)
         }
         Task::Demo(a) => demo::demo(a),
+        Task::Fuzz(a) => fuzz::fuzz(a),
         Task::Bench { out } => {
             setup::ensure()?;
             let out = if out.is_absolute() {

@@ -9,6 +9,11 @@ use std::fs::File;
 use std::path::Path;
 use thiserror::Error;
 
+/// The largest record (block) the reader accepts. Real frames are at most 64 KiB (jumbo GSO
+/// frames in captures), so a larger claimed length is corruption, and refusing it keeps a bad
+/// file from making the reader allocate hundreds of megabytes.
+const MAX_RECORD: usize = 16 << 20;
+
 /// One record of a capture.
 #[derive(Clone, Copy, Debug)]
 pub struct Frame<'a> {
@@ -63,11 +68,19 @@ struct Iface {
 /// consumed so far.
 pub fn read_capture(
     path: &Path,
+    on_progress: impl FnMut(u64),
+    on_frame: impl FnMut(Frame<'_>),
+) -> Result<CaptureSummary, CaptureError> {
+    read_capture_from(File::open(path)?, on_progress, on_frame)
+}
+
+/// Reads every frame of a capture from any reader (files, fuzz inputs).
+pub fn read_capture_from(
+    input: impl std::io::Read,
     mut on_progress: impl FnMut(u64),
     mut on_frame: impl FnMut(Frame<'_>),
 ) -> Result<CaptureSummary, CaptureError> {
-    let file = File::open(path)?;
-    let mut reader = match create_reader(1 << 20, file) {
+    let mut reader = match create_reader(1 << 20, input) {
         Ok(r) => r,
         Err(PcapError::Eof) => return Err(CaptureError::Empty),
         Err(PcapError::HeaderNotRecognized) => return Err(CaptureError::NotACapture),
@@ -160,8 +173,10 @@ pub fn read_capture(
             }
             Err(PcapError::BufferTooSmall) => {
                 let cap = reader.data().len().max(1 << 20) * 2;
-                if cap > 1 << 28 || !reader.grow(cap) {
-                    return Err(CaptureError::Corrupt("a record larger than 256 MiB".into()));
+                if cap > MAX_RECORD || !reader.grow(cap) {
+                    return Err(CaptureError::Corrupt(
+                        "a record larger than 16 MiB (no capture has frames that big)".into(),
+                    ));
                 }
                 reader
                     .refill()

@@ -1,0 +1,100 @@
+//! `cargo xtask fuzz --seconds N`: cargo-fuzz (libFuzzer) on the shared parser and the capture
+//! reader, seeded from `fuzz/seeds/`, then a differential fuzz of the kernel programs against
+//! the host parser through BPF_PROG_TEST_RUN. Crashes land in `fuzz/artifacts/`; copy each into
+//! `fuzz/regressions/<target>/` so the test suite replays it forever.
+
+use crate::{root, setup, sh};
+use anyhow::{bail, Context, Result};
+use rocemon_testkit::fixtures;
+use std::path::Path;
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct FuzzArgs {
+    /// Seconds per target.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Only (re)write the seed corpus in fuzz/seeds/ and stop.
+    #[arg(long)]
+    write_seeds: bool,
+}
+
+/// Seeds: single frames from every fixture for the parser; small whole captures for the reader.
+fn write_seeds(dir: &Path) -> Result<()> {
+    let parse = dir.join("parse");
+    let capture = dir.join("capture");
+    std::fs::create_dir_all(&parse)?;
+    std::fs::create_dir_all(&capture)?;
+    for fx in fixtures::all() {
+        for (i, (_, _, data)) in fx.records().enumerate().step_by(7).take(6) {
+            std::fs::write(parse.join(format!("{}-{i}", fx.name)), data)?;
+        }
+        if ["malformed", "cooked_sll2", "snaplen54", "psn_health"].contains(&fx.name) {
+            fx.write(&capture)?;
+        }
+    }
+    Ok(())
+}
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let ok = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        println!("fuzz: cargo install cargo-fuzz");
+        sh(Command::new("cargo").args(["install", "cargo-fuzz"]))?;
+    }
+    Ok(())
+}
+
+pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    let seeds = root().join("fuzz/seeds");
+    if a.write_seeds {
+        return write_seeds(&seeds);
+    }
+    setup::ensure()?;
+    ensure_cargo_fuzz()?;
+    let mut summary = Vec::new();
+    for target in ["parse", "capture"] {
+        let corpus = root().join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)?;
+        let out = Command::new("cargo")
+            .current_dir(root().join("fuzz"))
+            .args(["+nightly", "fuzz", "run", target])
+            .arg(&corpus)
+            .arg(seeds.join(target))
+            .arg("--")
+            .arg(format!("-max_total_time={}", a.seconds))
+            .arg("-print_final_stats=1")
+            // The capture target links the agent library; its BPF object is not needed here.
+            .env("AYA_BUILD_SKIP", "1")
+            .output()
+            .context("run cargo fuzz")?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        let runs = log
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| "?".into());
+        if !out.status.success() {
+            eprintln!("{log}");
+            bail!("fuzz target {target} found a crash: see fuzz/artifacts/{target}/ and add it to fuzz/regressions/{target}/");
+        }
+        println!(
+            "fuzz: {target}: {runs} executions in {} s, no crash",
+            a.seconds
+        );
+        summary.push(format!("{target}: {runs} executions"));
+    }
+    // The kernel readers (XDP direct access, tc) against the host parser.
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
+        .arg(format!("--fuzz-kernel={}", a.seconds));
+    setup::ebpf_env(&mut c);
+    sh(&mut c)?;
+    println!("fuzz: done ({})", summary.join(", "));
+    Ok(())
+}
