@@ -148,9 +148,11 @@ impl Analysis {
         self.counters.record(&parsed, len);
         if let Ok(info) = &parsed {
             // Captures carry no hook; flows are keyed as if seen at XDP.
-            let ev = self
-                .flows
-                .record(0, info.flow_key(Hook::Xdp), info, len, f.ts_ns);
+            let key = info.flow_key(Hook::Xdp);
+            let (ev, created) = self.flows.record(0, key, info, len, f.ts_ns);
+            if created {
+                self.counters.flows_created += 1;
+            }
             self.counters.record_psn(&ev);
         }
         self.first_ts_ns.get_or_insert(f.ts_ns);

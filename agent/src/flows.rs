@@ -197,12 +197,8 @@ impl FlowTable {
         self.entries.values()
     }
 
-    /// Whether the table holds a flow.
-    pub fn contains(&self, iface: usize, key: &FlowKey) -> bool {
-        self.entries.contains_key(&(iface, *key))
-    }
-
-    /// Counts one packet (captures, AF_XDP): the same update the kernel runs.
+    /// Counts one packet (captures, AF_XDP): the same update the kernel runs. Returns what it
+    /// did to the PSN sequence and whether it created the flow.
     pub fn record(
         &mut self,
         iface: usize,
@@ -210,9 +206,10 @@ impl FlowTable {
         info: &RoceInfo,
         frame_len: u64,
         ts_ns: u64,
-    ) -> PsnEvent {
+    ) -> (PsnEvent, bool) {
         let e = self.entry(iface, key);
-        e.stats.record(info, frame_len, ts_ns)
+        let created = e.stats.packets == 0;
+        (e.stats.record(info, frame_len, ts_ns), created)
     }
 
     /// Starts a poll round (live mode).
