@@ -453,6 +453,58 @@ fn markdown(r: &Value) -> String {
             row["ratio"].as_f64().unwrap_or(0.0)
         );
     }
+    // Against the targets, computed from this run.
+    let rows = r["kernel"]["rows"].as_array().cloned().unwrap_or_default();
+    let worst = |k: &str| {
+        rows.iter()
+            .filter_map(|x| x[k].as_f64())
+            .fold(0.0, f64::max)
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    let _ = writeln!(
+        s,
+        "\n## Against the targets\n\n| target | this run | verdict |\n| --- | --- | --- |"
+    );
+    let (xr, tr, xn, tn) = (
+        worst("xdp_ratio"),
+        worst("tc_ratio"),
+        worst("xdp_ns"),
+        worst("tc_ns"),
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: under 2x the baseline | worst XDP x{xr:.1}, tc x{tr:.1} | {} |",
+        verdict(xr < 2.0 && tr < 2.0)
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: under 50 ns per packet | worst XDP {xn:.0} ns, tc {tn:.0} ns | {} |",
+        verdict(xn < 50.0 && tn < 50.0)
+    );
+    let sp = a["speedup_vs_tshark"].as_f64().unwrap_or(0.0);
+    let rc = a["ratio_vs_cat"].as_f64().unwrap_or(0.0);
+    let _ = writeln!(
+        s,
+        "| analyze: at least 100x tshark | {sp:.0}x | {} |",
+        verdict(sp >= 100.0)
+    );
+    let _ = writeln!(
+        s,
+        "| analyze: within 3x of reading the file | {rc:.1}x | {} |",
+        verdict(rc <= 3.0)
+    );
+    let render = c["metrics_render_ms"].as_f64().unwrap_or(0.0);
+    let rss = c["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+    let _ = writeln!(
+        s,
+        "| scale: a scrape under 100 ms | {render:.2} ms | {} |",
+        verdict(render < 100.0)
+    );
+    let _ = writeln!(
+        s,
+        "| scale: resident memory under 200 MB | {rss:.0} MB | {} |",
+        verdict(rss < 200.0)
+    );
     s
 }
 
@@ -615,6 +667,13 @@ fn main() -> Result<()> {
             .and_then(|v| v.parse::<u64>().ok())
     }) {
         return fuzz_kernel(secs);
+    }
+    if let Some(dir) = std::env::args().find_map(|a| a.strip_prefix("--render=").map(PathBuf::from))
+    {
+        // Re-render REPORT.md from an existing report.json (after a change to the layout).
+        let report: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
+        std::fs::write(dir.join("REPORT.md"), markdown(&report))?;
+        return Ok(());
     }
     if std::env::args().any(|a| a == "--phase-scale") {
         loader::raise_memlock();
