@@ -184,3 +184,145 @@ fn xdp_native_unsupported_and_auto_fallback() {
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("falling back to skb mode"), "{stderr}");
 }
+
+#[test]
+fn rdma_counters_and_connections_from_recorded_output() {
+    let dir = TempDir::new("rocemon-rdma").unwrap();
+    let root = dir.path().join("sys");
+    for (rel, v) in [
+        (
+            "class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent",
+            "42\n",
+        ),
+        (
+            "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data",
+            "1000\n",
+        ),
+        (
+            "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0",
+            "ens1f0np0\n",
+        ),
+    ] {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, v).unwrap();
+    }
+    let qp = dir.path().join("qp.json");
+    std::fs::write(&qp, r#"[{"ifname":"mlx5_0","port":1,"lqpn":4660,"rqpn":22136,"type":"RC","state":"RTS"},{"ifname":"mlx5_0","port":1,"lqpn":1,"type":"GSI","state":"RTS"}]"#).unwrap();
+    let cm = dir.path().join("cm.json");
+    std::fs::write(
+        &cm,
+        r#"[{"lqpn":4660,"src-addr":"10.0.0.1:5000","dst-addr":"10.0.0.2:18515"}]"#,
+    )
+    .unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    std::fs::write(&cfg, "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n").unwrap();
+    let out = rocemon(&[
+        "rdma",
+        "--format",
+        "json",
+        "--sysfs-root",
+        root.to_str().unwrap(),
+        "--qp-json",
+        qp.to_str().unwrap(),
+        "--cm-id-json",
+        cm.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counters = j["port_counters"].as_array().unwrap();
+    assert_eq!(counters.len(), 2);
+    assert!(counters
+        .iter()
+        .any(|c| c["counter"] == "np_cnp_sent" && c["value"] == 42 && c["netdev"] == "ens1f0np0"));
+    let conns = j["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 1);
+    // 0x1234 x 0x5678: the drivers' formula gives 0xC01A (see sources::rdma).
+    assert_eq!(conns[0]["sport"], 0xC01A);
+    assert_eq!(conns[0]["src"], "10.0.0.1");
+    assert!(conns[0]["predicted_path"].as_u64().unwrap() < 4);
+    // A host without RDMA devices or the rdma tool: no error, nothing listed.
+    let out = rocemon(&[
+        "rdma",
+        "--format",
+        "json",
+        "--sysfs-root",
+        dir.path().join("empty").to_str().unwrap(),
+        "--qp-json",
+        dir.path().join("missing.json").to_str().unwrap(),
+    ]);
+    assert_usage_error(&out, "cannot read");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "[]").unwrap();
+    let out = rocemon(&[
+        "rdma",
+        "--format",
+        "json",
+        "--sysfs-root",
+        dir.path().join("none").to_str().unwrap(),
+        "--qp-json",
+        empty.to_str().unwrap(),
+        "--cm-id-json",
+        empty.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["port_counters"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn run_exports_rdma_nic_counters_from_sysfs() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root (namespaces, BPF)");
+        return;
+    }
+    let dir = TempDir::new("rocemon-rdmarun").unwrap();
+    let p = dir
+        .path()
+        .join("sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_seq_err");
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, "7\n").unwrap();
+    let ns = Ns::new();
+    let root = dir.path().join("sys");
+    let mut agent = Agent::start(
+        &ns.0,
+        BIN,
+        &[
+            "run",
+            "--iface",
+            "lo",
+            "--hooks",
+            "tc-ingress",
+            "--listen",
+            "127.0.0.1:9444",
+            "--poll-interval-ms",
+            "100",
+            "--sysfs-root",
+            root.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let t = Instant::now();
+    let body = loop {
+        if let Ok((200, b)) = http_get_in(&ns.0, "127.0.0.1:9444", "/metrics") {
+            if b.contains("rocemon_rdma_port_counter_total{") {
+                break b;
+            }
+        }
+        assert!(agent.try_wait().is_none(), "agent exited");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no RDMA counter series"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(body.contains(r#"rocemon_rdma_port_counter_total{counter="rcvd_seq_err",device="rxe0",netdev="",port="1"} 7"#), "{body}");
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+}

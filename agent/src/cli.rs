@@ -23,6 +23,28 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// A live terminal view of a running agent: top flows, elephants, ECMP collisions.
     Top(TopArgs),
+    /// RDMA NIC port counters and the host's RC connections with their derived UDP source
+    /// ports (and predicted ECMP paths with a hash model): for hosts whose RoCE bypasses the
+    /// kernel.
+    Rdma(RdmaArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RdmaArgs {
+    /// Root of the sysfs tree (tests point it at a fake tree).
+    #[arg(long, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Read `rdma -j res show qp` output from this file instead of running `rdma`.
+    #[arg(long, value_name = "FILE")]
+    pub qp_json: Option<PathBuf>,
+    /// Read `rdma -j res show cm_id` output from this file instead of running `rdma`.
+    #[arg(long, value_name = "FILE")]
+    pub cm_id_json: Option<PathBuf>,
+    /// Configuration file: its [ecmp.hash] model gives each connection a predicted path.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
 }
 
 #[derive(Args, Debug)]
@@ -73,6 +95,9 @@ pub struct RunArgs {
     /// Elephant entry threshold in bytes per second (overrides elephant.threshold_bytes_per_second).
     #[arg(long, value_name = "BYTES_PER_SECOND")]
     pub elephant_bps: Option<f64>,
+    /// Root of the sysfs tree for RDMA NIC counters.
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]

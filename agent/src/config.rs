@@ -27,6 +27,7 @@ pub struct FileConfig {
     pub rate_window_seconds: Option<f64>,
     pub elephant: Option<ElephantConfig>,
     pub ecmp: Option<EcmpConfig>,
+    pub sysfs_root: Option<std::path::PathBuf>,
 }
 
 /// How to attach XDP.
@@ -52,6 +53,8 @@ pub struct Config {
     pub rate_window_s: f64,
     pub elephant: ElephantConfig,
     pub ecmp: EcmpConfig,
+    /// Root of the sysfs tree (RDMA NIC counters, link speeds).
+    pub sysfs_root: std::path::PathBuf,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -186,6 +189,11 @@ impl Config {
             rate_window_s,
             elephant,
             ecmp,
+            sysfs_root: args
+                .sysfs_root
+                .clone()
+                .or(file.sysfs_root)
+                .unwrap_or_else(|| "/sys".into()),
         })
     }
 }

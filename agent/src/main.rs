@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use rocemon::cli::{AnalyzeArgs, Cli, Command, OutputFormat, RunArgs};
+use rocemon::cli::{AnalyzeArgs, Cli, Command, OutputFormat, RdmaArgs, RunArgs};
 use rocemon::config::Config;
 use rocemon::error::{exit_status, UsageError};
 use std::io::IsTerminal;
@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run(a),
         Command::Analyze(a) => analyze(a),
         Command::Top(a) => rocemon::top::run(a),
+        Command::Rdma(a) => rdma(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -109,6 +110,89 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string(&report)?),
         OutputFormat::Table => print!("{}", rocemon::report::table(&report, args.top)),
+    }
+    Ok(())
+}
+
+fn rdma(args: RdmaArgs) -> Result<()> {
+    use rocemon::sources::rdma;
+    let read = |p: &std::path::PathBuf| {
+        std::fs::read_to_string(p)
+            .map_err(|e| UsageError::BadConfig(format!("cannot read {}: {e}", p.display())))
+    };
+    let qp = match &args.qp_json {
+        Some(p) => Some(read(p)?),
+        None => rdma::rdma_res("qp"),
+    };
+    let cm = match &args.cm_id_json {
+        Some(p) => Some(read(p)?),
+        None => rdma::rdma_res("cm_id"),
+    };
+    let connections = match &qp {
+        Some(q) => rdma::connections(q, cm.as_deref()).map_err(|e| {
+            UsageError::BadConfig(format!("cannot parse `rdma -j res` output: {e}"))
+        })?,
+        None => Vec::new(),
+    };
+    let model = match &args.config {
+        Some(p) => {
+            rocemon::config::detectors(&rocemon::config::load_file(p)?)?
+                .2
+                .hash
+        }
+        None => None,
+    };
+    let path_of = |c: &rdma::Connection| {
+        let k = c.flow_key()?;
+        model
+            .as_ref()
+            .map(|m| m.path(&rocemon::detect::ecmp::fields(&k)))
+    };
+    let counters = rdma::port_counters(&args.sysfs_root);
+    match args.format {
+        OutputFormat::Json => {
+            let conns: Vec<serde_json::Value> = connections
+                .iter()
+                .map(|c| {
+                    let mut v = serde_json::to_value(c).unwrap_or_default();
+                    v["predicted_path"] =
+                        path_of(c).map(serde_json::Value::from).unwrap_or_default();
+                    v
+                })
+                .collect();
+            let ctrs: Vec<serde_json::Value> = counters
+                .iter()
+                .map(|c| serde_json::json!({"device": c.device, "port": c.port, "netdev": c.netdev, "group": c.group, "counter": c.name, "value": c.value}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"port_counters": ctrs, "connections": conns})
+            );
+        }
+        OutputFormat::Table => {
+            println!("RDMA PORT COUNTERS {}", counters.len());
+            for c in &counters {
+                println!(
+                    "  {}/{} ({}) {}/{} {}",
+                    c.device, c.port, c.netdev, c.group, c.name, c.value
+                );
+            }
+            println!("\nRC CONNECTIONS {}", connections.len());
+            for c in &connections {
+                let path = path_of(c)
+                    .map(|p| format!("  predicted path {p}"))
+                    .unwrap_or_default();
+                println!(
+                    "  {} qp 0x{:x} -> 0x{:x} {} -> {} udp sport {}{path}",
+                    c.device,
+                    c.lqpn,
+                    c.rqpn,
+                    c.src.as_deref().unwrap_or("?"),
+                    c.dst.as_deref().unwrap_or("?"),
+                    c.sport
+                );
+            }
+        }
     }
     Ok(())
 }

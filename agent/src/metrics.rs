@@ -54,6 +54,7 @@ pub struct Metrics {
     source_ports: IntGaugeVec,
     pub poll_duration: Histogram,
     attached: IntGaugeVec,
+    rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
     prev: HashMap<(String, Hook), HookCounters>,
@@ -131,6 +132,7 @@ impl Metrics {
             colliding_paths: int_gauge(&r, "rocemon_ecmp_predicted_colliding_paths", "Paths the hash model predicts to collide.", &[])?,
             shared_tuples: int_gauge(&r, "rocemon_ecmp_shared_5tuple_groups", "Groups of flows (distinct destination QPs) sharing one outer 5-tuple.", &[])?,
             source_ports: int_gauge(&r, "rocemon_ecmp_source_ports", "Distinct UDP source ports of a host pair (the top-K pairs with the fewest).", &["src", "dst"])?,
+            rdma_counters: counter(&r, "rocemon_rdma_port_counter_total", "A counter of an RDMA NIC port, as its driver reports it under /sys/class/infiniband (counters/ and hw_counters/).", &["device", "port", "netdev", "counter"])?,
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             poll_duration,
@@ -346,6 +348,23 @@ impl Metrics {
         self.imbalance
             .with_label_values(&[&g.name])
             .set(g.imbalance_ratio);
+    }
+
+    /// Advances the RDMA NIC port counters to the driver's values.
+    pub fn set_rdma_counters(&self, counters: &[crate::sources::rdma::PortCounter]) {
+        for c in counters {
+            let m = self
+                .rdma_counters
+                .with_label_values(&[&c.device, &c.port, &c.netdev, &c.name]);
+            let seen = m.get();
+            // A smaller value means the driver reset it (device reset): follow from there.
+            if c.value >= seen {
+                m.inc_by(c.value - seen);
+            } else {
+                m.reset();
+                m.inc_by(c.value);
+            }
+        }
     }
 
     /// The Prometheus text exposition of every metric.

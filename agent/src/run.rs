@@ -77,11 +77,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut table = FlowTable::new(config.ifaces.clone());
     table.tau_s = config.rate_window_s;
     // Elephant entry thresholds per interface (link share of the reported speed, or absolute).
-    let sysfs = std::path::Path::new("/sys/class/net");
+    let sysfs = config.sysfs_root.join("class/net");
     let enter_bps: Vec<f64> = config
         .ifaces
         .iter()
-        .map(|i| config.elephant.enter_bps(link_speed_mbps(sysfs, i)))
+        .map(|i| config.elephant.enter_bps(link_speed_mbps(&sysfs, i)))
         .collect();
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -198,6 +198,7 @@ fn poll(
             ),
         }
     }
+    m.set_rdma_counters(&crate::sources::rdma::port_counters(&config.sysfs_root));
     let report = ecmp::analyze(&table.views(), &table.ifaces, &config.ecmp);
     m.set_flows(table, config.top_k);
     m.set_ecmp(&report, config.top_k);
