@@ -1,9 +1,9 @@
 //! The `rocemon` binary's errors: each names the problem and the fix, with exit status 2.
 
-use rocemon_testkit::netns::{http_get_in, metric_labels, run, unique_tag, Agent};
+use rocemon_testkit::netns::{metric_labels, run, unique_tag, Agent};
 use rocemon_testkit::{is_root, TempDir};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 
@@ -156,15 +156,9 @@ fn xdp_native_unsupported_and_auto_fallback() {
         ],
     )
     .unwrap();
-    let t = Instant::now();
-    let body = loop {
-        if let Ok((200, b)) = http_get_in(&ns.0, "127.0.0.1:9443", "/metrics") {
-            break b;
-        }
-        assert!(agent.try_wait().is_none(), "agent exited");
-        assert!(t.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let body = agent
+        .wait_metrics(&ns.0, "127.0.0.1:9443", Duration::from_secs(30), |_| true)
+        .unwrap();
     assert_eq!(
         metric_labels(&body, "rocemon_attached", "mode"),
         vec![("skb".to_string(), 1.0)]
@@ -308,20 +302,11 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
         ],
     )
     .unwrap();
-    let t = Instant::now();
-    let body = loop {
-        if let Ok((200, b)) = http_get_in(&ns.0, "127.0.0.1:9444", "/metrics") {
-            if b.contains("rocemon_rdma_port_counter_total{") {
-                break b;
-            }
-        }
-        assert!(agent.try_wait().is_none(), "agent exited");
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "no RDMA counter series"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let body = agent
+        .wait_metrics(&ns.0, "127.0.0.1:9444", Duration::from_secs(30), |b| {
+            b.contains("rocemon_rdma_port_counter_total{")
+        })
+        .unwrap();
     assert!(body.contains(r#"rocemon_rdma_port_counter_total{counter="rcvd_seq_err",device="rxe0",netdev="",port="1"} 7"#), "{body}");
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");

@@ -29,20 +29,9 @@ fn scrape(ns: &str) -> Option<String> {
 }
 
 fn wait_ready(ns: &str, agent: &mut Agent) -> String {
-    let t = Instant::now();
-    loop {
-        if let Some(b) = scrape(ns) {
-            return b;
-        }
-        if let Some(st) = agent.try_wait() {
-            panic!("rocemon exited early with {st}");
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "rocemon did not serve /metrics within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(30), |_| true)
+        .unwrap()
 }
 
 struct Case {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9442";
@@ -129,19 +129,9 @@ fn run_scenario(
         &["run", "--config", cfg.to_str().unwrap(), "--listen", ADDR],
     )
     .unwrap();
-    let t = Instant::now();
-    while http_get_in(&lab.r, ADDR, "/metrics")
-        .map(|r| r.0)
-        .unwrap_or(0)
-        != 200
-    {
-        assert!(agent.try_wait().is_none(), "rocemon exited");
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "rocemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    agent
+        .wait_metrics(&lab.r, ADDR, Duration::from_secs(30), |_| true)
+        .unwrap();
     let pcap = scenario_pcap(dir, heavy, light);
     let before = lab.uplink_tx().unwrap();
     let mut replay = Command::new("ip")

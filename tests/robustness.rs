@@ -21,18 +21,9 @@ fn can_run() -> bool {
 }
 
 fn wait_ready(ns: &str, agent: &mut Agent) -> String {
-    let t = Instant::now();
-    loop {
-        if let Ok((200, b)) = http_get_in(ns, ADDR, "/metrics") {
-            return b;
-        }
-        assert!(agent.try_wait().is_none(), "rocemon exited early");
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "rocemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(30), |_| true)
+        .unwrap()
 }
 
 #[test]

@@ -174,6 +174,32 @@ impl Agent {
         Ok(Agent { child: Some(child) })
     }
 
+    /// Waits until `GET /metrics` answers 200 at `addr` inside `ns` with a body that `ready`
+    /// accepts; fails when the agent exits first or `timeout` passes. Returns the body.
+    pub fn wait_metrics(
+        &mut self,
+        ns: &str,
+        addr: &str,
+        timeout: std::time::Duration,
+        ready: impl Fn(&str) -> bool,
+    ) -> Result<String> {
+        let t = std::time::Instant::now();
+        loop {
+            if let Ok((200, body)) = http_get_in(ns, addr, "/metrics") {
+                if ready(&body) {
+                    return Ok(body);
+                }
+            }
+            if let Some(st) = self.try_wait() {
+                bail!("rocemon exited early with {st}");
+            }
+            if t.elapsed() > timeout {
+                bail!("rocemon did not serve the expected /metrics within {timeout:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Whether the process has exited (and its status).
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child
