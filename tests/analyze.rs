@@ -327,3 +327,26 @@ fn predicted_ecmp_and_entropy_in_analyze() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ecmp.hash.paths 0 is out of range"));
 }
+
+#[test]
+fn mirrored_and_tunnelled_roce_is_counted_as_fabric_traffic() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-tun").unwrap();
+    let p = fixtures::tunnels().write(dir.path()).unwrap();
+    let j = analyze_json(&p);
+    let t = &j["roce"]["tunnels"];
+    // 12 packets in each of VXLAN, GRE (Ethernet and IP: 24), ERSPAN II, ERSPAN III, plain;
+    // plus the VXLAN without I flag and the GRE version 1 frame, both decoded.
+    assert_eq!(u(&t["vxlan"]), 13);
+    assert_eq!(u(&t["gre"]), 25);
+    assert_eq!(u(&t["erspan2"]), 12);
+    assert_eq!(u(&t["erspan3"]), 12);
+    assert_eq!(u(&t["none"]), 12);
+    assert_eq!(u(&j["malformed"]["truncated_erspan"]), 1);
+    assert_eq!(u(&j["not_roce"]["gre_other_protocol"]), 1);
+    // every encapsulated copy lands in the inner flows (tshark agrees: analyze_equals_tshark)
+    assert_eq!(
+        j["flows"].as_array().unwrap().len(),
+        tshark::expected(&p).unwrap().flows.len()
+    );
+}

@@ -74,6 +74,9 @@ pub struct HookCounters {
     /// Flow records created. Minus the flows still in the map, that is how many the LRU map
     /// evicted (nothing else deletes them).
     pub flows_created: u64,
+    /// RoCE packets by the encapsulation they arrived in ([`crate::headers::encap::TunnelKind`] discriminant; 0 is
+    /// none), padded to a power of two for masking.
+    pub tunnel_packets: [u64; 8],
 }
 
 impl Default for HookCounters {
@@ -99,6 +102,7 @@ impl HookCounters {
         naks: [0; NAK_SLOTS],
         rnr_naks: 0,
         flows_created: 0,
+        tunnel_packets: [0; 8],
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -116,6 +120,7 @@ impl HookCounters {
                 if info.is_cnp() {
                     self.cnp_packets += 1;
                 }
+                self.tunnel_packets[(info.tunnel.kind as usize) & 7] += 1;
                 if info.bth.becn {
                     self.becn_packets += 1;
                 }
@@ -170,6 +175,9 @@ impl HookCounters {
         }
         self.rnr_naks += o.rnr_naks;
         self.flows_created += o.flows_created;
+        for (a, b) in self.tunnel_packets.iter_mut().zip(o.tunnel_packets.iter()) {
+            *a += b;
+        }
     }
 
     /// RoCE packets (complete BTH), whatever their extension headers.
@@ -196,7 +204,7 @@ mod tests {
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
-            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2)
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8)
         );
     }
 

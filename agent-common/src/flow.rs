@@ -144,6 +144,7 @@ mod tests {
             sport: 1,
             udp_len: 40,
             vlan_tags: 0,
+            tunnel: Default::default(),
             bth: Bth {
                 opcode,
                 psn,

@@ -7,6 +7,7 @@
 use crate::counters::Hook;
 use crate::flow::FlowKey;
 use crate::headers::bth::{self, Bth};
+use crate::headers::encap::{self, Tunnel};
 use crate::headers::ethernet::{self, is_vlan};
 use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
 use crate::headers::ipv4::{self, Ipv4Header};
@@ -67,6 +68,14 @@ pub enum Outcome {
     BadUdpLength = 17,
     /// UDP to port 4791 whose datagram or captured bytes end inside the BTH.
     TruncatedBth = 18,
+    /// GRE with a protocol that carries neither Ethernet, ERSPAN nor IP.
+    GreOtherProtocol = 19,
+    /// A GRE header cut short.
+    BadGre = 20,
+    /// A VXLAN header cut short.
+    BadVxlan = 21,
+    /// An ERSPAN header cut short.
+    TruncatedErspan = 22,
 }
 
 /// Whether an outcome is RoCE, other traffic, or a malformed frame.
@@ -78,7 +87,7 @@ pub enum OutcomeKind {
 }
 
 impl Outcome {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 23;
     pub const ALL: [Outcome; Self::COUNT] = [
         Outcome::Roce,
         Outcome::RoceExtTruncated,
@@ -99,6 +108,10 @@ impl Outcome {
         Outcome::TruncatedUdp,
         Outcome::BadUdpLength,
         Outcome::TruncatedBth,
+        Outcome::GreOtherProtocol,
+        Outcome::BadGre,
+        Outcome::BadVxlan,
+        Outcome::TruncatedErspan,
     ];
 
     /// The snake_case name used as a metric label and JSON key.
@@ -123,6 +136,10 @@ impl Outcome {
             Outcome::TruncatedUdp => "truncated_udp",
             Outcome::BadUdpLength => "bad_udp_length",
             Outcome::TruncatedBth => "truncated_bth",
+            Outcome::GreOtherProtocol => "gre_other_protocol",
+            Outcome::BadGre => "bad_gre",
+            Outcome::BadVxlan => "bad_vxlan",
+            Outcome::TruncatedErspan => "truncated_erspan",
         }
     }
 
@@ -134,7 +151,8 @@ impl Outcome {
             | Outcome::UdpOtherPort
             | Outcome::IpFragment
             | Outcome::VlanDepthExceeded
-            | Outcome::Ipv6ExtUnsupported => OutcomeKind::NotRoce,
+            | Outcome::Ipv6ExtUnsupported
+            | Outcome::GreOtherProtocol => OutcomeKind::NotRoce,
             _ => OutcomeKind::Malformed,
         }
     }
@@ -170,8 +188,10 @@ pub struct RoceInfo {
     pub sport: u16,
     /// UDP length (header + payload), clipped to the IP payload.
     pub udp_len: u16,
-    /// VLAN tags walked (0, 1 or 2).
+    /// VLAN tags walked (0, 1 or 2) of the (inner) frame.
     pub vlan_tags: u8,
+    /// The mirror session or tunnel the packet arrived in, if any.
+    pub tunnel: Tunnel,
     pub bth: Bth,
     /// RETH DMA length (RDMA WRITE FIRST/ONLY, READ REQUEST).
     pub reth_dma_len: Option<u32>,
@@ -242,6 +262,24 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
             )
         }
     };
+    // Mirror sessions and tunnels: a cheap look at the outer headers finds where the inner
+    // frame starts; the full parse below then runs once, on the inner frame.
+    let mut tunnel = Tunnel::default();
+    if let Some(inner) = encap::locate(r, ethertype, off)? {
+        tunnel = inner.tunnel;
+        off = inner.inner_off;
+        ethertype = match inner.inner_ethertype {
+            Some(e) => e,
+            None => {
+                let e = be16(
+                    r.read(off + ethernet::ETHERTYPE_OFFSET)
+                        .ok_or(Outcome::TruncatedL2)?,
+                );
+                off += ethernet::LEN;
+                e
+            }
+        };
+    }
     let mut vlan_tags = 0u8;
     // A fixed bound: single tag and QinQ.
     let mut i = 0;
@@ -293,6 +331,7 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
         sport: u.src_port(),
         udp_len: udp_len as u16,
         vlan_tags,
+        tunnel,
         bth: b,
         reth_dma_len: None,
         aeth: None,

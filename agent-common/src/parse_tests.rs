@@ -478,3 +478,68 @@ proptest! {
         prop_assert_eq!(c.ecn_packets.iter().sum::<u64>(), c.roce_packets());
     }
 }
+
+#[test]
+fn mirror_and_tunnel_encapsulations() {
+    use crate::headers::encap::TunnelKind;
+    use rocemon_testkit::frames::tunnel;
+    let mut r = v4();
+    r.ecn = 3;
+    r.psn = 77;
+    let inner = r.frame();
+    let plain = p(&inner).unwrap();
+    let cases = [
+        (tunnel::vxlan(&inner, 0x1234), TunnelKind::Vxlan, 0x1234),
+        (tunnel::gre_teb(&inner, 77), TunnelKind::Gre, 77),
+        (tunnel::gre_ip(&inner), TunnelKind::Gre, 0),
+        (
+            tunnel::erspan2(&inner, 0x2AB, 5),
+            TunnelKind::ErspanII,
+            0x2AB,
+        ),
+        (
+            tunnel::erspan3(&inner, 300, 5, false),
+            TunnelKind::ErspanIII,
+            300,
+        ),
+        (
+            tunnel::erspan3(&inner, 301, 5, true),
+            TunnelKind::ErspanIII,
+            301,
+        ),
+    ];
+    for (frame, kind, id) in cases {
+        let i = p(&frame).unwrap_or_else(|e| panic!("{kind:?}: {e:?}"));
+        assert_eq!((i.tunnel.kind, i.tunnel.id), (kind, id));
+        // the inner packet, not the outer one
+        assert_eq!(
+            (i.src, i.dst, i.ecn, i.bth),
+            (plain.src, plain.dst, plain.ecn, plain.bth),
+            "{kind:?}"
+        );
+        assert_eq!(
+            i.flow_key(crate::Hook::Xdp),
+            plain.flow_key(crate::Hook::Xdp)
+        );
+    }
+    assert_eq!(plain.tunnel.kind, TunnelKind::None);
+    // malformed or foreign encapsulations
+    let cut = tunnel::erspan2(&inner, 9, 1);
+    assert_eq!(p(&cut[..14 + 20 + 8 + 4]), Err(Outcome::TruncatedErspan));
+    let mut other = tunnel::gre_ip(&inner);
+    other[14 + 20 + 2..14 + 20 + 4].copy_from_slice(&0x880Bu16.to_be_bytes());
+    assert_eq!(p(&other), Err(Outcome::GreOtherProtocol));
+    assert_eq!(
+        p(&tunnel::vxlan(&inner, 1)[..14 + 20 + 8 + 5]),
+        Err(Outcome::BadVxlan)
+    );
+    assert_eq!(
+        p(&tunnel::gre_teb(&inner, 1)[..14 + 20 + 6]),
+        Err(Outcome::BadGre)
+    );
+    // a tunnel inside a tunnel: the inner tunnel is not RoCE to us
+    assert_eq!(
+        p(&tunnel::vxlan(&tunnel::vxlan(&inner, 1), 2)),
+        Err(Outcome::UdpOtherPort)
+    );
+}

@@ -54,6 +54,7 @@ pub struct Metrics {
     source_ports: IntGaugeVec,
     pub poll_duration: Histogram,
     attached: IntGaugeVec,
+    tunnels: IntCounterVec,
     rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
@@ -133,6 +134,7 @@ impl Metrics {
             shared_tuples: int_gauge(&r, "rocemon_ecmp_shared_5tuple_groups", "Groups of flows (distinct destination QPs) sharing one outer 5-tuple.", &[])?,
             source_ports: int_gauge(&r, "rocemon_ecmp_source_ports", "Distinct UDP source ports of a host pair (the top-K pairs with the fewest).", &["src", "dst"])?,
             rdma_counters: counter(&r, "rocemon_rdma_port_counter_total", "A counter of an RDMA NIC port, as its driver reports it under /sys/class/infiniband (counters/ and hw_counters/).", &["device", "port", "netdev", "counter"])?,
+            tunnels: counter(&r, "rocemon_tunnel_packets_total", "RoCEv2 packets by the mirror session or tunnel they arrived in (none, vxlan, gre, erspan2, erspan3).", &with("tunnel"))?,
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             poll_duration,
@@ -224,6 +226,15 @@ impl Metrics {
         self.psn_gaps
             .with_label_values(&l)
             .inc_by(d(cur.psn_gaps, prev.psn_gaps));
+        for k in agent_common::headers::encap::TunnelKind::ALL {
+            let i = k as usize;
+            let n = d(cur.tunnel_packets[i], prev.tunnel_packets[i]);
+            if n > 0 {
+                self.tunnels
+                    .with_label_values(&[iface, dir, hn, k.name()])
+                    .inc_by(n);
+            }
+        }
         self.retransmits
             .with_label_values(&l)
             .inc_by(d(cur.retransmits, prev.retransmits));

@@ -57,6 +57,8 @@ pub struct Roce {
     pub fecn: u64,
     /// RoCE packets whose extension headers were cut short (included in `packets`).
     pub ext_truncated: u64,
+    /// RoCE packets by the mirror session or tunnel they arrived in.
+    pub tunnels: BTreeMap<&'static str, u64>,
     pub ecn: Ecn,
     pub opcodes: Vec<Opcode>,
 }
@@ -213,6 +215,10 @@ pub fn build(a: &Analysis) -> Report {
             becn: c.becn_packets,
             fecn: c.fecn_packets,
             ext_truncated: c.outcomes[Outcome::RoceExtTruncated as usize],
+            tunnels: agent_common::headers::encap::TunnelKind::ALL
+                .iter()
+                .map(|k| (k.name(), c.tunnel_packets[*k as usize]))
+                .collect(),
             ecn: Ecn {
                 not_ect: c.ecn_packets[0],
                 ect1: c.ecn_packets[1],

@@ -6,6 +6,7 @@
 //! buffer: a copy of a constant size works the same in all three readers.
 
 pub mod bth;
+pub mod encap;
 pub mod ethernet;
 pub mod ext;
 pub mod ipv4;

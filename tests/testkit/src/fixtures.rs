@@ -385,6 +385,7 @@ pub fn all() -> Vec<Fixture> {
         mixed_ipv6_vlan(),
         malformed(),
         psn_health(),
+        tunnels(),
         many_flows(),
         small_mix("cooked_sll", Link::Sll, Format::PcapMicros, 65535),
         small_mix("cooked_sll2", Link::Sll2, Format::PcapNg, 65535),
@@ -611,4 +612,62 @@ pub fn elephant_timeline() -> Fixture {
         }
     }
     whole("elephant_timeline", Format::PcapNanos, f, false)
+}
+
+/// Mirrored and tunnelled RoCEv2 (VXLAN, GRE with Ethernet or IP, ERSPAN II, ERSPAN III with
+/// and without subheader) between plain frames, and malformed encapsulations.
+pub fn tunnels() -> Fixture {
+    use crate::frames::tunnel;
+    let mut f = Vec::new();
+    let mut c = Conn {
+        a: ip("10.77.6.2"),
+        b: ip("10.77.6.3"),
+        sport: 0xC601,
+        qp_a: 0x61,
+        qp_b: 0x62,
+        psn_a: 1,
+        psn_b: 1,
+    };
+    let mut t = T0;
+    for i in 0..12u32 {
+        let mut r = match i % 4 {
+            0 => c.req(0x0A, 512),
+            1 => c.resp(0x11, 0, 0x1F),
+            2 => c.req(0x04, 64),
+            _ => Roce::cnp(c.b, c.a, c.sport, c.qp_a),
+        };
+        r.ecn = (i % 4) as u8;
+        let inner = r.frame();
+        let frames = [
+            tunnel::vxlan(&inner, 0x1234),
+            tunnel::gre_teb(&inner, 77),
+            tunnel::gre_ip(&inner),
+            tunnel::erspan2(&inner, 100 + i as u16, i),
+            tunnel::erspan3(&inner, 300, i, i % 2 == 0),
+            inner.clone(),
+        ];
+        for fr in frames {
+            t += 1000;
+            f.push((t, fr));
+        }
+    }
+    // Odd and malformed: VXLAN without its I flag and GRE version 1 (both decoded anyway, as
+    // Wireshark does), ERSPAN II cut inside its header, GRE carrying PPP.
+    let inner = c.req(0x04, 16).frame();
+    let mut bad_vxlan = tunnel::vxlan(&inner, 5);
+    bad_vxlan[14 + 20 + 8] = 0x00;
+    let cut = tunnel::erspan2(&inner, 9, 1)[..14 + 20 + 8 + 4].to_vec();
+    let mut cut = cut;
+    // keep the IP total length consistent with what is left
+    let tl = (cut.len() - 14) as u16;
+    cut[16..18].copy_from_slice(&tl.to_be_bytes());
+    let mut other = tunnel::gre_ip(&inner);
+    other[14 + 20 + 2..14 + 20 + 4].copy_from_slice(&0x880Bu16.to_be_bytes()); // PPP
+    let mut v1 = tunnel::gre_ip(&inner);
+    v1[14 + 20 + 1] = 0x01;
+    for fr in [bad_vxlan, cut, other, v1] {
+        t += 1000;
+        f.push((t, fr));
+    }
+    whole("tunnels", Format::PcapMicros, f, false)
 }

@@ -326,3 +326,67 @@ mod tests {
         assert_eq!(w.frame().len(), 14 + 20 + 8 + 12 + 16 + 4 + 3 + 1 + 4);
     }
 }
+
+/// Mirror and tunnel encapsulations around an Ethernet frame (for the collector fixtures).
+pub mod tunnel {
+    use super::*;
+
+    fn outer_ipv4(proto: u8, payload: &[u8]) -> Vec<u8> {
+        ethernet(
+            &[],
+            ETH_IPV4,
+            &ipv4([192, 0, 2, 1], [192, 0, 2, 2], 0, proto, 0, payload),
+        )
+    }
+
+    /// VXLAN (UDP 4789) with VNI `vni`.
+    pub fn vxlan(inner: &[u8], vni: u32) -> Vec<u8> {
+        let mut v = vec![0x08, 0, 0, 0];
+        v.extend_from_slice(&(vni << 8).to_be_bytes());
+        v.extend_from_slice(inner);
+        outer_ipv4(17, &udp(0xD123, 4789, &v))
+    }
+
+    /// GRE carrying Ethernet (transparent Ethernet bridging), with a key.
+    pub fn gre_teb(inner: &[u8], key: u32) -> Vec<u8> {
+        let mut v = vec![0x20, 0x00, 0x65, 0x58];
+        v.extend_from_slice(&key.to_be_bytes());
+        v.extend_from_slice(inner);
+        outer_ipv4(47, &v)
+    }
+
+    /// GRE carrying the IP packet of `inner` (its Ethernet header dropped).
+    pub fn gre_ip(inner: &[u8]) -> Vec<u8> {
+        let mut v = vec![0x00, 0x00];
+        v.extend_from_slice(&inner[12..14]);
+        v.extend_from_slice(&inner[14..]);
+        outer_ipv4(47, &v)
+    }
+
+    /// ERSPAN type II (GRE 0x88BE with a sequence number) for mirror session `session`.
+    pub fn erspan2(inner: &[u8], session: u16, seq: u32) -> Vec<u8> {
+        let mut v = vec![0x10, 0x00, 0x88, 0xBE];
+        v.extend_from_slice(&seq.to_be_bytes());
+        // ver 1, VLAN 0, COS 0, En 0, T 0, session id (10 bits); reserved, index
+        v.extend_from_slice(&[0x10, 0x00, ((session >> 8) & 0x03) as u8, session as u8]);
+        v.extend_from_slice(&[0x00, 0x00, 0x00, 0x07]);
+        v.extend_from_slice(inner);
+        outer_ipv4(47, &v)
+    }
+
+    /// ERSPAN type III (GRE 0x22EB) for `session`, with the optional platform subheader.
+    pub fn erspan3(inner: &[u8], session: u16, seq: u32, subheader: bool) -> Vec<u8> {
+        let mut v = vec![0x10, 0x00, 0x22, 0xEB];
+        v.extend_from_slice(&seq.to_be_bytes());
+        v.extend_from_slice(&[0x20, 0x00, ((session >> 8) & 0x03) as u8, session as u8]);
+        v.extend_from_slice(&0x1234_5678u32.to_be_bytes()); // timestamp
+        v.extend_from_slice(&[0x00, 0x00, 0x00, 0x00]); // SGT, P, FT, Hw ID, D, Gra
+        let last = v.len() - 1;
+        if subheader {
+            v[last] |= 0x01; // O: platform-specific subheader follows
+            v.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        v.extend_from_slice(inner);
+        outer_ipv4(47, &v)
+    }
+}
