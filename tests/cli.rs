@@ -1,6 +1,6 @@
 //! The `rocemon` binary's errors: each names the problem and the fix, with exit status 2.
 
-use rocemon_testkit::netns::{metric_labels, run, unique_tag, Agent};
+use rocemon_testkit::netns::{metric_labels, Agent, LoopNs};
 use rocemon_testkit::{is_root, TempDir};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -21,31 +21,18 @@ fn assert_usage_error(out: &Output, needle: &str) {
     assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }
 
-/// A namespace with only loopback, removed on drop.
-struct Ns(String);
+/// A namespace of its own for the agent under test.
+struct Ns(LoopNs);
 
 impl Ns {
     fn new() -> Ns {
-        let n = format!("rccli-{}", unique_tag());
-        run("ip", &["netns", "add", &n]).unwrap();
-        let ns = Ns(n);
-        run("ip", &["-n", &ns.0, "link", "set", "lo", "up"]).unwrap();
-        ns
+        Ns(LoopNs::new("rccli").unwrap())
+    }
+    fn name(&self) -> &str {
+        &self.0 .0
     }
     fn rocemon(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.0, BIN])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .output();
+        self.0.output(BIN, args).unwrap()
     }
 }
 
@@ -143,7 +130,7 @@ fn xdp_native_unsupported_and_auto_fallback() {
     assert_usage_error(&out, "--xdp-mode auto or skb");
     // auto falls back to skb mode with a warning, and serves.
     let mut agent = Agent::start(
-        &ns.0,
+        ns.name(),
         BIN,
         &[
             "run",
@@ -157,7 +144,9 @@ fn xdp_native_unsupported_and_auto_fallback() {
     )
     .unwrap();
     let body = agent
-        .wait_metrics(&ns.0, "127.0.0.1:9443", Duration::from_secs(30), |_| true)
+        .wait_metrics(ns.name(), "127.0.0.1:9443", Duration::from_secs(30), |_| {
+            true
+        })
         .unwrap();
     assert_eq!(
         metric_labels(&body, "rocemon_attached", "mode"),
@@ -285,7 +274,7 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     let ns = Ns::new();
     let root = dir.path().join("sys");
     let mut agent = Agent::start(
-        &ns.0,
+        ns.name(),
         BIN,
         &[
             "run",
@@ -303,7 +292,7 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     )
     .unwrap();
     let body = agent
-        .wait_metrics(&ns.0, "127.0.0.1:9444", Duration::from_secs(30), |b| {
+        .wait_metrics(ns.name(), "127.0.0.1:9444", Duration::from_secs(30), |b| {
             b.contains("rocemon_rdma_port_counter_total{")
         })
         .unwrap();

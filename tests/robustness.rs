@@ -2,7 +2,7 @@
 //! evictions; the HTTP endpoint survives malformed requests, slow clients and many concurrent
 //! scrapes without stalling the map polling.
 
-use rocemon_testkit::netns::{http_get_in, metric_sum, run, Agent, VethPair};
+use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, LoopNs, VethPair};
 use rocemon_testkit::{fixtures, is_root, require_tshark, tshark, TempDir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -103,18 +103,8 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     if !can_run() {
         return;
     }
-    let ns = format!("rchttp-{}", rocemon_testkit::netns::unique_tag());
-    run("ip", &["netns", "add", &ns]).unwrap();
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "delete", &self.0])
-                .output();
-        }
-    }
-    let _cleanup = Cleanup(ns.clone());
-    run("ip", &["-n", &ns, "link", "set", "lo", "up"]).unwrap();
+    let host = LoopNs::new("rchttp").unwrap();
+    let ns = host.0.clone();
     let mut agent = Agent::start(
         &ns,
         BIN,

@@ -491,3 +491,34 @@ impl Drop for EcmpLab {
         }
     }
 }
+
+/// A namespace with only loopback up (a test host of its own), deleted on drop.
+pub struct LoopNs(pub String);
+
+impl LoopNs {
+    pub fn new(prefix: &str) -> Result<LoopNs> {
+        let name = format!("{prefix}-{}", unique_tag());
+        run("ip", &["netns", "add", &name])?;
+        // From here on, Drop removes it.
+        let ns = LoopNs(name);
+        run("ip", &["-n", &ns.0, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Runs `bin args` inside the namespace and returns its output (whatever its status).
+    pub fn output(&self, bin: &str, args: &[&str]) -> Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", &self.0, bin])
+            .args(args)
+            .output()
+            .context("ip netns exec")
+    }
+}
+
+impl Drop for LoopNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .output();
+    }
+}
