@@ -345,8 +345,23 @@ fn mirrored_and_tunnelled_roce_is_counted_as_fabric_traffic() {
     assert_eq!(u(&j["malformed"]["truncated_erspan"]), 1);
     assert_eq!(u(&j["not_roce"]["gre_other_protocol"]), 1);
     // every encapsulated copy lands in the inner flows (tshark agrees: analyze_equals_tshark)
-    assert_eq!(
-        j["flows"].as_array().unwrap().len(),
-        tshark::expected(&p).unwrap().flows.len()
-    );
+    let e = tshark::expected(&p).unwrap();
+    assert_eq!(j["flows"].as_array().unwrap().len(), e.flows.len());
+    // mirror sessions and tunnel ids, against tshark's decode of the outer headers
+    let sessions: std::collections::BTreeMap<(String, u32), u64> = j["roce"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                (
+                    s["tunnel"].as_str().unwrap().to_string(),
+                    u(&s["id"]) as u32,
+                ),
+                u(&s["packets"]),
+            )
+        })
+        .collect();
+    assert!(sessions.len() >= 5, "{sessions:?}");
+    assert_eq!(sessions, e.sessions);
 }

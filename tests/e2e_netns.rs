@@ -36,8 +36,8 @@ fn wait_ready(ns: &str, agent: &mut Agent) -> String {
 
 struct Case {
     name: &'static str,
-    hooks: &'static str,
-    xdp_mode: &'static str,
+    /// `rocemon run` arguments besides the interface, address and polling.
+    args: &'static [&'static str],
     /// Watch the sender's interface (tc egress) instead of the receiver's.
     on_sender: bool,
     hook_label: &'static str,
@@ -56,6 +56,7 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         fixtures::rc_ipv4(),
         fixtures::mixed_ipv6_vlan(),
         fixtures::many_flows(),
+        fixtures::tunnels(),
     ] {
         assert!(fx.replayable);
         let p = fx.write(dir.path()).unwrap();
@@ -72,36 +73,55 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             x.1 += b;
         }
         expected.flows.extend(e.flows);
+        for (k, n) in e.sessions {
+            *expected.sessions.entry(k).or_default() += n;
+        }
+        expected.port_4791_without_bth += e.port_4791_without_bth;
         sent.push(p);
     }
     let cases = [
         Case {
             name: "xdp native",
-            hooks: "xdp",
-            xdp_mode: "native",
+            args: &["--hooks", "xdp", "--xdp-mode", "native"],
             on_sender: false,
             hook_label: "xdp",
         },
         Case {
             name: "xdp skb",
-            hooks: "xdp",
-            xdp_mode: "skb",
+            args: &["--hooks", "xdp", "--xdp-mode", "skb"],
             on_sender: false,
             hook_label: "xdp",
         },
         Case {
             name: "tc ingress",
-            hooks: "tc-ingress",
-            xdp_mode: "auto",
+            args: &["--hooks", "tc-ingress"],
             on_sender: false,
             hook_label: "tc_ingress",
         },
         Case {
             name: "tc egress",
-            hooks: "tc-egress",
-            xdp_mode: "auto",
+            args: &["--hooks", "tc-egress"],
             on_sender: true,
             hook_label: "tc_egress",
+        },
+        Case {
+            name: "afxdp copy (xdp native)",
+            args: &[
+                "--capture",
+                "afxdp",
+                "--afxdp-mode",
+                "copy",
+                "--xdp-mode",
+                "native",
+            ],
+            on_sender: false,
+            hook_label: "afxdp",
+        },
+        Case {
+            name: "afxdp auto (xdp skb)",
+            args: &["--capture", "afxdp", "--xdp-mode", "skb"],
+            on_sender: false,
+            hook_label: "afxdp",
         },
     ];
     for c in cases {
@@ -111,28 +131,26 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         } else {
             (&pair.ns_a, &pair.a_if)
         };
-        let mut agent = Agent::start(
-            ns,
-            BIN,
-            &[
-                "run",
-                "--iface",
-                ifn,
-                "--hooks",
-                c.hooks,
-                "--xdp-mode",
-                c.xdp_mode,
-                "--listen",
-                ADDR,
-                "--poll-interval-ms",
-                "100",
-                "--top-k",
-                "5",
-            ],
-        )
-        .unwrap();
-        wait_ready(ns, &mut agent);
-        if c.hooks == "xdp" {
+        let mut args = vec![
+            "run",
+            "--iface",
+            ifn,
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "100",
+            "--top-k",
+            "5",
+        ];
+        args.extend_from_slice(c.args);
+        let mut agent = Agent::start(ns, BIN, &args).unwrap();
+        let ready = wait_ready(ns, &mut agent);
+        let xdp_mode = c
+            .args
+            .iter()
+            .position(|a| *a == "--xdp-mode")
+            .map(|i| c.args[i + 1]);
+        if let Some(mode) = xdp_mode {
             let link = String::from_utf8(
                 run("ip", &["-n", ns, "-d", "link", "show", ifn])
                     .unwrap()
@@ -140,7 +158,7 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             )
             .unwrap();
             let first = link.lines().next().unwrap_or_default();
-            let want = if c.xdp_mode == "native" {
+            let want = if mode == "native" {
                 " xdp "
             } else {
                 " xdpgeneric "
@@ -148,6 +166,32 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             assert!(
                 first.contains(want),
                 "{}: expected {want:?} in {link}",
+                c.name
+            );
+        }
+        if c.hook_label == "afxdp" {
+            // Veth has no zero-copy AF_XDP: auto must have chosen copy mode.
+            assert_eq!(
+                metric_sum(
+                    &ready,
+                    "rocemon_afxdp_socket",
+                    &[("mode", "copy"), ("queue", "0")]
+                ),
+                1.0,
+                "{}: one copy-mode socket on queue 0:\n{ready}",
+                c.name
+            );
+            // Everything that is not RoCE still reaches the stack.
+            let ping = pair
+                .exec(
+                    &pair.ns_b,
+                    "ping",
+                    &["-c", "2", "-W", "2", "-i", "0.2", &pair.a_ip],
+                )
+                .unwrap();
+            assert!(
+                ping.status.success(),
+                "{}: ping through the capture program failed",
                 c.name
             );
         }
@@ -225,6 +269,50 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         let top = metric_labels(&body, "rocemon_flow_rate_bytes_per_second", "dest_qp");
         assert_eq!(top.len(), 5, "{}: top-K series", c.name);
         assert_eq!(f("rocemon_map_update_errors_total", &[]), 0);
+        // Mirror sessions / tunnel ids, against tshark's decode of the outer headers.
+        for ((kind, id), n) in &expected.sessions {
+            let id = id.to_string();
+            assert_eq!(
+                f(
+                    "rocemon_session_packets_total",
+                    &[("tunnel", kind), ("session", &id)]
+                ),
+                *n,
+                "{}: session {kind} {id}",
+                c.name
+            );
+        }
+        if c.hook_label == "afxdp" {
+            let a = |name: &str, extra: &[(&str, &str)]| {
+                let mut l = vec![("iface", ifn.as_str())];
+                l.extend_from_slice(extra);
+                metric_sum(&body, name, &l) as u64
+            };
+            // The sockets got the RoCE frames and the RoCE-looking malformed ones, nothing else.
+            assert!(
+                a("rocemon_afxdp_frames_total", &[])
+                    >= expected.roce_packets + expected.port_4791_without_bth,
+                "{}: AF_XDP frames",
+                c.name
+            );
+            assert_eq!(
+                a("rocemon_afxdp_dropped_frames_total", &[]),
+                0,
+                "{}: drops",
+                c.name
+            );
+            assert_eq!(
+                a("rocemon_afxdp_redirect_failures_total", &[]),
+                0,
+                "{}: redirect failures",
+                c.name
+            );
+            assert!(
+                f("rocemon_parse_outcomes_total", &[("kind", "not_roce")]) > 0,
+                "{}: the kernel side counted the ping and neighbour frames",
+                c.name
+            );
+        }
         assert!(body.contains("rocemon_build_info{"));
         assert!(body.contains("rocemon_poll_duration_seconds_count"));
 
@@ -248,4 +336,132 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             c.name
         );
     }
+}
+
+/// AF_XDP with jumbo frames (4 KiB RDMA payloads, plain and inside ERSPAN): every frame spans
+/// several buffers, arrives as several descriptors, and must count as one frame of its full
+/// length, equal to tshark. Then zero-copy forced on veth (which has none): a clear usage
+/// error, exit status 2.
+#[test]
+fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    use rocemon_testkit::frames::{tunnel, Roce};
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-afxdp").unwrap();
+    let mut frames = Vec::new();
+    for i in 0..20u32 {
+        let mut r = Roce::new(
+            "10.77.9.1".parse().unwrap(),
+            "10.77.9.2".parse().unwrap(),
+            0xD000 + (i % 2) as u16,
+            0x90 + i % 2,
+            0x0A,
+        );
+        r.psn = i;
+        r.payload = 4096 + 512 * (i as usize % 4);
+        r.dma_len = r.payload as u32;
+        r.ecn = (i % 4) as u8;
+        let f = r.frame();
+        let f = if i % 3 == 0 {
+            tunnel::erspan2(&f, 42, i)
+        } else {
+            f
+        };
+        frames.push((1_764_460_800_000_000_000 + u64::from(i) * 1000, f));
+    }
+    let fx = whole("jumbo", Format::PcapMicros, frames, true);
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    assert_eq!(e.roce_packets, 20);
+
+    let pair = VethPair::new("rcxsk").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &[
+            "run",
+            "--iface",
+            ifn,
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "100",
+            "--capture",
+            "afxdp",
+            "--xdp-mode",
+            "native",
+        ],
+    )
+    .unwrap();
+    wait_ready(ns, &mut agent);
+    pair.replay_from_b(&path).unwrap();
+    let t = Instant::now();
+    let body = loop {
+        let b = scrape(ns).unwrap_or_default();
+        if metric_sum(&b, "rocemon_packets_total", &[("hook", "afxdp")]) >= 20.0
+            || t.elapsed() > Duration::from_secs(20)
+        {
+            break b;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let f = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = vec![("hook", "afxdp"), ("iface", ifn.as_str())];
+        l.extend_from_slice(extra);
+        metric_sum(&body, name, &l) as u64
+    };
+    assert_eq!(f("rocemon_packets_total", &[]), e.roce_packets);
+    assert_eq!(f("rocemon_bytes_total", &[]), e.roce_bytes);
+    for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
+        assert_eq!(
+            f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
+            e.ecn[i]
+        );
+    }
+    assert_eq!(
+        f(
+            "rocemon_session_packets_total",
+            &[("tunnel", "erspan2"), ("session", "42")]
+        ),
+        e.sessions[&("erspan2".to_string(), 42)]
+    );
+    assert_eq!(
+        metric_sum(&body, "rocemon_flows", &[("iface", ifn.as_str())]) as usize,
+        e.flows.len()
+    );
+    assert_eq!(
+        metric_sum(&body, "rocemon_afxdp_dropped_frames_total", &[]),
+        0.0
+    );
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+
+    // Zero-copy forced: veth has no zero-copy AF_XDP support.
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", ns, BIN, "run", "--iface", ifn, "--listen", ADDR,
+        ])
+        .args(["--capture", "afxdp", "--afxdp-mode", "zerocopy"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "zero-copy on veth: {stderr}");
+    assert!(
+        stderr.contains("zero-copy is not available") && stderr.contains("--afxdp-mode copy"),
+        "zero-copy on veth must be a usage error naming the fix, got: {stderr}"
+    );
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", ifn])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !link.contains("prog/xdp"),
+        "nothing stays attached after the refusal"
+    );
 }

@@ -4,6 +4,7 @@
 
 use agent_common::{parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, Outcome, SliceReader};
 use rocemon::loader;
+use rocemon::sources::tally::{self, Tally};
 use rocemon::testrun::test_run;
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{is_root, require_tshark, tshark, TempDir};
@@ -45,8 +46,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
         }
         let mut ebpf = loader::load_object(65_536).unwrap();
         loader::load_programs(&mut ebpf, &Hook::ALL).unwrap();
-        let mut host = [HookCounters::ZERO; Hook::COUNT];
-        let mut host_flows: BTreeMap<FlowKey, FlowStats> = BTreeMap::new();
+        let mut host = Hook::ALL.map(|h| Tally::new(h, usize::MAX));
         for (_, _, data) in fx.records() {
             // BPF_PROG_TEST_RUN refuses frames without an Ethernet header, and for tc (skb)
             // programs frames beyond one page; the fixtures keep frames under 3500 bytes.
@@ -60,18 +60,13 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                 continue;
             }
             for hook in Hook::ALL {
-                let name = match hook {
-                    Hook::Xdp => agent_common::PROG_XDP,
-                    Hook::TcIngress => agent_common::PROG_TC_INGRESS,
-                    Hook::TcEgress => agent_common::PROG_TC_EGRESS,
-                };
-                let prog = ebpf.program(name).unwrap();
+                let prog = ebpf.program(hook.program()).unwrap();
                 let r = match test_run(prog.fd().unwrap(), &data, 1) {
                     Ok(r) => r,
                     // The skb test harness refuses runts whose IP header is cut (the stack
                     // never hands such frames to tc); they are never RoCE.
                     Err(_)
-                        if hook != Hook::Xdp
+                        if !matches!(hook, Hook::Xdp | Hook::AfXdp)
                             && matches!(
                                 parse(&SliceReader(&data), LinkType::Ethernet),
                                 Err(Outcome::TruncatedIpv4 | Outcome::TruncatedIpv6)
@@ -82,7 +77,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     }
                     Err(e) => panic!("{} {} len {}: {e}", fx.name, hook.name(), data.len()),
                 };
-                let want = if hook == Hook::Xdp {
+                let want = if matches!(hook, Hook::Xdp | Hook::AfXdp) {
                     XDP_PASS
                 } else {
                     TC_ACT_PIPE
@@ -95,17 +90,28 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     hook.name()
                 );
                 let p = parse(&SliceReader(&data), LinkType::Ethernet);
-                host[hook as usize].record(&p, data.len() as u64);
-                if let Ok(info) = &p {
-                    if !host_flows.contains_key(&info.flow_key(hook)) {
-                        host[hook as usize].flows_created += 1;
-                    }
-                    let flow = host_flows.entry(info.flow_key(hook)).or_default();
-                    let ev = flow.record(info, data.len() as u64, 0);
-                    host[hook as usize].record_psn(&ev);
+                let t = &mut host[hook as usize];
+                t.record(&p, data.len() as u64, 0);
+                // No socket is bound in a test run: the capture program counts what it meant
+                // to redirect itself, as a redirect failure.
+                if hook == Hook::AfXdp && p.as_ref().map(|_| true).unwrap_or_else(|o| o.captured())
+                {
+                    t.counters.capture_redirect_failures += 1;
                 }
             }
         }
+        let mut host_flows: BTreeMap<FlowKey, FlowStats> = BTreeMap::new();
+        let mut host_sessions = rustc_hash::FxHashMap::default();
+        for t in &host {
+            host_flows.extend(t.flows.iter().map(|(k, s)| (*k, *s)));
+            tally::merge_sessions(&mut host_sessions, &t.sessions);
+        }
+        assert_eq!(
+            loader::read_sessions(&ebpf).unwrap(),
+            host_sessions,
+            "{}: mirror sessions differ from the host parser",
+            fx.name
+        );
         let kernel = loader::read_counters(&ebpf).unwrap();
         for hook in Hook::ALL {
             // Every frame is accounted for exactly once: RoCE, not RoCE, or malformed.
@@ -121,7 +127,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
         for hook in Hook::ALL {
             assert_eq!(
                 kernel[hook as usize],
-                host[hook as usize],
+                host[hook as usize].counters,
                 "{}: {} counters differ from the host parser",
                 fx.name,
                 hook.name()
@@ -194,6 +200,19 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                         fx.name
                     );
                 }
+                let mut sessions = BTreeMap::new();
+                for (k, st) in &host_sessions {
+                    if k.hook == hook as u8 {
+                        sessions.insert((k.kind_name().to_string(), k.id), st.packets);
+                    }
+                }
+                assert_eq!(
+                    sessions,
+                    e.sessions,
+                    "{}: {} sessions vs tshark",
+                    fx.name,
+                    hook.name()
+                );
                 let flows = kernel_flows.keys().filter(|f| f.hook == hook as u8).count();
                 assert_eq!(
                     flows,
@@ -242,4 +261,27 @@ fn full_flow_map_keeps_global_counters_exact() {
         flows.len()
     );
     assert!(!flows.is_empty());
+}
+
+/// The verifier's budget is one million instructions per program; each program must verify
+/// in under half of it, so a change that doubles the cost fails here, with the numbers, before
+/// it makes a program unloadable.
+#[test]
+fn every_program_verifies_within_half_the_kernel_budget() {
+    if skip() {
+        return;
+    }
+    loader::raise_memlock();
+    let mut costs = Vec::new();
+    for h in Hook::ALL {
+        let mut ebpf = loader::load_object(1024).unwrap();
+        loader::load_programs(&mut ebpf, &[h]).unwrap();
+        let p = ebpf.program(h.program()).unwrap();
+        let n = p.info().unwrap().verified_instruction_count().unwrap_or(0);
+        costs.push((h.program(), n));
+    }
+    eprintln!("verified instructions: {costs:?}");
+    for (name, n) in costs {
+        assert!(n > 0 && n < 500_000, "{name}: {n} verified instructions");
+    }
 }

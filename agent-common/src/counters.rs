@@ -18,23 +18,37 @@ pub enum Hook {
     Xdp = 0,
     TcIngress = 1,
     TcEgress = 2,
+    /// The AF_XDP capture program: frames it keeps in the kernel are counted there, frames it
+    /// redirects are counted by the userspace socket reader into the same kind of block.
+    AfXdp = 3,
 }
 
 impl Hook {
-    pub const COUNT: usize = 3;
-    pub const ALL: [Hook; Self::COUNT] = [Hook::Xdp, Hook::TcIngress, Hook::TcEgress];
+    pub const COUNT: usize = 4;
+    pub const ALL: [Hook; Self::COUNT] = [Hook::Xdp, Hook::TcIngress, Hook::TcEgress, Hook::AfXdp];
 
     pub const fn name(self) -> &'static str {
         match self {
             Hook::Xdp => "xdp",
             Hook::TcIngress => "tc_ingress",
             Hook::TcEgress => "tc_egress",
+            Hook::AfXdp => "afxdp",
+        }
+    }
+
+    /// The kernel program that counts at this hook.
+    pub const fn program(self) -> &'static str {
+        match self {
+            Hook::Xdp => crate::PROG_XDP,
+            Hook::TcIngress => crate::PROG_TC_INGRESS,
+            Hook::TcEgress => crate::PROG_TC_EGRESS,
+            Hook::AfXdp => crate::PROG_AFXDP,
         }
     }
 
     pub const fn direction(self) -> &'static str {
         match self {
-            Hook::Xdp | Hook::TcIngress => "ingress",
+            Hook::Xdp | Hook::TcIngress | Hook::AfXdp => "ingress",
             Hook::TcEgress => "egress",
         }
     }
@@ -77,6 +91,12 @@ pub struct HookCounters {
     /// RoCE packets by the encapsulation they arrived in ([`crate::headers::encap::TunnelKind`] discriminant; 0 is
     /// none), padded to a power of two for masking.
     pub tunnel_packets: [u64; 8],
+    /// RoCE packets from a mirror session or tunnel that found the session map full (so they
+    /// are in every other counter but in no per-session series).
+    pub session_overflow: u64,
+    /// AF_XDP capture only: frames meant for a socket that found none bound on their receive
+    /// queue. The kernel program counts them itself and passes them on, so nothing is lost.
+    pub capture_redirect_failures: u64,
 }
 
 impl Default for HookCounters {
@@ -103,6 +123,8 @@ impl HookCounters {
         rnr_naks: 0,
         flows_created: 0,
         tunnel_packets: [0; 8],
+        session_overflow: 0,
+        capture_redirect_failures: 0,
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -178,6 +200,8 @@ impl HookCounters {
         for (a, b) in self.tunnel_packets.iter_mut().zip(o.tunnel_packets.iter()) {
             *a += b;
         }
+        self.session_overflow += o.session_overflow;
+        self.capture_redirect_failures += o.capture_redirect_failures;
     }
 
     /// RoCE packets (complete BTH), whatever their extension headers.
@@ -204,7 +228,7 @@ mod tests {
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
-            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8)
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 2)
         );
     }
 

@@ -12,6 +12,7 @@
 //! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
+//! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
 //! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
 #![cfg_attr(not(feature = "std"), no_std)]
 
@@ -22,12 +23,14 @@ pub mod opcode;
 pub mod parse;
 pub mod psn;
 pub mod reader;
+pub mod session;
 
 pub use counters::{Hook, HookCounters};
 pub use flow::{FlowKey, FlowStats};
 pub use opcode::OpClass;
 pub use parse::{parse, LinkType, Outcome, OutcomeKind, RoceInfo};
-pub use reader::{PacketReader, SliceReader};
+pub use reader::{PacketReader, PrefixReader, SliceReader};
+pub use session::{SessionKey, SessionStats, SESSION_MAP_ENTRIES};
 
 /// The IANA-assigned UDP destination port of RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
@@ -42,6 +45,14 @@ pub const FLOW_MAP_ENTRIES: u32 = 16_384;
 pub const PROG_XDP: &str = "rocemon_xdp";
 pub const PROG_TC_INGRESS: &str = "rocemon_tc_ingress";
 pub const PROG_TC_EGRESS: &str = "rocemon_tc_egress";
+/// The AF_XDP capture mode's XDP program (redirects RoCE and mirror frames to sockets).
+pub const PROG_AFXDP: &str = "rocemon_xdp_afxdp";
+/// Name of the XSKMAP (receive queue -> AF_XDP socket) of the capture mode.
+pub const MAP_XSKS: &str = "XSKS";
+/// Receive queues the capture mode can serve (the XSKMAP's size).
+pub const MAX_CAPTURE_QUEUES: u32 = 64;
+/// Name of the per-CPU hash of [`SessionKey`] -> [`SessionStats`].
+pub const MAP_SESSIONS: &str = "SESSIONS";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

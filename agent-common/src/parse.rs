@@ -156,6 +156,21 @@ impl Outcome {
             _ => OutcomeKind::Malformed,
         }
     }
+
+    /// Whether the AF_XDP capture mode hands a frame with this outcome to userspace: RoCE,
+    /// RoCE cut inside its headers, and broken mirror encapsulations (so their reasons are
+    /// counted where the RoCE traffic is). Everything else stays with the kernel.
+    pub const fn captured(self) -> bool {
+        matches!(
+            self,
+            Outcome::Roce
+                | Outcome::RoceExtTruncated
+                | Outcome::TruncatedBth
+                | Outcome::BadGre
+                | Outcome::BadVxlan
+                | Outcome::TruncatedErspan
+        )
+    }
 }
 
 /// The AETH fields.

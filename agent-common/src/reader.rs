@@ -46,6 +46,31 @@ impl PacketReader for SliceReader<'_> {
     }
 }
 
+/// A reader over the first bytes of a longer frame: the head of a multi-buffer AF_XDP frame,
+/// copied out before its buffers go back to the kernel. `len` is the whole frame, so length
+/// checks see the real frame; reads past the head fail (headers sit in the first
+/// [`MAX_READ_OFFSET`] bytes plus one header).
+#[derive(Clone, Copy, Debug)]
+pub struct PrefixReader<'a> {
+    pub head: &'a [u8],
+    pub len: usize,
+}
+
+impl PacketReader for PrefixReader<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        if off.checked_add(N)? > self.len {
+            return None;
+        }
+        SliceReader(self.head).read(off)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +92,22 @@ mod tests {
         let r = SliceReader(&data);
         assert!(r.read::<1>(MAX_READ_OFFSET).is_some());
         assert!(r.read::<1>(MAX_READ_OFFSET + 1).is_none());
+    }
+
+    #[test]
+    fn prefix_reader_sees_the_whole_length_but_reads_only_the_head() {
+        let head = [7u8; 600];
+        let r = PrefixReader {
+            head: &head,
+            len: 9000,
+        };
+        assert_eq!(r.len(), 9000);
+        assert_eq!(r.read::<4>(500), Some([7; 4]));
+        assert_eq!(r.read::<4>(598), None);
+        let short = PrefixReader {
+            head: &head,
+            len: 10,
+        };
+        assert_eq!(short.read::<4>(8), None);
     }
 }

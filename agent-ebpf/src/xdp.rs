@@ -1,40 +1,52 @@
-//! The packet reader for XDP: direct packet access, bounds-checked right before each copy.
+//! The packet reader for XDP: `bpf_xdp_load_bytes` with constant lengths (kernel 5.18+).
+//!
+//! Why not direct packet access: every bounds check gives the packet pointer a different known
+//! range on each parse path, so the verifier cannot prune states, and the XDP program alone
+//! came within 0.5% of the one-million-instruction limit (995,100 verified instructions). The
+//! helper returns plain bytes, the paths merge, and reads also reach the fragments of a
+//! multi-buffer (jumbo) frame.
 
 use agent_common::{reader::MAX_READ_OFFSET, PacketReader};
-use aya_ebpf::programs::XdpContext;
+use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
+use core::mem::MaybeUninit;
 
-pub struct XdpReader {
-    data: usize,
-    end: usize,
+pub struct XdpReader<'a> {
+    ctx: &'a XdpContext,
+    len: usize,
 }
 
-impl XdpReader {
+impl<'a> XdpReader<'a> {
+    /// `len`: the whole frame (`bpf_xdp_get_buff_len`), fragments included.
     #[inline(always)]
-    pub fn new(ctx: &XdpContext) -> Self {
+    pub fn new(ctx: &'a XdpContext, len: u64) -> Self {
         XdpReader {
-            data: ctx.data(),
-            end: ctx.data_end(),
+            ctx,
+            len: len as usize,
         }
     }
 }
 
-impl PacketReader for XdpReader {
+impl PacketReader for XdpReader<'_> {
     #[inline(always)]
     fn len(&self) -> usize {
-        self.end - self.data
+        self.len
     }
 
     #[inline(always)]
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
         // Clamp the variable offset to a constant so the verifier knows its range.
-        if off > MAX_READ_OFFSET {
+        if off > MAX_READ_OFFSET || off + N > self.len {
             return None;
         }
-        let start = self.data + off;
-        if start + N > self.end {
+        let mut buf = MaybeUninit::<[u8; N]>::uninit();
+        // SAFETY: the helper writes exactly N bytes into `buf` or fails (non-zero).
+        let r = unsafe {
+            bpf_xdp_load_bytes(self.ctx.ctx, off as u32, buf.as_mut_ptr().cast(), N as u32)
+        };
+        if r != 0 {
             return None;
         }
-        // SAFETY: [start, start + N) lies inside [data, data_end), checked just above.
-        Some(unsafe { core::ptr::read_unaligned(start as *const [u8; N]) })
+        // SAFETY: initialised by the successful helper call.
+        Some(unsafe { buf.assume_init() })
     }
 }

@@ -6,7 +6,7 @@ use crate::detect::ecmp::{self, EcmpConfig, EcmpReport};
 use crate::detect::elephant::{ElephantConfig, Transition};
 use crate::flows::{ElephantEvent, FlowTable};
 use crate::sources::capture::{read_capture, CaptureError, CaptureSummary, Frame};
-use agent_common::{parse, FlowKey, Hook, HookCounters, SliceReader};
+use agent_common::{parse, FlowKey, Hook, HookCounters, SessionKey, SessionStats, SliceReader};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -47,6 +47,8 @@ pub struct ElephantPeriod {
 /// The result of analysing one capture.
 pub struct Analysis {
     pub counters: HookCounters,
+    /// RoCE packets by mirror session / tunnel id (the kernel's SESSIONS map, same update).
+    pub sessions: BTreeMap<SessionKey, SessionStats>,
     pub flows: FlowTable,
     pub summary: CaptureSummary,
     pub first_ts_ns: Option<u64>,
@@ -65,6 +67,7 @@ impl Analysis {
         flows.tau_s = opts.rate_window_s;
         Analysis {
             counters: HookCounters::ZERO,
+            sessions: BTreeMap::new(),
             flows,
             summary: CaptureSummary::default(),
             first_ts_ns: None,
@@ -147,6 +150,10 @@ impl Analysis {
         let len = f.orig_len as u64;
         self.counters.record(&parsed, len);
         if let Ok(info) = &parsed {
+            if let Some(sk) = SessionKey::of(info, Hook::Xdp) {
+                // Unbounded here (a file, not a kernel map); the report lists them all.
+                self.sessions.entry(sk).or_default().record(info, len);
+            }
             // Captures carry no hook; flows are keyed as if seen at XDP.
             let key = info.flow_key(Hook::Xdp);
             let (ev, created) = self.flows.record(0, key, info, len, f.ts_ns);

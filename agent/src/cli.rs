@@ -98,6 +98,13 @@ pub struct RunArgs {
     /// Root of the sysfs tree for RDMA NIC counters.
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,
+    /// Where RoCE frames are counted: maps (in the kernel) or afxdp (RoCE and mirror frames
+    /// are redirected to AF_XDP sockets and counted in userspace; for mirror collectors).
+    #[arg(long, value_enum)]
+    pub capture: Option<crate::config::CaptureArg>,
+    /// AF_XDP socket mode: auto tries zero-copy and falls back to copy.
+    #[arg(long, value_enum)]
+    pub afxdp_mode: Option<crate::sources::afxdp::BindMode>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -5,6 +5,7 @@ use crate::cli::{RunArgs, XdpModeArg};
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
+pub use crate::sources::afxdp::BindMode;
 use agent_common::Hook;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -28,6 +29,19 @@ pub struct FileConfig {
     pub elephant: Option<ElephantConfig>,
     pub ecmp: Option<EcmpConfig>,
     pub sysfs_root: Option<std::path::PathBuf>,
+    /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
+    pub capture: Option<CaptureArg>,
+    pub afxdp_mode: Option<BindMode>,
+}
+
+/// Where RoCE frames are counted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureArg {
+    /// In the kernel programs, read from maps (the default).
+    Maps,
+    /// In userspace, from AF_XDP sockets fed by an XDP redirect (mirror collectors).
+    Afxdp,
 }
 
 /// How to attach XDP.
@@ -55,6 +69,8 @@ pub struct Config {
     pub ecmp: EcmpConfig,
     /// Root of the sysfs tree (RDMA NIC counters, link speeds).
     pub sysfs_root: std::path::PathBuf,
+    /// `Some` in AF_XDP capture mode (then `hooks` holds [`Hook::AfXdp`]).
+    pub afxdp: Option<BindMode>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -115,14 +131,30 @@ impl Config {
                 )));
             }
         }
-        let hook_names = args
-            .hooks
-            .clone()
-            .or(file.hooks)
-            .unwrap_or_else(|| vec!["xdp".into(), "tc-egress".into()]);
+        let capture = args.capture.or(file.capture).unwrap_or(CaptureArg::Maps);
+        let afxdp_mode = args.afxdp_mode.or(file.afxdp_mode);
+        let hook_names = args.hooks.clone().or(file.hooks).unwrap_or_else(|| {
+            if capture == CaptureArg::Afxdp {
+                Vec::new()
+            } else {
+                vec!["xdp".into(), "tc-egress".into()]
+            }
+        });
         let mut hooks = Vec::new();
+        if capture == CaptureArg::Afxdp {
+            hooks.push(Hook::AfXdp);
+        } else if afxdp_mode.is_some() {
+            return Err(bad(
+                "afxdp_mode is set but capture is not afxdp; add --capture afxdp (capture = \"afxdp\") or drop the AF_XDP mode".into(),
+            ));
+        }
         for h in &hook_names {
             let h = parse_hook(h)?;
+            if h == Hook::Xdp && capture == CaptureArg::Afxdp {
+                return Err(bad(
+                    "hooks has xdp, but AF_XDP capture attaches its own XDP program; drop xdp from hooks (tc-ingress and tc-egress may stay) or use --capture maps".into(),
+                ));
+            }
             if !hooks.contains(&h) {
                 hooks.push(h);
             }
@@ -194,6 +226,7 @@ impl Config {
                 .clone()
                 .or(file.sysfs_root)
                 .unwrap_or_else(|| "/sys".into()),
+            afxdp: (capture == CaptureArg::Afxdp).then(|| afxdp_mode.unwrap_or(BindMode::Auto)),
         })
     }
 }

@@ -4,11 +4,16 @@
 
 use crate::config::XdpMode;
 use crate::error::UsageError;
-use agent_common::{FlowKey, FlowStats, Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS};
+use crate::sources::afxdp::{BindMode, Capture, QueueStats};
+use agent_common::{
+    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
+    MAP_SESSIONS, MAP_XSKS,
+};
 use anyhow::{Context, Result};
-use aya::maps::{PerCpuArray, PerCpuHashMap};
+use aya::maps::{PerCpuArray, PerCpuHashMap, XskMap};
 use aya::programs::{tc::TcAttachType, SchedClassifier, Xdp, XdpMode as AyaXdpMode};
 use aya::{Ebpf, EbpfLoader};
+use rustc_hash::FxHashMap;
 use std::ffi::CString;
 
 /// The kernel object built by `build.rs` from `agent-ebpf`.
@@ -24,6 +29,9 @@ pub struct Probe {
     pub ebpf: Ebpf,
     /// Reads the programs' aya-log records (rare events only); kept alive with the object.
     logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    /// AF_XDP capture mode: the sockets and their counts. Declared after `ebpf`, so the
+    /// program is detached before the sockets close.
+    capture: Option<Capture>,
 }
 
 /// The index of a named interface, or a usage error naming it.
@@ -91,11 +99,11 @@ pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
         .context("load the rocemon BPF object")
 }
 
-/// Loads a program by name (verifier run) and returns it.
-fn xdp_prog(ebpf: &mut Ebpf) -> Result<&mut Xdp> {
+/// An XDP program of the object by name.
+fn xdp_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp> {
     let p: &mut Xdp = ebpf
-        .program_mut(agent_common::PROG_XDP)
-        .context("XDP program missing from the object")?
+        .program_mut(name)
+        .with_context(|| format!("{name} missing from the object"))?
         .try_into()?;
     Ok(p)
 }
@@ -111,21 +119,25 @@ fn tc_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier
 /// Loads the programs for `hooks` (the verifier runs here) without attaching them.
 pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
     for h in hooks {
+        let name = h.program();
         match h {
-            Hook::Xdp => xdp_prog(ebpf)?.load().context("load the XDP program")?,
-            Hook::TcIngress => tc_prog(ebpf, agent_common::PROG_TC_INGRESS)?
-                .load()
-                .context("load the tc ingress program")?,
-            Hook::TcEgress => tc_prog(ebpf, agent_common::PROG_TC_EGRESS)?
-                .load()
-                .context("load the tc egress program")?,
+            Hook::Xdp | Hook::AfXdp => xdp_prog(ebpf, name)?.load(),
+            Hook::TcIngress | Hook::TcEgress => tc_prog(ebpf, name)?.load(),
         }
+        .with_context(|| format!("load {name} (the {} hook)", h.name()))?;
     }
     Ok(())
 }
 
-/// Loads and attaches the hooks on one interface.
-pub fn attach(iface: &str, hooks: &[Hook], mode: XdpMode, flow_entries: u32) -> Result<Probe> {
+/// Loads and attaches the hooks on one interface. With [`Hook::AfXdp`], `afxdp` says how the
+/// capture sockets bind; they are open and registered before the program is attached.
+pub fn attach(
+    iface: &str,
+    hooks: &[Hook],
+    mode: XdpMode,
+    flow_entries: u32,
+    afxdp: Option<BindMode>,
+) -> Result<Probe> {
     let idx = ifindex(iface)?;
     let mut ebpf = load_object(flow_entries)?;
     let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
@@ -137,11 +149,25 @@ pub fn attach(iface: &str, hooks: &[Hook], mode: XdpMode, flow_entries: u32) -> 
         }
     };
     load_programs(&mut ebpf, hooks)?;
+    let mut capture = None;
+    if hooks.contains(&Hook::AfXdp) {
+        let mut xsks: XskMap<_> = XskMap::try_from(
+            ebpf.map_mut(MAP_XSKS)
+                .with_context(|| format!("{MAP_XSKS} map missing"))?,
+        )?;
+        capture = Some(Capture::open(
+            iface,
+            idx,
+            afxdp.unwrap_or(BindMode::Auto),
+            flow_entries as usize,
+            |q, fd| xsks.set(q, fd, 0).map_err(Into::into),
+        )?);
+    }
     let mut xdp_mode = None;
     for h in hooks {
         match h {
-            Hook::Xdp => {
-                let p = xdp_prog(&mut ebpf)?;
+            Hook::Xdp | Hook::AfXdp => {
+                let p = xdp_prog(&mut ebpf, h.program())?;
                 xdp_mode = Some(attach_xdp(p, iface, mode)?);
             }
             Hook::TcIngress | Hook::TcEgress => {
@@ -163,6 +189,7 @@ pub fn attach(iface: &str, hooks: &[Hook], mode: XdpMode, flow_entries: u32) -> 
         hooks: hooks.to_vec(),
         ebpf,
         logger,
+        capture,
     })
 }
 
@@ -215,15 +242,58 @@ impl Probe {
         }
     }
 
-    /// The counter blocks of every hook, summed over CPUs.
+    /// The counter blocks of every hook, summed over CPUs (and AF_XDP queues).
     pub fn read_counters(&self) -> Result<[HookCounters; Hook::COUNT]> {
-        read_counters(&self.ebpf)
+        let mut blocks = read_counters(&self.ebpf)?;
+        if let Some(c) = &self.capture {
+            blocks[Hook::AfXdp as usize].add(&c.snapshot().counters);
+        }
+        Ok(blocks)
     }
 
-    /// Every flow in the kernel map, merged over CPUs, and how many entries failed to read.
+    /// Every flow, merged over CPUs (and AF_XDP queues), and how many entries failed to read.
     pub fn read_flows(&self) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
-        read_flows(&self.ebpf)
+        let (mut flows, errors) = read_flows(&self.ebpf)?;
+        if let Some(c) = &self.capture {
+            let mut all: FxHashMap<FlowKey, FlowStats> = c.snapshot().flows;
+            for (k, s) in flows.drain(..) {
+                all.entry(k).or_default().merge(&s);
+            }
+            flows = all.into_iter().collect();
+        }
+        Ok((flows, errors))
     }
+
+    /// Mirror sessions / tunnel ids with what they carried (kernel and AF_XDP queues).
+    pub fn read_sessions(&self) -> Result<FxHashMap<SessionKey, SessionStats>> {
+        let mut out = read_sessions(&self.ebpf)?;
+        if let Some(c) = &self.capture {
+            crate::sources::tally::merge_sessions(&mut out, &c.snapshot().sessions);
+        }
+        Ok(out)
+    }
+
+    /// Per-queue figures of the AF_XDP capture (empty in map mode).
+    pub fn capture_queues(&self) -> Vec<QueueStats> {
+        self.capture
+            .as_ref()
+            .map(|c| c.snapshot().queues)
+            .unwrap_or_default()
+    }
+}
+
+/// Every mirror session of an object, merged over CPUs.
+pub fn read_sessions(ebpf: &Ebpf) -> Result<FxHashMap<SessionKey, SessionStats>> {
+    let map = ebpf.map(MAP_SESSIONS).context("SESSIONS map missing")?;
+    let sessions: PerCpuHashMap<_, SessionKey, SessionStats> = PerCpuHashMap::try_from(map)?;
+    let mut out = FxHashMap::default();
+    for (k, values) in sessions.iter().flatten() {
+        let s: &mut SessionStats = out.entry(k).or_default();
+        for v in values.iter() {
+            s.merge(v);
+        }
+    }
+    Ok(out)
 }
 
 /// The counter blocks of every hook of an object, summed over CPUs.

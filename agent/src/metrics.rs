@@ -57,6 +57,17 @@ pub struct Metrics {
     tunnels: IntCounterVec,
     rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
+    session_overflow: IntCounterVec,
+    redirect_failures: IntCounterVec,
+    session_packets: IntCounterVec,
+    session_bytes: IntCounterVec,
+    session_ce: IntCounterVec,
+    session_cnp: IntCounterVec,
+    afxdp_frames: IntCounterVec,
+    afxdp_bytes: IntCounterVec,
+    afxdp_dropped: IntCounterVec,
+    afxdp_fill_empty: IntCounterVec,
+    afxdp_socket: IntGaugeVec,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
     prev: HashMap<(String, Hook), HookCounters>,
 }
@@ -81,6 +92,19 @@ fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<In
 
 const HOOK: &[&str] = &["iface", "direction", "hook"];
 const FLOW: &[&str] = &["iface", "direction", "src", "dst", "sport", "dest_qp"];
+const SESSION: &[&str] = &["iface", "hook", "tunnel", "session"];
+
+/// Moves a counter up to a total read from elsewhere (a kernel map, a driver, a socket); a
+/// smaller total means the source was reset, and the counter follows from there.
+fn follow(c: &prometheus::IntCounter, total: u64) {
+    let seen = c.get();
+    if total >= seen {
+        c.inc_by(total - seen);
+    } else {
+        c.reset();
+        c.inc_by(total);
+    }
+}
 
 impl Metrics {
     pub fn new() -> Result<Metrics> {
@@ -137,6 +161,17 @@ impl Metrics {
             tunnels: counter(&r, "rocemon_tunnel_packets_total", "RoCEv2 packets by the mirror session or tunnel they arrived in (none, vxlan, gre, erspan2, erspan3).", &with("tunnel"))?,
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
+            session_overflow: counter(&r, "rocemon_session_overflow_packets_total", "Encapsulated RoCEv2 packets whose mirror session found the session map full (counted everywhere but in the per-session series).", HOOK)?,
+            redirect_failures: counter(&r, "rocemon_afxdp_redirect_failures_total", "AF_XDP capture: RoCE frames whose receive queue had no socket; the kernel counted them itself and passed them on.", &["iface"])?,
+            session_packets: counter(&r, "rocemon_session_packets_total", "RoCEv2 packets by mirror session or tunnel id (ERSPAN session, VXLAN VNI, GRE key); at most 256 sessions per interface.", SESSION)?,
+            session_bytes: counter(&r, "rocemon_session_bytes_total", "Wire bytes of the mirrored (outer) frames by session.", SESSION)?,
+            session_ce: counter(&r, "rocemon_session_ce_packets_total", "Mirrored RoCEv2 packets marked CE, by session.", SESSION)?,
+            session_cnp: counter(&r, "rocemon_session_cnp_packets_total", "Mirrored RoCEv2 CNPs by session.", SESSION)?,
+            afxdp_frames: counter(&r, "rocemon_afxdp_frames_total", "Frames received on an AF_XDP capture socket.", &["iface", "queue"])?,
+            afxdp_bytes: counter(&r, "rocemon_afxdp_bytes_total", "Bytes received on an AF_XDP capture socket.", &["iface", "queue"])?,
+            afxdp_dropped: counter(&r, "rocemon_afxdp_dropped_frames_total", "Frames the kernel dropped before an AF_XDP socket got them: no_fill_buffer (fill ring empty), rx_ring_full, invalid_descriptor.", &["iface", "queue", "reason"])?,
+            afxdp_fill_empty: counter(&r, "rocemon_afxdp_fill_ring_empty_total", "Times the kernel found an AF_XDP socket's fill ring empty.", &["iface", "queue"])?,
+            afxdp_socket: int_gauge(&r, "rocemon_afxdp_socket", "1 for every AF_XDP capture socket (mode: copy or zerocopy).", &["iface", "queue", "mode"])?,
             poll_duration,
             prev: HashMap::new(),
             registry: r,
@@ -226,6 +261,15 @@ impl Metrics {
         self.psn_gaps
             .with_label_values(&l)
             .inc_by(d(cur.psn_gaps, prev.psn_gaps));
+        self.session_overflow
+            .with_label_values(&l)
+            .inc_by(d(cur.session_overflow, prev.session_overflow));
+        if hook == Hook::AfXdp {
+            self.redirect_failures.with_label_values(&[iface]).inc_by(d(
+                cur.capture_redirect_failures,
+                prev.capture_redirect_failures,
+            ));
+        }
         for k in agent_common::headers::encap::TunnelKind::ALL {
             let i = k as usize;
             let n = d(cur.tunnel_packets[i], prev.tunnel_packets[i]);
@@ -259,9 +303,57 @@ impl Metrics {
     /// programs minus flows still in its map).
     pub fn set_flow_evictions(&mut self, iface: &str, evicted_total: u64) {
         let c = self.flow_evictions.with_label_values(&[iface]);
-        let seen = c.get();
-        if evicted_total > seen {
-            c.inc_by(evicted_total - seen);
+        // Evictions never go back (a drop below means a read race, not a reset).
+        if evicted_total > c.get() {
+            follow(&c, evicted_total);
+        }
+    }
+
+    /// Advances the per-session counters of an interface to the maps' totals.
+    pub fn set_sessions(
+        &self,
+        iface: &str,
+        sessions: &rustc_hash::FxHashMap<agent_common::SessionKey, agent_common::SessionStats>,
+    ) {
+        for (k, s) in sessions {
+            let hook = Hook::ALL
+                .iter()
+                .find(|h| **h as u8 == k.hook)
+                .map(|h| h.name())
+                .unwrap_or("unknown");
+            let id = k.id.to_string();
+            let l = [iface, hook, k.kind_name(), id.as_str()];
+            follow(&self.session_packets.with_label_values(&l), s.packets);
+            follow(&self.session_bytes.with_label_values(&l), s.bytes);
+            follow(&self.session_ce.with_label_values(&l), s.ce_packets);
+            follow(&self.session_cnp.with_label_values(&l), s.cnp_packets);
+        }
+    }
+
+    /// Advances the AF_XDP socket figures of an interface.
+    pub fn set_capture_queues(&self, iface: &str, queues: &[crate::sources::afxdp::QueueStats]) {
+        for q in queues {
+            let qs = q.queue.to_string();
+            let l = [iface, qs.as_str()];
+            self.afxdp_socket
+                .with_label_values(&[iface, &qs, q.mode])
+                .set(1);
+            follow(&self.afxdp_frames.with_label_values(&l), q.frames);
+            follow(&self.afxdp_bytes.with_label_values(&l), q.bytes);
+            follow(
+                &self.afxdp_fill_empty.with_label_values(&l),
+                q.fill_ring_empty,
+            );
+            for (reason, n) in [
+                ("no_fill_buffer", q.dropped_no_buffer),
+                ("rx_ring_full", q.dropped_rx_ring_full),
+                ("invalid_descriptor", q.invalid_descriptors),
+            ] {
+                follow(
+                    &self.afxdp_dropped.with_label_values(&[iface, &qs, reason]),
+                    n,
+                );
+            }
         }
     }
 
@@ -364,17 +456,13 @@ impl Metrics {
     /// Advances the RDMA NIC port counters to the driver's values.
     pub fn set_rdma_counters(&self, counters: &[crate::sources::rdma::PortCounter]) {
         for c in counters {
-            let m = self
-                .rdma_counters
-                .with_label_values(&[&c.device, &c.port, &c.netdev, &c.name]);
-            let seen = m.get();
             // A smaller value means the driver reset it (device reset): follow from there.
-            if c.value >= seen {
-                m.inc_by(c.value - seen);
-            } else {
-                m.reset();
-                m.inc_by(c.value);
-            }
+            follow(
+                &self
+                    .rdma_counters
+                    .with_label_values(&[&c.device, &c.port, &c.netdev, &c.name]),
+                c.value,
+            );
         }
     }
 

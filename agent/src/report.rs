@@ -59,8 +59,20 @@ pub struct Roce {
     pub ext_truncated: u64,
     /// RoCE packets by the mirror session or tunnel they arrived in.
     pub tunnels: BTreeMap<&'static str, u64>,
+    /// Encapsulated RoCE by mirror session or tunnel id (ERSPAN session, VXLAN VNI, GRE key).
+    pub sessions: Vec<Session>,
     pub ecn: Ecn,
     pub opcodes: Vec<Opcode>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Session {
+    pub tunnel: &'static str,
+    pub id: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub ce_packets: u64,
+    pub cnp_packets: u64,
 }
 
 #[derive(Serialize, Debug)]
@@ -218,6 +230,18 @@ pub fn build(a: &Analysis) -> Report {
             tunnels: agent_common::headers::encap::TunnelKind::ALL
                 .iter()
                 .map(|k| (k.name(), c.tunnel_packets[*k as usize]))
+                .collect(),
+            sessions: a
+                .sessions
+                .iter()
+                .map(|(k, s)| Session {
+                    tunnel: k.kind_name(),
+                    id: k.id,
+                    packets: s.packets,
+                    bytes: s.bytes,
+                    ce_packets: s.ce_packets,
+                    cnp_packets: s.cnp_packets,
+                })
                 .collect(),
             ecn: Ecn {
                 not_ect: c.ecn_packets[0],

@@ -11,7 +11,7 @@ use crate::http::{self, Shared};
 use crate::loader::{self, Probe};
 use crate::metrics::Metrics;
 use crate::report::human_bytes;
-use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS};
+use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             &config.hooks,
             config.xdp_mode,
             config.flow_map_entries,
+            config.afxdp,
         )
         .with_context(|| format!("attach to {iface}"))?;
         log::info!(
@@ -50,6 +51,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 .iter()
                 .map(|h| match (h, p.xdp_mode) {
                     (Hook::Xdp, Some(m)) => format!("xdp ({m} mode)"),
+                    (Hook::AfXdp, Some(m)) => format!("afxdp capture (XDP {m} mode)"),
                     _ => h.name().to_string(),
                 })
                 .collect::<Vec<_>>()
@@ -62,13 +64,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     metrics.set_build_info();
     for p in &probes {
         for h in &p.hooks {
-            let mode = if *h == Hook::Xdp {
+            let mode = if matches!(h, Hook::Xdp | Hook::AfXdp) {
                 p.xdp_mode.unwrap_or("skb")
             } else {
                 "tcx"
             };
             metrics.set_attached(&p.iface, *h, mode);
         }
+        // The AF_XDP sockets (and their modes) show from the first scrape on.
+        metrics.set_capture_queues(&p.iface, &p.capture_queues());
     }
     let shared = Shared {
         metrics: Arc::new(Mutex::new(metrics)),
@@ -154,6 +158,14 @@ fn poll(
                 m.map_read_error(&p.iface, MAP_COUNTERS, 1);
             }
         }
+        match p.read_sessions() {
+            Ok(sessions) => m.set_sessions(&p.iface, &sessions),
+            Err(e) => {
+                log::warn!("read {MAP_SESSIONS} on {}: {e:#}", p.iface);
+                m.map_read_error(&p.iface, MAP_SESSIONS, 1);
+            }
+        }
+        m.set_capture_queues(&p.iface, &p.capture_queues());
         match p.read_flows() {
             Ok((flows, errors)) => {
                 if let Some(created) = created {

@@ -4,7 +4,8 @@ use crate::sh;
 use anyhow::{bail, Context, Result};
 use std::process::Command;
 
-/// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay and bpftool for tests.
+/// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool and ping for
+/// tests.
 const APT: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -12,6 +13,7 @@ const APT: &[&str] = &[
     "tshark",
     "tcpreplay",
     "bpftool",
+    "iputils-ping",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

@@ -669,5 +669,5 @@ pub fn tunnels() -> Fixture {
         t += 1000;
         f.push((t, fr));
     }
-    whole("tunnels", Format::PcapMicros, f, false)
+    whole("tunnels", Format::PcapMicros, f, true)
 }

@@ -40,6 +40,11 @@ const FIELDS: &[&str] = &[
     "ipv6.dst",
     "infiniband.aeth.syndrome",
     "infiniband.reth.dmalen",
+    "vxlan.vni",
+    "erspan.spanid",
+    "erspan.version",
+    "gre.proto",
+    "gre.key",
 ];
 
 /// Per-flow expectations (packets, bytes, CE-marked packets, CNPs).
@@ -70,6 +75,9 @@ pub struct Expected {
     pub aeth_syndromes: BTreeMap<u8, u64>,
     /// Sum of RETH DMA lengths.
     pub reth_dma_len_sum: u64,
+    /// RoCE packets by mirror session or tunnel: (kind, id) with kind vxlan, erspan2,
+    /// erspan3 or gre (id: VNI, ERSPAN session id, GRE key or 0).
+    pub sessions: BTreeMap<(String, u32), u64>,
 }
 
 fn num(s: &str) -> Result<u64> {
@@ -167,6 +175,28 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         }
         if !c[13].is_empty() {
             e.reth_dma_len_sum += num(c[13])?;
+        }
+        let session = if !c[14].is_empty() {
+            Some(("vxlan".to_string(), num(c[14])? as u32))
+        } else if !c[15].is_empty() {
+            let kind = if num(c[16])? == 2 {
+                "erspan3"
+            } else {
+                "erspan2"
+            };
+            Some((kind.to_string(), num(c[15])? as u32))
+        } else if !c[17].is_empty() {
+            let key = if c[18].is_empty() {
+                0
+            } else {
+                num(c[18])? as u32
+            };
+            Some(("gre".to_string(), key))
+        } else {
+            None
+        };
+        if let Some(k) = session {
+            *e.sessions.entry(k).or_default() += 1;
         }
     }
     Ok(e)

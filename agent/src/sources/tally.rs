@@ -1,0 +1,114 @@
+//! Counting in userspace exactly as the kernel programs count (`agent-ebpf`'s `count_parsed`):
+//! the hook's counter block, the mirror session and the flow, all through `agent-common`'s
+//! update functions. Used by the AF_XDP capture source and as the host side of the kernel
+//! differential tests.
+
+use agent_common::{
+    FlowKey, FlowStats, Hook, HookCounters, Outcome, RoceInfo, SessionKey, SessionStats,
+    SESSION_MAP_ENTRIES,
+};
+use rustc_hash::FxHashMap;
+
+/// One hook's counts: what the kernel keeps in COUNTERS, FLOWS and SESSIONS.
+#[derive(Clone, Debug)]
+pub struct Tally {
+    pub hook: Hook,
+    pub counters: HookCounters,
+    pub flows: FxHashMap<FlowKey, FlowStats>,
+    pub sessions: FxHashMap<SessionKey, SessionStats>,
+    /// Flows held at most (like the kernel map's size); further new flows are counted as
+    /// flow update errors instead of growing memory without bound.
+    pub flow_limit: usize,
+}
+
+impl Tally {
+    pub fn new(hook: Hook, flow_limit: usize) -> Tally {
+        Tally {
+            hook,
+            counters: HookCounters::ZERO,
+            flows: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            flow_limit,
+        }
+    }
+
+    /// Counts one parsed frame of `frame_len` wire bytes at `now_ns`.
+    pub fn record(&mut self, parsed: &Result<RoceInfo, Outcome>, frame_len: u64, now_ns: u64) {
+        self.counters.record(parsed, frame_len);
+        let Ok(info) = parsed else {
+            return;
+        };
+        if let Some(sk) = SessionKey::of(info, self.hook) {
+            if let Some(s) = self.sessions.get_mut(&sk) {
+                s.record(info, frame_len);
+            } else if self.sessions.len() < SESSION_MAP_ENTRIES as usize {
+                self.sessions.entry(sk).or_default().record(info, frame_len);
+            } else {
+                self.counters.session_overflow += 1;
+            }
+        }
+        let key = info.flow_key(self.hook);
+        if let Some(s) = self.flows.get_mut(&key) {
+            let ev = s.record(info, frame_len, now_ns);
+            self.counters.record_psn(&ev);
+            return;
+        }
+        if self.flows.len() >= self.flow_limit {
+            self.counters.flow_update_errors += 1;
+            return;
+        }
+        let mut s = FlowStats::default();
+        let ev = s.record(info, frame_len, now_ns);
+        self.flows.insert(key, s);
+        self.counters.record_psn(&ev);
+        self.counters.flows_created += 1;
+    }
+}
+
+/// Adds one set of flows into another, merging flows with the same key (per-CPU values,
+/// per-queue tallies).
+pub fn merge_flows(into: &mut FxHashMap<FlowKey, FlowStats>, from: &FxHashMap<FlowKey, FlowStats>) {
+    for (k, s) in from {
+        into.entry(*k).or_default().merge(s);
+    }
+}
+
+/// Adds one set of sessions into another.
+pub fn merge_sessions(
+    into: &mut FxHashMap<SessionKey, SessionStats>,
+    from: &FxHashMap<SessionKey, SessionStats>,
+) {
+    for (k, s) in from {
+        into.entry(*k).or_default().merge(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_flow_table_counts_errors_instead_of_growing() {
+        let mut t = Tally::new(Hook::AfXdp, 1);
+        let mut f = vec![0u8; 14 + 20 + 8 + 12];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        let tl = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&tl.to_be_bytes());
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        for sport in [1u16, 2, 1] {
+            f[34..36].copy_from_slice(&sport.to_be_bytes());
+            let p = agent_common::parse(
+                &agent_common::SliceReader(&f),
+                agent_common::LinkType::Ethernet,
+            );
+            t.record(&p, f.len() as u64, 0);
+        }
+        assert_eq!(t.flows.len(), 1);
+        assert_eq!(t.counters.flow_update_errors, 1);
+        assert_eq!(t.counters.flows_created, 1);
+        assert_eq!(t.counters.roce_packets(), 3);
+    }
+}
