@@ -1,6 +1,6 @@
 //! The `rocemon` binary's errors: each names the problem and the fix, with exit status 2.
 
-use rocemon_testkit::netns::{metric_labels, Agent, LoopNs};
+use rocemon_testkit::netns::{metric_labels, metric_sum, Agent, LoopNs};
 use rocemon_testkit::{is_root, TempDir};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -273,6 +273,39 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     std::fs::write(&p, "7\n").unwrap();
     let ns = Ns::new();
     let root = dir.path().join("sys");
+    // Three RC connections of a hardware NIC (recorded `rdma -j res` output): the hooks never
+    // see their packets, the predicted ECMP view must still place them.
+    let qp = dir.path().join("qp.json");
+    std::fs::write(&qp, r#"[{"ifname":"mlx5_0","port":1,"lqpn":4660,"rqpn":22136,"type":"RC","state":"RTS"},{"ifname":"mlx5_0","port":1,"lqpn":4661,"rqpn":22137,"type":"RC","state":"RTS"},{"ifname":"mlx5_0","port":1,"lqpn":4662,"rqpn":22138,"type":"RC","state":"RTS"},{"ifname":"mlx5_0","port":1,"lqpn":1,"type":"GSI","state":"RTS"}]"#).unwrap();
+    let cm = dir.path().join("cm.json");
+    std::fs::write(&cm, r#"[{"lqpn":4660,"src-addr":"10.0.0.1:5000","dst-addr":"10.0.0.2:18515"},{"lqpn":4661,"src-addr":"10.0.0.1:5001","dst-addr":"10.0.0.3:18515"},{"lqpn":4662,"src-addr":"10.0.0.1:5002","dst-addr":"10.0.0.4:18515"}]"#).unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 2\n[rdma]\nqp_json = {:?}\ncm_id_json = {:?}\n",
+            qp.to_str().unwrap(),
+            cm.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    // The paths the offline command predicts for the same connections.
+    let out = rocemon(&[
+        "rdma",
+        "--format",
+        "json",
+        "--qp-json",
+        qp.to_str().unwrap(),
+        "--cm-id-json",
+        cm.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut per_path = [0u64; 2];
+    for c in j["connections"].as_array().unwrap() {
+        per_path[c["predicted_path"].as_u64().unwrap() as usize] += 1;
+    }
     let mut agent = Agent::start(
         ns.name(),
         BIN,
@@ -288,15 +321,47 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
             "100",
             "--sysfs-root",
             root.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
         ],
     )
     .unwrap();
     let body = agent
         .wait_metrics(ns.name(), "127.0.0.1:9444", Duration::from_secs(30), |b| {
             b.contains("rocemon_rdma_port_counter_total{")
+                && b.contains("rocemon_ecmp_predicted_path_flows{")
         })
         .unwrap();
     assert!(body.contains(r#"rocemon_rdma_port_counter_total{counter="rcvd_seq_err",device="rxe0",netdev="",port="1"} 7"#), "{body}");
+    assert_eq!(
+        metric_sum(&body, "rocemon_rdma_connections", &[("device", "mlx5_0")]),
+        3.0
+    );
+    for (p, n) in per_path.iter().enumerate() {
+        let path = p.to_string();
+        assert_eq!(
+            metric_sum(
+                &body,
+                "rocemon_ecmp_predicted_path_flows",
+                &[("path", &path)]
+            ) as u64,
+            *n,
+            "path {p}: {body}"
+        );
+        // assume_elephants (default): each RC connection counts as an elephant.
+        assert_eq!(
+            metric_sum(
+                &body,
+                "rocemon_ecmp_predicted_path_elephants",
+                &[("path", &path)]
+            ) as u64,
+            *n
+        );
+    }
+    // Three elephants on two paths: at least one path carries two. A collision needs an empty
+    // path too, which is the case exactly when all three hash alike.
+    let colliding = metric_sum(&body, "rocemon_ecmp_predicted_colliding_paths", &[]);
+    assert_eq!(colliding, if per_path.contains(&0) { 1.0 } else { 0.0 });
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
 }

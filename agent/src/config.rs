@@ -6,6 +6,7 @@ use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
 pub use crate::sources::afxdp::BindMode;
+pub use crate::sources::rdma::RdmaConfig;
 use agent_common::Hook;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub struct FileConfig {
     /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
     pub capture: Option<CaptureArg>,
     pub afxdp_mode: Option<BindMode>,
+    /// RC connections from the kernel's RDMA resource view (hardware RoCE hosts).
+    pub rdma: Option<RdmaConfig>,
 }
 
 /// Where RoCE frames are counted.
@@ -71,6 +74,7 @@ pub struct Config {
     pub sysfs_root: std::path::PathBuf,
     /// `Some` in AF_XDP capture mode (then `hooks` holds [`Hook::AfXdp`]).
     pub afxdp: Option<BindMode>,
+    pub rdma: RdmaConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -209,6 +213,20 @@ impl Config {
             elephant.validate().map_err(bad)?;
         }
         ecmp.validate(Some(&ifaces)).map_err(bad)?;
+        let rdma = file.rdma.unwrap_or_default();
+        for (key, path, what) in [
+            ("rdma.qp_json", &rdma.qp_json, "qp"),
+            ("rdma.cm_id_json", &rdma.cm_id_json, "cm_id"),
+        ] {
+            if let Some(p) = path {
+                if let Err(e) = std::fs::metadata(p) {
+                    return Err(bad(format!(
+                        "{key} {}: {e}; record it with `rdma -j res show {what} > FILE`, or remove the key to ask `rdma` itself",
+                        p.display()
+                    )));
+                }
+            }
+        }
         Ok(Config {
             ifaces,
             hooks,
@@ -227,6 +245,7 @@ impl Config {
                 .or(file.sysfs_root)
                 .unwrap_or_else(|| "/sys".into()),
             afxdp: (capture == CaptureArg::Afxdp).then(|| afxdp_mode.unwrap_or(BindMode::Auto)),
+            rdma,
         })
     }
 }

@@ -116,24 +116,7 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
 
 fn rdma(args: RdmaArgs) -> Result<()> {
     use rocemon::sources::rdma;
-    let read = |p: &std::path::PathBuf| {
-        std::fs::read_to_string(p)
-            .map_err(|e| UsageError::BadConfig(format!("cannot read {}: {e}", p.display())))
-    };
-    let qp = match &args.qp_json {
-        Some(p) => Some(read(p)?),
-        None => rdma::rdma_res("qp"),
-    };
-    let cm = match &args.cm_id_json {
-        Some(p) => Some(read(p)?),
-        None => rdma::rdma_res("cm_id"),
-    };
-    let connections = match &qp {
-        Some(q) => rdma::connections(q, cm.as_deref()).map_err(|e| {
-            UsageError::BadConfig(format!("cannot parse `rdma -j res` output: {e}"))
-        })?,
-        None => Vec::new(),
-    };
+    let connections = rdma::load_connections(args.qp_json.as_deref(), args.cm_id_json.as_deref())?;
     let model = match &args.config {
         Some(p) => {
             rocemon::config::detectors(&rocemon::config::load_file(p)?)?

@@ -68,6 +68,8 @@ pub struct Metrics {
     afxdp_dropped: IntCounterVec,
     afxdp_fill_empty: IntCounterVec,
     afxdp_socket: IntGaugeVec,
+    path_flows: IntGaugeVec,
+    rdma_connections: IntGaugeVec,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
     prev: HashMap<(String, Hook), HookCounters>,
 }
@@ -172,6 +174,8 @@ impl Metrics {
             afxdp_dropped: counter(&r, "rocemon_afxdp_dropped_frames_total", "Frames the kernel dropped before an AF_XDP socket got them: no_fill_buffer (fill ring empty), rx_ring_full, invalid_descriptor.", &["iface", "queue", "reason"])?,
             afxdp_fill_empty: counter(&r, "rocemon_afxdp_fill_ring_empty_total", "Times the kernel found an AF_XDP socket's fill ring empty.", &["iface", "queue"])?,
             afxdp_socket: int_gauge(&r, "rocemon_afxdp_socket", "1 for every AF_XDP capture socket (mode: copy or zerocopy).", &["iface", "queue", "mode"])?,
+            path_flows: int_gauge(&r, "rocemon_ecmp_predicted_path_flows", "Flows (seen in packets, or RC connections from the RDMA resource view) the hash model puts on a path.", &["path"])?,
+            rdma_connections: int_gauge(&r, "rocemon_rdma_connections", "RC connections of an RDMA device from the kernel's resource view (rdma res), with addresses known.", &["device"])?,
             poll_duration,
             prev: HashMap::new(),
             registry: r,
@@ -330,6 +334,16 @@ impl Metrics {
         }
     }
 
+    /// Sets the RC connection counts per RDMA device.
+    pub fn set_rdma_connections(&self, conns: &[crate::sources::rdma::Connection]) {
+        self.rdma_connections.reset();
+        for c in conns {
+            if c.flow_key().is_some() {
+                self.rdma_connections.with_label_values(&[&c.device]).inc();
+            }
+        }
+    }
+
     /// Advances the AF_XDP socket figures of an interface.
     pub fn set_capture_queues(&self, iface: &str, queues: &[crate::sources::afxdp::QueueStats]) {
         for q in queues {
@@ -411,11 +425,15 @@ impl Metrics {
             self.set_group(g);
         }
         self.path_elephants.reset();
+        self.path_flows.reset();
         if let Some(p) = &r.predicted {
             for m in &p.members {
                 self.path_elephants
                     .with_label_values(&[&m.member])
                     .set(m.elephants as i64);
+                self.path_flows
+                    .with_label_values(&[&m.member])
+                    .set(m.flows as i64);
             }
             self.colliding_paths
                 .with_label_values(&[] as &[&str])

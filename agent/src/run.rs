@@ -94,6 +94,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }));
     log::info!("serving metrics at http://{local}/metrics");
 
+    // RC connections of hardware RoCE NICs (invisible to the hooks), refreshed now and then.
+    let mut rdma = RdmaView::default();
     let mut tick = tokio::time::interval(config.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_poll = Instant::now();
@@ -106,7 +108,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
-                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps);
+                rdma.refresh(&config);
+                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma);
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
@@ -135,6 +138,7 @@ fn poll(
     dt: f64,
     config: &Config,
     enter_bps: &[f64],
+    rdma: &RdmaView,
 ) {
     let started = Instant::now();
     table.begin_poll();
@@ -211,7 +215,10 @@ fn poll(
         }
     }
     m.set_rdma_counters(&crate::sources::rdma::port_counters(&config.sysfs_root));
-    let report = ecmp::analyze(&table.views(), &table.ifaces, &config.ecmp);
+    let mut views = table.views();
+    views.extend(rdma.views(config.rdma.elephants()));
+    m.set_rdma_connections(&rdma.connections);
+    let report = ecmp::analyze(&views, &table.ifaces, &config.ecmp);
     m.set_flows(table, config.top_k);
     m.set_ecmp(&report, config.top_k);
     m.poll_duration.observe(started.elapsed().as_secs_f64());
@@ -219,6 +226,45 @@ fn poll(
     let view = api::build(table, &report, config, 1000);
     if let Ok(mut a) = shared.api.lock() {
         *a = view;
+    }
+}
+
+/// The host's RC connections from the RDMA resource view, for the predicted ECMP view.
+#[derive(Default)]
+struct RdmaView {
+    connections: Vec<crate::sources::rdma::Connection>,
+    read_at: Option<Instant>,
+}
+
+/// How often `rdma res` is read (connections of a training job live for minutes to days).
+const RDMA_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl RdmaView {
+    fn refresh(&mut self, config: &Config) {
+        if !config.rdma.enabled() || self.read_at.is_some_and(|t| t.elapsed() < RDMA_REFRESH) {
+            return;
+        }
+        self.read_at = Some(Instant::now());
+        match crate::sources::rdma::load_connections(
+            config.rdma.qp_json.as_deref(),
+            config.rdma.cm_id_json.as_deref(),
+        ) {
+            Ok(c) => self.connections = c,
+            Err(e) => log::warn!("RDMA connections: {e}"),
+        }
+    }
+
+    /// The connections as flows of no watched interface: the hash model places them; observed
+    /// groups do not see them; a flow the hooks also see is counted once.
+    fn views(&self, elephants: bool) -> impl Iterator<Item = crate::detect::ecmp::FlowView> + '_ {
+        self.connections.iter().filter_map(move |c| {
+            Some(crate::detect::ecmp::FlowView {
+                iface: usize::MAX,
+                key: c.flow_key()?,
+                rate_bytes: 0.0,
+                elephant: elephants,
+            })
+        })
     }
 }
 
