@@ -375,6 +375,7 @@ fn live_bench() -> Result<Value> {
             BIN,
             &[
                 "run",
+                "--no-pin",
                 "--iface",
                 &pair.a_if,
                 "--hooks",

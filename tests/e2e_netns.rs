@@ -2,7 +2,9 @@
 //! pair (XDP native, XDP skb, tc ingress, tc egress), fixture traffic replayed with tcpreplay,
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
-use rocemon_testkit::netns::{http_get_in, metric_labels, metric_sum, run, Agent, VethPair};
+use rocemon_testkit::netns::{
+    http_get_in, metric_labels, metric_sum, rocemon_links, run, Agent, VethPair,
+};
 use rocemon_testkit::{fixtures, is_root, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -131,8 +133,10 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
         } else {
             (&pair.ns_a, &pair.a_if)
         };
+        // --no-pin: everything must end with the process (checked below).
         let mut args = vec![
             "run",
+            "--no-pin",
             "--iface",
             ifn,
             "--listen",
@@ -329,10 +333,10 @@ fn rocemon_run_counts_equal_tshark_for_every_hook() {
             "{}: XDP still attached after SIGTERM",
             c.name
         );
-        let links = String::from_utf8(run("bpftool", &["link", "show"]).unwrap().stdout).unwrap();
+        let links = rocemon_links().unwrap();
         assert!(
-            !links.contains("rocemon_"),
-            "{}: a link is left after SIGTERM:\n{links}",
+            links.is_empty(),
+            "{}: a link is left after SIGTERM: {links:?}",
             c.name
         );
     }
@@ -464,4 +468,173 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
         !link.contains("prog/xdp"),
         "nothing stays attached after the refusal"
     );
+}
+
+/// Counters survive a restart: maps and links pinned on a bpffs of the test's own (mounted in a
+/// temporary directory, so nothing touches the host's /sys/fs/bpf), traffic sent while no
+/// agent runs is still counted, Prometheus counters continue from where they were, and
+/// `rocemon detach` leaves no program, link or pin behind.
+#[test]
+fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-pin").unwrap();
+    let bpffs = dir.path().join("bpffs");
+    std::fs::create_dir_all(&bpffs).unwrap();
+    run("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]).unwrap();
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).output();
+        }
+    }
+    let _unmount = Unmount(bpffs.clone());
+    let pin_dir = bpffs.join("rocemon");
+    let pin = pin_dir.to_str().unwrap();
+    let fx = fixtures::rc_ipv4();
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+
+    let pair = VethPair::new("rcpin").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let args = [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        "xdp,tc-ingress",
+        "--xdp-mode",
+        "native",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--pin-dir",
+        pin,
+    ];
+    let packets = |body: &str, hook: &str| {
+        metric_sum(
+            body,
+            "rocemon_packets_total",
+            &[("hook", hook), ("iface", ifn.as_str())],
+        ) as u64
+    };
+    let wait_for = |agent: &mut Agent, want: u64| {
+        agent
+            .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
+            })
+            .unwrap()
+    };
+
+    // Run 1: one replay.
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    wait_ready(ns, &mut agent);
+    pair.replay_from_b(&path).unwrap();
+    let body = wait_for(&mut agent, e.roce_packets);
+    assert_eq!(packets(&body, "xdp"), e.roce_packets);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("stay attached"), "{stderr}");
+
+    // No agent: the pinned programs keep counting into the pinned maps.
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", ifn])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        link.contains("prog/xdp"),
+        "XDP must stay attached between runs: {link}"
+    );
+    pair.replay_from_b(&path).unwrap();
+
+    // Run 2: takes over the links and maps; Prometheus counters continue (3 replays so far
+    // after the next one), nothing sent while no agent ran is missing.
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    let body = wait_for(&mut agent, 2 * e.roce_packets);
+    assert_eq!(
+        packets(&body, "xdp"),
+        2 * e.roce_packets,
+        "counted while no agent ran"
+    );
+    assert_eq!(packets(&body, "tc_ingress"), 2 * e.roce_packets);
+    pair.replay_from_b(&path).unwrap();
+    let body = wait_for(&mut agent, 3 * e.roce_packets);
+    assert_eq!(packets(&body, "xdp"), 3 * e.roce_packets);
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_ecn_packets_total",
+            &[("hook", "xdp"), ("codepoint", "ce")]
+        ) as u64,
+        3 * e.ecn[3]
+    );
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_attached",
+            &[("hook", "xdp"), ("mode", "native")]
+        ),
+        1.0
+    );
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("took over the link"), "{stderr}");
+    let mut links = rocemon_links().unwrap();
+    links.sort();
+    assert_eq!(
+        links,
+        ["rocemon_tc_ingress", "rocemon_xdp"],
+        "exactly the two pinned links, now running the new programs"
+    );
+
+    // --no-pin while pins exist: refused, naming the fix.
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, BIN, "run", "--no-pin", "--iface", ifn])
+        .args(["--listen", ADDR, "--pin-dir", pin])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rocemon detach"));
+
+    // Detach: no program, link or pin left.
+    let out = std::process::Command::new(BIN)
+        .args(["detach", "--pin-dir", pin])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(ifn.as_str()));
+    assert!(
+        !pin_dir.exists(),
+        "pins left: {:?}",
+        std::fs::read_dir(&bpffs).map(|d| d.count())
+    );
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", ifn])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(!link.contains("prog/xdp"), "XDP left after detach: {link}");
+    // Links are freed once their last reference (the pin) is gone; give the kernel a moment.
+    let t = Instant::now();
+    loop {
+        let links = rocemon_links().unwrap();
+        if links.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "links left after detach: {links:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -27,6 +27,30 @@ pub enum Command {
     /// ports (and predicted ECMP paths with a hash model): for hosts whose RoCE bypasses the
     /// kernel.
     Rdma(RdmaArgs),
+    /// Detach the programs and remove the maps that `rocemon run` pinned (all interfaces, or
+    /// the ones given).
+    Detach(DetachArgs),
+    /// Validate a configuration file and print what it sets; exit status 2 when it is wrong.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DetachArgs {
+    /// Interface to detach from (repeat for several; default: every pinned interface).
+    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    pub ifaces: Vec<String>,
+    /// The bpffs directory of the pins (default: pin_dir of --config, else /sys/fs/bpf/rocemon).
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    /// Configuration file whose pin_dir to use.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckConfigArgs {
+    /// The TOML configuration file.
+    pub file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -105,6 +129,12 @@ pub struct RunArgs {
     /// AF_XDP socket mode: auto tries zero-copy and falls back to copy.
     #[arg(long, value_enum)]
     pub afxdp_mode: Option<crate::sources::afxdp::BindMode>,
+    /// Do not pin maps and links: the programs detach and the counts end when rocemon exits.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -35,6 +35,10 @@ pub struct FileConfig {
     pub afxdp_mode: Option<BindMode>,
     /// RC connections from the kernel's RDMA resource view (hardware RoCE hosts).
     pub rdma: Option<RdmaConfig>,
+    /// Pin maps and links so counting goes on across restarts (default true).
+    pub pin: Option<bool>,
+    /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
+    pub pin_dir: Option<std::path::PathBuf>,
 }
 
 /// Where RoCE frames are counted.
@@ -75,6 +79,10 @@ pub struct Config {
     /// `Some` in AF_XDP capture mode (then `hooks` holds [`Hook::AfXdp`]).
     pub afxdp: Option<BindMode>,
     pub rdma: RdmaConfig,
+    /// Where maps and links are pinned (and where `--no-pin` looks for a previous run's pins).
+    pub pin_dir: std::path::PathBuf,
+    /// Pin maps and links; false: nothing outlives the process.
+    pub pin: bool,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -246,6 +254,12 @@ impl Config {
                 .unwrap_or_else(|| "/sys".into()),
             afxdp: (capture == CaptureArg::Afxdp).then(|| afxdp_mode.unwrap_or(BindMode::Auto)),
             rdma,
+            pin: !args.no_pin && file.pin.unwrap_or(true),
+            pin_dir: args
+                .pin_dir
+                .clone()
+                .or(file.pin_dir)
+                .unwrap_or_else(|| crate::pins::DEFAULT_PIN_DIR.into()),
         })
     }
 }
@@ -282,6 +296,57 @@ pub fn load_file(path: &Path) -> Result<FileConfig, UsageError> {
             e.to_string().trim().replace('\n', " ")
         ))
     })
+}
+
+impl Config {
+    /// The effective settings, one per line (`rocemon check-config`, the startup log).
+    pub fn summary(&self) -> String {
+        let hooks: Vec<&str> = self.hooks.iter().map(|h| h.name()).collect();
+        let lines = vec![
+            format!("interfaces: {}", self.ifaces.join(", ")),
+            format!("hooks: {}", hooks.join(", ")),
+            format!("xdp_mode: {:?}", self.xdp_mode).to_lowercase(),
+            format!(
+                "capture: {}",
+                match self.afxdp {
+                    Some(m) => format!("afxdp ({m:?})").to_lowercase(),
+                    None => "maps".into(),
+                }
+            ),
+            format!("listen: {}", self.listen),
+            format!("top_k: {}", self.top_k),
+            format!("poll_interval_ms: {}", self.poll_interval.as_millis()),
+            format!("flow_map_entries: {}", self.flow_map_entries),
+            format!("rate_window_seconds: {}", self.rate_window_s),
+            format!(
+                "elephant: enter at {} B/s{}, leave below {}% of that",
+                self.elephant.threshold_bytes_per_second,
+                self.elephant
+                    .threshold_link_share
+                    .map(|s| format!(" or {}% of the link speed", s * 100.0))
+                    .unwrap_or_default(),
+                self.elephant.exit_ratio * 100.0
+            ),
+            format!(
+                "ecmp: {} group(s){}",
+                self.ecmp.groups.len(),
+                if self.ecmp.hash.is_some() {
+                    ", hash model set"
+                } else {
+                    ""
+                }
+            ),
+            format!(
+                "pins: {}",
+                if self.pin {
+                    self.pin_dir.display().to_string()
+                } else {
+                    "off".into()
+                }
+            ),
+        ];
+        lines.join("\n")
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod flows;
 pub mod http;
 pub mod loader;
 pub mod metrics;
+pub mod pins;
 pub mod report;
 pub mod run;
 pub mod sources;

@@ -4,6 +4,7 @@
 
 use crate::config::XdpMode;
 use crate::error::UsageError;
+use crate::pins::IfacePins;
 use crate::sources::afxdp::{BindMode, Capture, QueueStats};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
@@ -11,10 +12,14 @@ use agent_common::{
 };
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap, XskMap};
-use aya::programs::{tc::TcAttachType, SchedClassifier, Xdp, XdpMode as AyaXdpMode};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{SchedClassifierLink, TcAttachType};
+use aya::programs::xdp::XdpLink;
+use aya::programs::{SchedClassifier, Xdp, XdpMode as AyaXdpMode};
 use aya::{Ebpf, EbpfLoader};
 use rustc_hash::FxHashMap;
 use std::ffi::CString;
+use std::path::Path;
 
 /// The kernel object built by `build.rs` from `agent-ebpf`.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent"));
@@ -32,6 +37,23 @@ pub struct Probe {
     /// AF_XDP capture mode: the sockets and their counts. Declared after `ebpf`, so the
     /// program is detached before the sockets close.
     capture: Option<Capture>,
+    /// Links pinned on the bpffs: they outlive this process (closing the fd leaves them).
+    _pinned: Vec<PinnedLink>,
+    /// Whether the maps came from a previous run (counts continue from their totals).
+    pub maps_reused: bool,
+}
+
+/// How to attach one interface.
+#[derive(Clone, Copy, Debug)]
+pub struct AttachOptions<'a> {
+    pub hooks: &'a [Hook],
+    pub xdp_mode: XdpMode,
+    pub flow_entries: u32,
+    pub afxdp: Option<BindMode>,
+    /// The bpffs directory for pins.
+    pub pin_root: &'a Path,
+    /// Pin maps and links there; false: everything ends with the process.
+    pub pin: bool,
 }
 
 /// The index of a named interface, or a usage error naming it.
@@ -93,10 +115,20 @@ pub fn raise_memlock() {
 
 /// Loads the object with the flow map sized to `flow_entries`, without attaching anything.
 pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
-    EbpfLoader::new()
-        .map_max_entries(MAP_FLOWS, flow_entries)
-        .load(EBPF_OBJECT)
-        .context("load the rocemon BPF object")
+    load_object_pinned(flow_entries, None)
+}
+
+/// Loads the object; with `pins`, the counting maps are opened from (or created at) their
+/// pinned paths, so programs of several runs share them.
+fn load_object_pinned(flow_entries: u32, pins: Option<&IfacePins>) -> Result<Ebpf> {
+    let mut l = EbpfLoader::new();
+    l.map_max_entries(MAP_FLOWS, flow_entries);
+    if let Some(p) = pins {
+        for m in crate::pins::PINNED_MAPS {
+            l.map_pin_path(m, p.map_path(m));
+        }
+    }
+    l.load(EBPF_OBJECT).context("load the rocemon BPF object")
 }
 
 /// An XDP program of the object by name.
@@ -130,16 +162,22 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
 }
 
 /// Loads and attaches the hooks on one interface. With [`Hook::AfXdp`], `afxdp` says how the
-/// capture sockets bind; they are open and registered before the program is attached.
-pub fn attach(
-    iface: &str,
-    hooks: &[Hook],
-    mode: XdpMode,
-    flow_entries: u32,
-    afxdp: Option<BindMode>,
-) -> Result<Probe> {
+/// capture sockets bind; they are open and registered before the program is attached. With a
+/// pin root (map-based capture only: sockets cannot outlive the process), links found from a
+/// previous run get the new programs atomically, and new links are pinned.
+pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
     let idx = ifindex(iface)?;
-    let mut ebpf = load_object(flow_entries)?;
+    let pins = if o.pin && o.afxdp.is_none() {
+        crate::pins::ensure_bpffs(o.pin_root)?;
+        Some(IfacePins::new(o.pin_root, iface, o.flow_entries)?)
+    } else {
+        if o.pin_root.join(iface).exists() {
+            bail_pinned(o.pin_root, iface)?;
+        }
+        None
+    };
+    let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
+    let mut ebpf = load_object_pinned(o.flow_entries, pins.as_ref())?;
     let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
         Ok(l) => Some(l),
         Err(e) => {
@@ -148,9 +186,9 @@ pub fn attach(
             None
         }
     };
-    load_programs(&mut ebpf, hooks)?;
+    load_programs(&mut ebpf, o.hooks)?;
     let mut capture = None;
-    if hooks.contains(&Hook::AfXdp) {
+    if o.hooks.contains(&Hook::AfXdp) {
         let mut xsks: XskMap<_> = XskMap::try_from(
             ebpf.map_mut(MAP_XSKS)
                 .with_context(|| format!("{MAP_XSKS} map missing"))?,
@@ -158,50 +196,154 @@ pub fn attach(
         capture = Some(Capture::open(
             iface,
             idx,
-            afxdp.unwrap_or(BindMode::Auto),
-            flow_entries as usize,
+            o.afxdp.unwrap_or(BindMode::Auto),
+            o.flow_entries as usize,
             |q, fd| xsks.set(q, fd, 0).map_err(Into::into),
         )?);
     }
     let mut xdp_mode = None;
-    for h in hooks {
+    let mut pinned = Vec::new();
+    for h in o.hooks {
+        let link_pin = pins.as_ref().map(|p| p.link_path(*h));
         match h {
             Hook::Xdp | Hook::AfXdp => {
                 let p = xdp_prog(&mut ebpf, h.program())?;
-                xdp_mode = Some(attach_xdp(p, iface, mode)?);
+                if let Some(lp) = &link_pin {
+                    if let Some(mode) = reattach(lp, |fd| {
+                        p.attach_to_link(XdpLink::try_from(fd)?)?;
+                        Ok(())
+                    }) {
+                        xdp_mode = Some(mode);
+                        continue;
+                    }
+                }
+                let (mode, id) = attach_xdp(p, iface, o.xdp_mode)?;
+                xdp_mode = Some(mode);
+                if let Some(lp) = &link_pin {
+                    let fd: FdLink = p.take_link(id)?.try_into().map_err(|_| no_link(iface))?;
+                    pinned.push(pin_link(fd, lp, mode)?);
+                }
             }
             Hook::TcIngress | Hook::TcEgress => {
-                let (name, at) = if *h == Hook::TcIngress {
-                    (agent_common::PROG_TC_INGRESS, TcAttachType::Ingress)
+                let at = if *h == Hook::TcIngress {
+                    TcAttachType::Ingress
                 } else {
-                    (agent_common::PROG_TC_EGRESS, TcAttachType::Egress)
+                    TcAttachType::Egress
                 };
-                tc_prog(&mut ebpf, name)?
+                let p = tc_prog(&mut ebpf, h.program())?;
+                if let Some(lp) = &link_pin {
+                    if reattach(lp, |fd| {
+                        p.attach_to_link(SchedClassifierLink::try_from(fd)?)?;
+                        Ok(())
+                    })
+                    .is_some()
+                    {
+                        continue;
+                    }
+                }
+                let id = p
                     .attach(iface, at)
                     .with_context(|| format!("attach {} to {iface}", h.name()))?;
+                if let Some(lp) = &link_pin {
+                    let fd: FdLink = p.take_link(id)?.try_into().map_err(|_| no_link(iface))?;
+                    pinned.push(pin_link(fd, lp, "tcx")?);
+                }
             }
         }
+    }
+    if let Some(p) = &pins {
+        p.prune(o.hooks)?;
     }
     Ok(Probe {
         iface: iface.to_string(),
         ifindex: idx,
         xdp_mode,
-        hooks: hooks.to_vec(),
+        hooks: o.hooks.to_vec(),
         ebpf,
         logger,
         capture,
+        _pinned: pinned,
+        maps_reused,
     })
 }
 
-fn attach_xdp(p: &mut Xdp, iface: &str, mode: XdpMode) -> Result<&'static str> {
+fn bail_pinned(root: &Path, iface: &str) -> Result<()> {
+    Err(UsageError::BadConfig(format!(
+        "programs of a previous run are still attached to '{iface}' (pinned under {}); run `rocemon detach --iface {iface}` first",
+        root.join(iface).display()
+    ))
+    .into())
+}
+
+fn no_link(iface: &str) -> anyhow::Error {
+    UsageError::BadConfig(format!(
+        "the kernel attached to '{iface}' without a BPF link, which cannot be pinned (XDP links need Linux 5.9, TCX 6.6); run with --no-pin"
+    ))
+    .into()
+}
+
+/// Pins a new link as `<path>@<mode>` (the mode is kept in the name, so a later run reports it).
+fn pin_link(fd: FdLink, path: &Path, mode: &str) -> Result<PinnedLink> {
+    let p = path.with_file_name(format!(
+        "{}@{mode}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("link")
+    ));
+    fd.pin(&p)
+        .with_context(|| format!("pin the link at {}", p.display()))
+}
+
+/// Swaps the new program into a link pinned by a previous run. Returns the link's mode, or
+/// None when there is no such link or it is stale (its interface went away): then the pin
+/// is removed and the caller attaches afresh.
+fn reattach(path: &Path, swap: impl FnOnce(FdLink) -> Result<()>) -> Option<&'static str> {
+    let dir = path.parent()?;
+    let stem = path.file_name()?.to_str()?;
+    let found = std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let mode = name.strip_prefix(stem)?.strip_prefix('@')?.to_string();
+        Some((e.path(), mode))
+    })?;
+    let (pin, mode) = found;
+    let swapped = PinnedLink::from_pin(&pin)
+        .map_err(anyhow::Error::from)
+        .and_then(|l| swap(FdLink::from(l)));
+    match swapped {
+        Ok(()) => {
+            log::info!(
+                "took over the link pinned at {} (no packet missed)",
+                pin.display()
+            );
+            Some(match mode.as_str() {
+                "native" => "native",
+                "skb" => "skb",
+                _ => "tcx",
+            })
+        }
+        Err(e) => {
+            log::warn!(
+                "pinned link {} is stale ({e:#}); attaching afresh",
+                pin.display()
+            );
+            let _ = std::fs::remove_file(&pin);
+            None
+        }
+    }
+}
+
+fn attach_xdp(
+    p: &mut Xdp,
+    iface: &str,
+    mode: XdpMode,
+) -> Result<(&'static str, aya::programs::xdp::XdpLinkId)> {
     match mode {
         XdpMode::Skb => {
-            p.attach(iface, AyaXdpMode::Skb)
+            let id = p
+                .attach(iface, AyaXdpMode::Skb)
                 .with_context(|| format!("attach XDP (skb mode) to {iface}"))?;
-            Ok("skb")
+            Ok(("skb", id))
         }
         XdpMode::Native => match p_attach(p, iface, AyaXdpMode::Driver) {
-            Ok(()) => Ok("native"),
+            Ok(id) => Ok(("native", id)),
             Err(e) => Err(UsageError::XdpModeUnsupported {
                 iface: iface.into(),
                 mode: "native",
@@ -210,19 +352,24 @@ fn attach_xdp(p: &mut Xdp, iface: &str, mode: XdpMode) -> Result<&'static str> {
             .into()),
         },
         XdpMode::Auto => match p_attach(p, iface, AyaXdpMode::Driver) {
-            Ok(()) => Ok("native"),
+            Ok(id) => Ok(("native", id)),
             Err(e) => {
                 log::warn!("XDP native mode failed on {iface} ({e}); falling back to skb mode");
-                p.attach(iface, AyaXdpMode::Skb)
+                let id = p
+                    .attach(iface, AyaXdpMode::Skb)
                     .with_context(|| format!("attach XDP (skb mode) to {iface}"))?;
-                Ok("skb")
+                Ok(("skb", id))
             }
         },
     }
 }
 
-fn p_attach(p: &mut Xdp, iface: &str, mode: AyaXdpMode) -> Result<(), String> {
-    p.attach(iface, mode).map(|_| ()).map_err(|e| {
+fn p_attach(
+    p: &mut Xdp,
+    iface: &str,
+    mode: AyaXdpMode,
+) -> Result<aya::programs::xdp::XdpLinkId, String> {
+    p.attach(iface, mode).map_err(|e| {
         let mut s = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(c) = src {

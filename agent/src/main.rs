@@ -3,7 +3,9 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use rocemon::cli::{AnalyzeArgs, Cli, Command, OutputFormat, RdmaArgs, RunArgs};
+use rocemon::cli::{
+    AnalyzeArgs, CheckConfigArgs, Cli, Command, DetachArgs, OutputFormat, RdmaArgs, RunArgs,
+};
 use rocemon::config::Config;
 use rocemon::error::{exit_status, UsageError};
 use std::io::IsTerminal;
@@ -19,6 +21,8 @@ fn main() -> ExitCode {
         Command::Analyze(a) => analyze(a),
         Command::Top(a) => rocemon::top::run(a),
         Command::Rdma(a) => rdma(a),
+        Command::Detach(a) => detach(a),
+        Command::CheckConfig(a) => check_config(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -176,6 +180,57 @@ fn rdma(args: RdmaArgs) -> Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+fn detach(args: DetachArgs) -> Result<()> {
+    let file_dir = match &args.config {
+        Some(p) => rocemon::config::load_file(p)?.pin_dir,
+        None => None,
+    };
+    let root = args
+        .pin_dir
+        .or(file_dir)
+        .unwrap_or_else(|| rocemon::pins::DEFAULT_PIN_DIR.into());
+    let mut done = Vec::new();
+    if args.ifaces.is_empty() {
+        done = rocemon::pins::detach(&root, None)?;
+    } else {
+        for i in &args.ifaces {
+            done.extend(rocemon::pins::detach(&root, Some(i))?);
+        }
+    }
+    if done.is_empty() {
+        println!("nothing pinned under {}", root.display());
+    } else {
+        println!(
+            "detached and removed the pins of {} (under {})",
+            done.join(", "),
+            root.display()
+        );
+    }
+    Ok(())
+}
+
+fn check_config(args: CheckConfigArgs) -> Result<()> {
+    let c = Config::from_args(&RunArgs {
+        config: Some(args.file.clone()),
+        ..RunArgs::default()
+    })?;
+    let mut missing = Vec::new();
+    for i in &c.ifaces {
+        if rocemon::loader::ifindex(i).is_err() {
+            missing.push(i.as_str());
+        }
+    }
+    println!("{}: valid", args.file.display());
+    println!("{}", c.summary());
+    if !missing.is_empty() {
+        println!(
+            "note: not on this host (now): {}; `rocemon run` will refuse them until they exist",
+            missing.join(", ")
+        );
     }
     Ok(())
 }

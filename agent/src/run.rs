@@ -38,10 +38,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for iface in &config.ifaces {
         let p = loader::attach(
             iface,
-            &config.hooks,
-            config.xdp_mode,
-            config.flow_map_entries,
-            config.afxdp,
+            loader::AttachOptions {
+                hooks: &config.hooks,
+                xdp_mode: config.xdp_mode,
+                flow_entries: config.flow_map_entries,
+                afxdp: config.afxdp,
+                pin_root: &config.pin_dir,
+                pin: config.pin,
+            },
         )
         .with_context(|| format!("attach to {iface}"))?;
         log::info!(
@@ -119,7 +123,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
         }
     }
-    log::info!("shutting down: detaching programs");
+    if config.pin && config.afxdp.is_none() {
+        log::info!(
+            "shutting down; the programs stay attached and counting (pinned under {}); `rocemon detach` removes them",
+            config.pin_dir.display()
+        );
+    } else {
+        log::info!("shutting down: detaching programs");
+    }
     let _ = stop_tx.send(());
     drop(probes);
     match server.await {

@@ -65,6 +65,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         .arg(&bin)
         .args([
             "run",
+            "--no-pin",
             "--iface",
             &pair.a_if,
             "--hooks",

@@ -522,3 +522,28 @@ impl Drop for LoopNs {
             .output();
     }
 }
+
+/// The programs of the BPF links (bpftool) that run one of rocemon's programs (`rocemon_*`).
+pub fn rocemon_links() -> Result<Vec<String>> {
+    let json = |args: &[&str]| -> Result<serde_json::Value> {
+        let out = run("bpftool", args)?;
+        serde_json::from_slice(&out.stdout).context("bpftool JSON")
+    };
+    let progs = json(&["-j", "prog", "show"])?;
+    let names: std::collections::HashMap<u64, String> = progs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
+        .collect();
+    let links = json(&["-j", "link", "show"])?;
+    Ok(links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let name = names.get(&l["prog_id"].as_u64()?)?;
+            name.starts_with("rocemon_").then(|| name.clone())
+        })
+        .collect())
+}
