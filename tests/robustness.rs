@@ -2,11 +2,10 @@
 //! evictions; the HTTP endpoint survives malformed requests, slow clients and many concurrent
 //! scrapes without stalling the map polling.
 
-use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, LoopNs, VethPair};
+use rocemon_testkit::netns::{connect_in, http_get_in, metric_sum, Agent, LoopNs, VethPair};
 use rocemon_testkit::{fixtures, is_root, require_tshark, tshark, TempDir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
@@ -86,18 +85,6 @@ fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
 }
 
 /// A TCP connection made from inside namespace `ns`.
-fn connect_in(ns: &str) -> TcpStream {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-        // SAFETY: valid fd; this thread only.
-        assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-        TcpStream::connect(ADDR).unwrap()
-    })
-    .join()
-    .unwrap()
-}
-
 #[test]
 fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     if !can_run() {
@@ -131,7 +118,7 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
         b"BREW /metrics HTCPCP/1.0\r\n\r\n",
         b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
     ] {
-        let mut s = connect_in(&ns);
+        let mut s = connect_in(&ns, ADDR).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let _ = s.write_all(garbage);
         let mut buf = Vec::new();
@@ -150,7 +137,7 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     // Slow clients: 100 connections that send half a request and stall.
     let slow: Vec<TcpStream> = (0..100)
         .map(|_| {
-            let mut s = connect_in(&ns);
+            let mut s = connect_in(&ns, ADDR).unwrap();
             s.write_all(b"GET /metr").unwrap();
             s
         })

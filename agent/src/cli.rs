@@ -135,6 +135,15 @@ pub struct RunArgs {
     /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
+    /// Web configuration file (Prometheus exporter style: tls_server_config, basic_auth_users).
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides it).
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log format: auto (journal under systemd, else text), text, journal, json.
+    #[arg(long, value_enum)]
+    pub log_format: Option<crate::logging::LogFormat>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -5,8 +5,10 @@ use crate::cli::{RunArgs, XdpModeArg};
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
+pub use crate::logging::LogFormat;
 pub use crate::sources::afxdp::BindMode;
 pub use crate::sources::rdma::RdmaConfig;
+pub use crate::web::{WebSection, WebSettings};
 use agent_common::Hook;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -39,6 +41,12 @@ pub struct FileConfig {
     pub pin: Option<bool>,
     /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
     pub pin_dir: Option<std::path::PathBuf>,
+    /// TLS, basic auth (a web configuration file), request timeout, connection bounds.
+    pub web: Option<WebSection>,
+    /// error, warn, info (default), debug, trace.
+    pub log_level: Option<String>,
+    /// auto (journal under systemd, else text), text, journal, json.
+    pub log_format: Option<LogFormat>,
 }
 
 /// Where RoCE frames are counted.
@@ -83,6 +91,10 @@ pub struct Config {
     pub pin_dir: std::path::PathBuf,
     /// Pin maps and links; false: nothing outlives the process.
     pub pin: bool,
+    pub web: WebSettings,
+    /// `None`: info, or what RUST_LOG says.
+    pub log_level: Option<log::LevelFilter>,
+    pub log_format: LogFormat,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
@@ -235,7 +247,18 @@ impl Config {
                 }
             }
         }
+        let web = WebSettings::load(&file.web.unwrap_or_default(), args.web_config.as_deref())?;
+        let log_level = match args.log_level.clone().or(file.log_level) {
+            Some(l) => Some(crate::logging::parse_level(&l).map_err(bad)?),
+            None => None,
+        };
         Ok(Config {
+            web,
+            log_level,
+            log_format: args
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Auto),
             ifaces,
             hooks,
             xdp_mode,
@@ -302,7 +325,7 @@ impl Config {
     /// The effective settings, one per line (`rocemon check-config`, the startup log).
     pub fn summary(&self) -> String {
         let hooks: Vec<&str> = self.hooks.iter().map(|h| h.name()).collect();
-        let lines = vec![
+        let mut lines = vec![
             format!("interfaces: {}", self.ifaces.join(", ")),
             format!("hooks: {}", hooks.join(", ")),
             format!("xdp_mode: {:?}", self.xdp_mode).to_lowercase(),
@@ -345,6 +368,22 @@ impl Config {
                 }
             ),
         ];
+        lines.push(format!(
+            "web: tls {}, basic auth {} user(s), request timeout {:?}, max {} connections, {} concurrent requests",
+            if self.web.tls.is_some() { "on" } else { "off" },
+            self.web.users.len(),
+            self.web.request_timeout,
+            self.web.max_connections,
+            self.web.max_concurrent_requests
+        ));
+        lines.push(
+            format!(
+                "log: {} ({:?})",
+                self.log_level.unwrap_or(log::LevelFilter::Info),
+                self.log_format
+            )
+            .to_lowercase(),
+        );
         lines.join("\n")
     }
 }

@@ -12,10 +12,10 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        rocemon::logging::init(rocemon::logging::LogFormat::Auto, log::LevelFilter::Info);
+    }
     let result = match cli.command {
         Command::Run(a) => run(a),
         Command::Analyze(a) => analyze(a),
@@ -34,7 +34,19 @@ fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    let config = Config::from_args(&args)?;
+    let config = Config::from_args(&args);
+    // The configuration says how to log; its own errors go to stderr either way.
+    let (format, level) = match &config {
+        Ok(c) => (c.log_format, c.log_level.unwrap_or(log::LevelFilter::Info)),
+        Err(_) => (rocemon::logging::LogFormat::Auto, log::LevelFilter::Info),
+    };
+    rocemon::logging::init(format, level);
+    let config = config?;
+    log::info!(
+        "rocemon {} starting:\n{}",
+        env!("CARGO_PKG_VERSION"),
+        config.summary()
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -46,13 +58,26 @@ fn run(args: RunArgs) -> Result<()> {
             .context("install the SIGTERM handler")?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .context("install the SIGINT handler")?;
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("install the SIGHUP handler")?;
         let shutdown = async move {
             tokio::select! {
                 _ = term.recv() => log::info!("SIGTERM received"),
                 _ = int.recv() => log::info!("SIGINT received"),
             }
         };
-        rocemon::run::run(config, shutdown).await
+        // SIGHUP: read the file (and the flags) again; the agent applies what it can.
+        let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                log::info!("SIGHUP received: reloading the configuration");
+                let r = Config::from_args(&args).map_err(|e| e.to_string());
+                if reload_tx.send(r).is_err() {
+                    break;
+                }
+            }
+        });
+        rocemon::run::run(config, shutdown, reload_rx).await
     })
 }
 

@@ -69,6 +69,7 @@ pub struct Metrics {
     afxdp_fill_empty: IntCounterVec,
     afxdp_socket: IntGaugeVec,
     path_flows: IntGaugeVec,
+    reloads: IntCounterVec,
     rdma_connections: IntGaugeVec,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
     prev: HashMap<(String, Hook), HookCounters>,
@@ -174,6 +175,7 @@ impl Metrics {
             afxdp_dropped: counter(&r, "rocemon_afxdp_dropped_frames_total", "Frames the kernel dropped before an AF_XDP socket got them: no_fill_buffer (fill ring empty), rx_ring_full, invalid_descriptor.", &["iface", "queue", "reason"])?,
             afxdp_fill_empty: counter(&r, "rocemon_afxdp_fill_ring_empty_total", "Times the kernel found an AF_XDP socket's fill ring empty.", &["iface", "queue"])?,
             afxdp_socket: int_gauge(&r, "rocemon_afxdp_socket", "1 for every AF_XDP capture socket (mode: copy or zerocopy).", &["iface", "queue", "mode"])?,
+            reloads: counter(&r, "rocemon_config_reloads_total", "Configuration reloads (SIGHUP) by result: success or failure (the running configuration stays).", &["result"])?,
             path_flows: int_gauge(&r, "rocemon_ecmp_predicted_path_flows", "Flows (seen in packets, or RC connections from the RDMA resource view) the hash model puts on a path.", &["path"])?,
             rdma_connections: int_gauge(&r, "rocemon_rdma_connections", "RC connections of an RDMA device from the kernel's resource view (rdma res), with addresses known.", &["device"])?,
             poll_duration,
@@ -183,6 +185,9 @@ impl Metrics {
     }
 
     pub fn set_build_info(&self) {
+        for r in ["success", "failure"] {
+            self.reloads.with_label_values(&[r]);
+        }
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         self.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel.trim()])
@@ -332,6 +337,13 @@ impl Metrics {
             follow(&self.session_ce.with_label_values(&l), s.ce_packets);
             follow(&self.session_cnp.with_label_values(&l), s.cnp_packets);
         }
+    }
+
+    /// Counts a configuration reload.
+    pub fn config_reloaded(&self, ok: bool) {
+        self.reloads
+            .with_label_values(&[if ok { "success" } else { "failure" }])
+            .inc();
     }
 
     /// Sets the RC connection counts per RDMA device.

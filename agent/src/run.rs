@@ -17,9 +17,17 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// A reload request (SIGHUP): the configuration read again, or why it could not be.
+pub type Reload = Result<Config, String>;
+
 /// Runs the agent until `shutdown` completes. Exits with a [`UsageError`] for problems the
-/// user can fix (interface, privileges, XDP mode, listen address).
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+/// user can fix (interface, privileges, XDP mode, listen address). Configurations arriving on
+/// `reloads` replace what can change without reattaching (see [`apply_reload`]).
+pub async fn run(
+    mut config: Config,
+    shutdown: impl Future<Output = ()>,
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<Reload>,
+) -> Result<()> {
     for iface in &config.ifaces {
         loader::ifindex(iface)?;
     }
@@ -84,19 +92,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let mut table = FlowTable::new(config.ifaces.clone());
     table.tau_s = config.rate_window_s;
-    // Elephant entry thresholds per interface (link share of the reported speed, or absolute).
-    let sysfs = config.sysfs_root.join("class/net");
-    let enter_bps: Vec<f64> = config
-        .ifaces
-        .iter()
-        .map(|i| config.elephant.enter_bps(link_speed_mbps(&sysfs, i)))
-        .collect();
+    let mut enter_bps = entry_thresholds(&config);
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, shared.clone(), async move {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        config.web.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     log::info!("serving metrics at http://{local}/metrics");
+    // systemd Type=notify: ready once the programs are attached and /metrics serves.
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
     // RC connections of hardware RoCE NICs (invisible to the hooks), refreshed now and then.
     let mut rdma = RdmaView::default();
@@ -108,6 +117,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            Some(r) = reloads.recv() => {
+                let mut states = vec![sd_notify::NotifyState::Reloading];
+                states.extend(sd_notify::NotifyState::monotonic_usec_now().ok());
+                let _ = sd_notify::notify(false, &states);
+                let ok = match r {
+                    Ok(new) => {
+                        apply_reload(&mut config, new, &mut table);
+                        enter_bps = entry_thresholds(&config);
+                        tick = tokio::time::interval(config.poll_interval);
+                        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        rdma.read_at = None;
+                        true
+                    }
+                    Err(e) => {
+                        log::error!("reload failed, keeping the running configuration: {e}");
+                        false
+                    }
+                };
+                if let Ok(m) = shared.metrics.lock() {
+                    m.config_reloaded(ok);
+                }
+                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+            }
             _ = tick.tick() => {
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
@@ -131,6 +163,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     } else {
         log::info!("shutting down: detaching programs");
     }
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let _ = stop_tx.send(());
     drop(probes);
     match server.await {
@@ -138,6 +171,67 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Err(e) => return Err(e).context("HTTP server task"),
     }
     Ok(())
+}
+
+/// Elephant entry thresholds per interface (link share of the reported speed, or absolute).
+fn entry_thresholds(config: &Config) -> Vec<f64> {
+    let sysfs = config.sysfs_root.join("class/net");
+    config
+        .ifaces
+        .iter()
+        .map(|i| config.elephant.enter_bps(link_speed_mbps(&sysfs, i)))
+        .collect()
+}
+
+/// Applies a reloaded configuration: detectors, top-K, polling, RDMA and summary settings
+/// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
+/// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
+pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
+    let mut kept = Vec::new();
+    if new.ifaces != config.ifaces {
+        kept.push("interfaces");
+    }
+    if new.hooks != config.hooks {
+        kept.push("hooks");
+    }
+    if new.xdp_mode != config.xdp_mode {
+        kept.push("xdp_mode");
+    }
+    if new.afxdp != config.afxdp {
+        kept.push("capture/afxdp_mode");
+    }
+    if new.flow_map_entries != config.flow_map_entries {
+        kept.push("flow_map_entries");
+    }
+    if new.pin != config.pin || new.pin_dir != config.pin_dir {
+        kept.push("pin/pin_dir");
+    }
+    if new.listen != config.listen {
+        kept.push("listen");
+    }
+    if new.web != config.web {
+        kept.push("web");
+    }
+    if !kept.is_empty() {
+        log::warn!(
+            "reload: {} changed but need a restart to apply (systemctl restart rocemon); the rest is applied",
+            kept.join(", ")
+        );
+    }
+    config.top_k = new.top_k;
+    config.poll_interval = new.poll_interval;
+    config.summary_every = new.summary_every;
+    config.rate_window_s = new.rate_window_s;
+    config.elephant = new.elephant;
+    config.ecmp = new.ecmp;
+    config.rdma = new.rdma;
+    config.sysfs_root = new.sysfs_root;
+    config.log_level = new.log_level;
+    if let Some(l) = config.log_level {
+        log::set_max_level(l);
+    }
+    table.tau_s = config.rate_window_s;
+    log::info!("configuration reloaded:\n{}", config.summary());
 }
 
 /// One poll: counters and flows of every probe into the metrics and the flow table, then the

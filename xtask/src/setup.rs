@@ -4,8 +4,8 @@ use crate::sh;
 use anyhow::{bail, Context, Result};
 use std::process::Command;
 
-/// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool and ping for
-/// tests.
+/// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool, ping, curl
+/// and openssl for tests; prometheus (with promtool) for the rules and the scrape test.
 const APT: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -14,6 +14,9 @@ const APT: &[&str] = &[
     "tcpreplay",
     "bpftool",
     "iputils-ping",
+    "curl",
+    "openssl",
+    "prometheus",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 

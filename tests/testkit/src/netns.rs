@@ -200,6 +200,14 @@ impl Agent {
         }
     }
 
+    /// Sends a signal (SIGHUP: reload) to the agent.
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
     /// Whether the process has exited (and its status).
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child
@@ -546,4 +554,22 @@ pub fn rocemon_links() -> Result<Vec<String>> {
             name.starts_with("rocemon_").then(|| name.clone())
         })
         .collect())
+}
+
+/// A TCP connection to `addr` opened from inside namespace `ns` (a thread joins the namespace
+/// to connect; the socket stays in it).
+pub fn connect_in(ns: &str, addr: &str) -> Result<std::net::TcpStream> {
+    use std::os::fd::AsRawFd;
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    std::thread::spawn(move || -> Result<std::net::TcpStream> {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
+            .with_context(|| format!("open namespace {ns}"))?;
+        // SAFETY: a valid namespace fd; only this short-lived thread changes namespace.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns {ns}: {}", std::io::Error::last_os_error());
+        }
+        std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("connect thread panicked"))?
 }

@@ -1,0 +1,411 @@
+//! Running rocemon as a daemon: the web endpoint's TLS, basic auth, timeouts and bounds; the
+//! systemd readiness protocol; SIGHUP reloads; `check-config` on the shipped example; the
+//! shipped unit checked by systemd-analyze.
+
+use rocemon_testkit::netns::{connect_in, metric_labels, metric_sum, Agent, LoopNs, VethPair};
+use rocemon_testkit::{fixtures, is_root, TempDir};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const ADDR: &str = "127.0.0.1:9447";
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+fn can_run() -> bool {
+    if !is_root() {
+        eprintln!("SKIPPED: daemon tests need root (namespaces, BPF)");
+        return false;
+    }
+    true
+}
+
+/// curl inside the namespace; returns (HTTP status or 0, body).
+fn curl(ns: &str, args: &[&str]) -> (u16, String) {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(args)
+        .output()
+        .expect("curl (install it with `cargo xtask setup`)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn self_signed(dir: &Path) -> (String, String) {
+    let (crt, key) = (dir.join("rocemon.crt"), dir.join("rocemon.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .expect("openssl (install it with `cargo xtask setup`)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (crt.display().to_string(), key.display().to_string())
+}
+
+#[test]
+fn web_endpoint_tls_basic_auth_timeouts_and_connection_bound() {
+    if !can_run() {
+        return;
+    }
+    let dir = TempDir::new("rocemon-web").unwrap();
+    let (crt, _) = self_signed(dir.path());
+    // The shipped example web.yml, next to the generated certificate: password "change-me".
+    std::fs::copy(
+        format!("{REPO}/packaging/web.yml"),
+        dir.path().join("web.yml"),
+    )
+    .unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interfaces = [\"lo\"]\nhooks = [\"tc-ingress\"]\npin = false\nlisten = \"{ADDR}\"\n[web]\nconfig_file = {:?}\nrequest_timeout_seconds = 1.0\nmax_connections = 4\n",
+            dir.path().join("web.yml")
+        ),
+    )
+    .unwrap();
+    let ns = LoopNs::new("rcweb").unwrap();
+    let mut agent = Agent::start(&ns.0, BIN, &["run", "--config", cfg.to_str().unwrap()]).unwrap();
+    let url = format!("https://{ADDR}/metrics");
+    let ok = ["--cacert", &crt, "-u", "prometheus:change-me", &url];
+    let t = Instant::now();
+    let body = loop {
+        let (code, body) = curl(&ns.0, &ok);
+        if code == 200 {
+            break body;
+        }
+        assert!(agent.try_wait().is_none(), "rocemon exited");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no TLS answer: {code} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(body.contains("rocemon_build_info{"), "{body}");
+    // Basic auth: none, a wrong password and an unknown user are refused.
+    assert_eq!(curl(&ns.0, &["--cacert", &crt, &url]).0, 401);
+    assert_eq!(
+        curl(&ns.0, &["--cacert", &crt, "-u", "prometheus:wrong", &url]).0,
+        401
+    );
+    assert_eq!(
+        curl(&ns.0, &["--cacert", &crt, "-u", "eve:change-me", &url]).0,
+        401
+    );
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    assert_eq!(curl(&ns.0, &[&format!("http://{ADDR}/metrics")]).0, 0);
+
+    // A client that stalls inside the TLS handshake or its headers is cut off after the
+    // request timeout (1 s).
+    let mut stalled = connect_in(&ns.0, ADDR).unwrap();
+    stalled.write_all(b"\x16\x03\x01").unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = stalled.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the server closes the stalled connection");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "closed after {:?}",
+        t.elapsed()
+    );
+
+    // At most 4 connections: a fifth is closed at once while four stall.
+    let hold: Vec<_> = (0..4).map(|_| connect_in(&ns.0, ADDR).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = connect_in(&ns.0, ADDR).unwrap();
+    fifth
+        .set_read_timeout(Some(Duration::from_millis(800)))
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(
+        fifth.read(&mut buf).unwrap_or(1),
+        0,
+        "the fifth connection is refused"
+    );
+    assert!(t.elapsed() < Duration::from_millis(700));
+    drop(hold);
+    // Once the stalled ones are gone, scrapes work again.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(curl(&ns.0, &ok).0, 200);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+}
+
+/// A NOTIFY_SOCKET like systemd's: READY=1 once /metrics serves, RELOADING=1 then READY=1 on
+/// SIGHUP, STOPPING=1 on SIGTERM. Reloads apply top_k at once, keep the running configuration
+/// when the file is broken, and say which keys need a restart.
+#[test]
+fn readiness_and_sighup_reload() {
+    if !can_run() {
+        return;
+    }
+    let dir = TempDir::new("rocemon-reload").unwrap();
+    let fx = fixtures::many_flows();
+    let pcap = fx.write(dir.path()).unwrap();
+    let pair = VethPair::new("rcrel").unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    let write_cfg = |top_k: usize, extra: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "interfaces = [{:?}]\nhooks = [\"xdp\"]\npin = false\nlisten = \"{ADDR}\"\npoll_interval_ms = 100\ntop_k = {top_k}\n{extra}",
+                pair.a_if
+            ),
+        )
+        .unwrap()
+    };
+    write_cfg(5, "");
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let notify = format!("NOTIFY_SOCKET={}", sock_path.display());
+    let mut agent = Agent::start(
+        &pair.ns_a,
+        "env",
+        &[&notify, BIN, "run", "--config", cfg.to_str().unwrap()],
+    )
+    .unwrap();
+    let recv = |sock: &UnixDatagram| {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("a notification within 30 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let ready = recv(&sock);
+    assert_eq!(ready.trim(), "READY=1");
+    // Ready means serving: the first request after READY=1 is answered.
+    let (code, _) = rocemon_testkit::netns::http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    pair.replay_from_b(&pcap).unwrap();
+    let series = |b: &str| metric_labels(b, "rocemon_flow_rate_bytes_per_second", "dest_qp").len();
+    agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
+            series(b) == 5
+        })
+        .unwrap();
+
+    // A good reload: top_k 2 applies at the next poll; a restart-only key is reported.
+    write_cfg(2, "flow_map_entries = 1024\n");
+    agent.signal(libc::SIGHUP);
+    let r = recv(&sock);
+    assert!(
+        r.contains("RELOADING=1") && r.contains("MONOTONIC_USEC="),
+        "{r}"
+    );
+    assert_eq!(recv(&sock).trim(), "READY=1");
+    let body = agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
+            series(b) == 2
+        })
+        .unwrap();
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_config_reloads_total",
+            &[("result", "success")]
+        ),
+        1.0
+    );
+
+    // A broken file: the running configuration stays.
+    std::fs::write(&cfg, "top_k = \"many\"\n").unwrap();
+    agent.signal(libc::SIGHUP);
+    let _ = recv(&sock);
+    let _ = recv(&sock);
+    let body = agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
+            metric_sum(b, "rocemon_config_reloads_total", &[("result", "failure")]) == 1.0
+        })
+        .unwrap();
+    assert_eq!(series(&body), 2);
+
+    let (status, stderr) = agent.stop().unwrap();
+    assert_eq!(recv(&sock).trim(), "STOPPING=1");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("flow_map_entries changed but need a restart"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("reload failed, keeping the running configuration"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_shipped_example_configuration_is_valid_and_errors_name_the_key() {
+    let out = Command::new(BIN)
+        .args(["check-config", &format!("{REPO}/packaging/rocemon.toml")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("valid") && text.contains("pins: /sys/fs/bpf/rocemon"),
+        "{text}"
+    );
+    let dir = TempDir::new("rocemon-cc").unwrap();
+    for (body, needle) in [
+        (
+            "interfaces = [\"eth0\"]\ntop_k = 0\n",
+            "top_k 0 is out of range",
+        ),
+        (
+            "interfaces = [\"eth0\"]\nlog_level = \"loud\"\n",
+            "log_level 'loud' is not a level",
+        ),
+        (
+            "interfaces = [\"eth0\"]\n[web]\nmax_connections = 0\n",
+            "web.max_connections 0",
+        ),
+        (
+            "interfaces = [\"eth0\"]\nhooks = [\"xdp\"]\ncapture = \"afxdp\"\n",
+            "drop xdp from hooks",
+        ),
+        (
+            "interfaces = [\"eth0\"]\nbogus = 1\n",
+            "unknown field `bogus`",
+        ),
+    ] {
+        let f = dir.path().join("bad.toml");
+        std::fs::write(&f, body).unwrap();
+        let out = Command::new(BIN)
+            .args(["check-config", f.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{body}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{body}: {err}");
+    }
+}
+
+#[test]
+fn the_shipped_systemd_unit_verifies_and_rates_ok() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: systemd-analyze is not installed");
+        return;
+    }
+    let dir = TempDir::new("rocemon-unit").unwrap();
+    // verify checks that ExecStart's binary exists: point it at the one just built.
+    let unit = std::fs::read_to_string(format!("{REPO}/packaging/rocemon.service")).unwrap();
+    let path = dir.path().join("rocemon.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/rocemon", BIN)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new("systemd-analyze")
+        .args([
+            "security",
+            "--offline=true",
+            "--no-pager",
+            path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.split("rocemon.service: ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in: {text}"));
+    eprintln!("systemd-analyze security: exposure {score}");
+    assert!(score <= 3.0, "exposure {score} (README quotes 2.5): {text}");
+}
+
+/// Logs: JSON lines on request; syslog priority prefixes when stderr is the journal
+/// (JOURNAL_STREAM set, as systemd does); the level from the configuration.
+#[test]
+fn logs_are_json_or_journal_friendly() {
+    if !can_run() {
+        return;
+    }
+    let ns = LoopNs::new("rclog").unwrap();
+    let run_with = |env: &[&str], extra: &[&str]| {
+        let mut args: Vec<&str> = env.to_vec();
+        args.extend([
+            BIN,
+            "run",
+            "--iface",
+            "lo",
+            "--hooks",
+            "tc-ingress",
+            "--no-pin",
+        ]);
+        args.extend(["--listen", ADDR]);
+        args.extend_from_slice(extra);
+        let mut agent = Agent::start(&ns.0, "env", &args).unwrap();
+        agent
+            .wait_metrics(&ns.0, ADDR, Duration::from_secs(30), |_| true)
+            .unwrap();
+        let (status, stderr) = agent.stop().unwrap();
+        assert!(status.success(), "{stderr}");
+        stderr
+    };
+    let json = run_with(&[], &["--log-format", "json"]);
+    let lines: Vec<&str> = json.lines().filter(|l| !l.is_empty()).collect();
+    assert!(lines.len() >= 3, "{json}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(
+            v["level"].is_string() && v["msg"].is_string() && v["ts"].is_number(),
+            "{l}"
+        );
+    }
+    assert!(json.contains("serving metrics"), "{json}");
+    let journal = run_with(&["JOURNAL_STREAM=8:1234"], &[]);
+    assert!(
+        journal
+            .lines()
+            .any(|l| l.starts_with("<6>rocemon::run: serving metrics")),
+        "{journal}"
+    );
+    let quiet = run_with(&[], &["--log-level", "warn"]);
+    assert!(!quiet.contains("serving metrics"), "{quiet}");
+}
