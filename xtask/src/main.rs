@@ -1,7 +1,8 @@
-//! `cargo xtask <task>`: setup, test, demo, fixtures.
+//! `cargo xtask <task>`: setup, test, demo, bench, fuzz, install, fixtures.
 
 mod demo;
 mod fuzz;
+mod install;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -36,6 +37,8 @@ enum Task {
     /// Fuzz the shared parser and the capture reader (cargo-fuzz), and the kernel programs
     /// against the host parser (BPF_PROG_TEST_RUN, as root).
     Fuzz(fuzz::FuzzArgs),
+    /// Build the release binary and install it with the systemd unit and example config.
+    Install(install::InstallArgs),
     /// Write the test fixtures (captures) into a directory.
     Fixtures {
         #[arg(long, default_value = "target/fixtures")]
@@ -71,6 +74,7 @@ fn main() -> Result<()> {
         }
         Task::Demo(a) => demo::demo(a),
         Task::Fuzz(a) => fuzz::fuzz(a),
+        Task::Install(a) => install::install(a),
         Task::Bench { out } => {
             setup::ensure()?;
             let out = if out.is_absolute() {
