@@ -20,6 +20,8 @@ pub const ECN_LABELS: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
 
 pub struct Metrics {
     pub registry: Registry,
+    /// Every metric name exported (histograms as their series names).
+    pub catalog: Vec<String>,
     packets: IntCounterVec,
     bytes: IntCounterVec,
     ecn: IntCounterVec,
@@ -75,21 +77,36 @@ pub struct Metrics {
     prev: HashMap<(String, Hook), HookCounters>,
 }
 
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+/// The registry and the names registered in it (series of a vector exist only once used,
+/// so the registry alone cannot list the catalog).
+struct Reg {
+    r: Registry,
+    names: std::cell::RefCell<Vec<String>>,
+}
+
+impl Reg {
+    fn add(&self, c: Box<dyn prometheus::core::Collector>, names: &[String]) -> Result<()> {
+        self.r.register(c)?;
+        self.names.borrow_mut().extend(names.iter().cloned());
+        Ok(())
+    }
+}
+
+fn counter(r: &Reg, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
     let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-    r.register(Box::new(c.clone()))?;
+    r.add(Box::new(c.clone()), &[name.to_string()])?;
     Ok(c)
 }
 
-fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
+fn gauge(r: &Reg, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
     let g = GaugeVec::new(Opts::new(name, help), labels)?;
-    r.register(Box::new(g.clone()))?;
+    r.add(Box::new(g.clone()), &[name.to_string()])?;
     Ok(g)
 }
 
-fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+fn int_gauge(r: &Reg, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
     let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
-    r.register(Box::new(g.clone()))?;
+    r.add(Box::new(g.clone()), &[name.to_string()])?;
     Ok(g)
 }
 
@@ -111,7 +128,10 @@ fn follow(c: &prometheus::IntCounter, total: u64) {
 
 impl Metrics {
     pub fn new() -> Result<Metrics> {
-        let r = Registry::new();
+        let r = Reg {
+            r: Registry::new(),
+            names: Default::default(),
+        };
         let with = |extra: &'static str| -> Vec<&'static str> {
             let mut v = HOOK.to_vec();
             v.push(extra);
@@ -126,7 +146,11 @@ impl Metrics {
                 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
             ]),
         )?;
-        r.register(Box::new(poll_duration.clone()))?;
+        let h = "rocemon_poll_duration_seconds";
+        r.add(
+            Box::new(poll_duration.clone()),
+            &["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}")),
+        )?;
         Ok(Metrics {
             packets: counter(&r, "rocemon_packets_total", "RoCEv2 packets by BTH opcode.", &with("opcode"))?,
             bytes: counter(&r, "rocemon_bytes_total", "RoCEv2 wire bytes by BTH opcode.", &with("opcode"))?,
@@ -180,7 +204,8 @@ impl Metrics {
             rdma_connections: int_gauge(&r, "rocemon_rdma_connections", "RC connections of an RDMA device from the kernel's resource view (rdma res), with addresses known.", &["device"])?,
             poll_duration,
             prev: HashMap::new(),
-            registry: r,
+            catalog: r.names.take(),
+            registry: r.r,
         })
     }
 
@@ -209,6 +234,13 @@ impl Metrics {
         }
         self.map_update_errors
             .with_label_values(&[iface, agent_common::MAP_FLOWS]);
+        for m in [
+            agent_common::MAP_COUNTERS,
+            agent_common::MAP_FLOWS,
+            agent_common::MAP_SESSIONS,
+        ] {
+            self.map_read_errors.with_label_values(&[iface, m]);
+        }
         self.flow_evictions.with_label_values(&[iface]);
     }
 

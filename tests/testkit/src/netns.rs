@@ -136,9 +136,10 @@ pub fn http_get_in(ns: &str, addr: &str, path: &str) -> Result<(u16, String)> {
         let mut s =
             std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))?;
         s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+        // HTTP/1.0: the answer comes whole (no chunked encoding) and the server closes.
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
         )?;
         let mut buf = String::new();
         s.read_to_string(&mut buf)?;
