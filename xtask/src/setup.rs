@@ -97,7 +97,7 @@ pub fn ensure() -> Result<()> {
 pub fn setup() -> Result<()> {
     let m = missing();
     if m.is_empty() {
-        println!("setup: everything is installed (rust-src, LLVM 22, bpf-linker {BPF_LINKER_VERSION}, iproute2, tshark, tcpreplay, bpftool)");
+        println!("setup: everything is installed (rust-src, LLVM 22, bpf-linker {BPF_LINKER_VERSION}, {})", APT.join(", "));
         return Ok(());
     }
     println!("setup: missing: {}", m.join(", "));
