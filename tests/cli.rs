@@ -37,6 +37,20 @@ impl Ns {
 }
 
 #[test]
+fn version_and_subcommands_are_listed() {
+    let out = rocemon(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("rocemon {}", env!("CARGO_PKG_VERSION"))
+    );
+    let help = String::from_utf8_lossy(&rocemon(&["--help"]).stdout).into_owned();
+    for cmd in ["run", "analyze", "top", "rdma", "detach", "check-config"] {
+        assert!(help.contains(cmd), "{cmd} missing from --help: {help}");
+    }
+}
+
+#[test]
 fn flag_and_config_errors() {
     assert_usage_error(
         &rocemon(&["run", "--bogus"]),

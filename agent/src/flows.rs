@@ -32,6 +32,9 @@ pub struct FlowEntry {
     ticked: bool,
     /// Poll generation that last saw the flow in the kernel map.
     generation: u64,
+    /// Found in the agent's first poll with totals of unknown age (counted before this agent
+    /// started: pinned maps of a previous run): its first interval gives no rate.
+    baselined: bool,
 }
 
 impl FlowEntry {
@@ -100,6 +103,7 @@ impl FlowTable {
                 prev_packets: 0,
                 ticked: false,
                 generation,
+                baselined: false,
             })
     }
 
@@ -130,6 +134,11 @@ impl FlowTable {
             e.prev_bytes = e.stats.bytes;
             e.prev_packets = e.stats.packets;
             if dt <= 0.0 {
+                continue;
+            }
+            if e.baselined {
+                // Totals from before this agent: no rate until the next interval.
+                e.baselined = false;
                 continue;
             }
             let (rb, rp) = (db as f64 / dt, dp as f64 / dt);
@@ -222,6 +231,13 @@ impl FlowTable {
     pub fn update(&mut self, iface: usize, key: FlowKey, stats: FlowStats) {
         let generation = self.generation;
         let e = self.entry(iface, key);
+        if generation == 1 && e.stats.packets == 0 && stats.packets > 0 {
+            // The first poll: whatever the map holds was counted before this agent started
+            // (a previous run's pinned maps), over an unknown time: a baseline, not a rate.
+            e.prev_bytes = stats.bytes;
+            e.prev_packets = stats.packets;
+            e.baselined = true;
+        }
         e.stats = stats;
         e.generation = generation;
     }
@@ -352,6 +368,29 @@ mod tests {
         assert_eq!(t.end_poll(&[0]), vec![1]);
         assert_eq!(t.len(), 1);
         assert_eq!(t.count_for(0), 1);
+    }
+
+    /// After a restart over pinned maps, the first poll finds totals of unknown age: they are a
+    /// baseline, not a burst (no spurious elephant, no rate spike).
+    #[test]
+    fn totals_found_at_the_first_poll_are_a_baseline() {
+        let mut t = FlowTable::new(vec!["a".into()]);
+        let cfg = ElephantConfig {
+            threshold_bytes_per_second: 5_000_000.0,
+            min_duration_seconds: 0.0,
+            ..Default::default()
+        };
+        let mut events = vec![];
+        for i in 0..10u64 {
+            t.begin_poll();
+            t.update(0, key(1), stats(50_000_000_000 + i * 1_000_000));
+            t.end_poll(&[0]);
+            events.extend(t.tick(1.0, &cfg, &[5_000_000.0]));
+            let r = t.top_k(1)[0].rate_bytes;
+            assert!(r <= 1_000_001.0, "poll {i}: rate {r}");
+        }
+        assert!(events.is_empty(), "{events:?}");
+        assert!((t.top_k(1)[0].rate_bytes - 1e6).abs() < 1.0);
     }
 
     #[test]
