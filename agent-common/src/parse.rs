@@ -280,7 +280,8 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
     // Mirror sessions and tunnels: a cheap look at the outer headers finds where the inner
     // frame starts; the full parse below then runs once, on the inner frame.
     let mut tunnel = Tunnel::default();
-    if let Some(inner) = encap::locate(r, ethertype, off)? {
+    let mut look = encap::locate(r, ethertype, off)?;
+    if let Some(inner) = look.inner.take() {
         tunnel = inner.tunnel;
         off = inner.inner_off;
         ethertype = match inner.inner_ethertype {
@@ -310,12 +311,16 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
         return Err(Outcome::VlanDepthExceeded);
     }
     let l3 = match ethertype {
-        ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, off)?,
+        ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, off, look.has_ipv4, &look.ipv4)?,
         ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, off)?,
         _ => return Err(Outcome::NotIp),
     };
 
-    let u = UdpHeader(r.read::<{ udp::LEN }>(l3.l4).ok_or(Outcome::TruncatedUdp)?);
+    let u = if look.udp_off != 0 && look.udp_off == l3.l4 {
+        UdpHeader(look.udp)
+    } else {
+        UdpHeader(r.read::<{ udp::LEN }>(l3.l4).ok_or(Outcome::TruncatedUdp)?)
+    };
     if u.dst_port() != ROCEV2_UDP_PORT {
         return Err(Outcome::UdpOtherPort);
     }
@@ -392,11 +397,18 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
 }
 
 #[inline(always)]
-fn parse_ipv4<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
-    let h = Ipv4Header(
+fn parse_ipv4<R: PacketReader>(
+    r: &R,
+    off: usize,
+    read_ahead: bool,
+    ahead: &[u8; ipv4::MIN_LEN],
+) -> Result<L3, Outcome> {
+    let h = Ipv4Header(if read_ahead {
+        *ahead
+    } else {
         r.read::<{ ipv4::MIN_LEN }>(off)
-            .ok_or(Outcome::TruncatedIpv4)?,
-    );
+            .ok_or(Outcome::TruncatedIpv4)?
+    });
     if h.version() != 4 {
         return Err(Outcome::BadIpVersion);
     }

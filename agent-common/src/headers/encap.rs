@@ -167,18 +167,41 @@ pub fn gre<R: PacketReader>(r: &R, off: usize) -> Result<Inner, Outcome> {
     }
 }
 
+/// What the look-ahead found: the inner frame of a mirror session or tunnel, or, for a plain
+/// frame, the headers it already read (so the parse does not read them twice: in the kernel
+/// each read is a helper call).
+///
+/// Plain arrays with flags rather than `Option<[u8; N]>`: a `None` leaves its bytes
+/// uninitialised, and BPF code moving them through registers is refused by the verifier.
+pub struct Lookahead {
+    pub inner: Option<Inner>,
+    /// The outer IPv4 header (20 bytes), valid when `has_ipv4` (the frame is plain IPv4).
+    pub ipv4: [u8; ipv4::MIN_LEN],
+    pub has_ipv4: bool,
+    /// The outer UDP header, valid when `udp_off` is not 0 (the frame is plain UDP).
+    pub udp: [u8; 8],
+    pub udp_off: usize,
+}
+
 #[inline(always)]
 pub fn locate<R: PacketReader>(
     r: &R,
     mut ethertype: u16,
     mut off: usize,
-) -> Result<Option<Inner>, Outcome> {
+) -> Result<Lookahead, Outcome> {
+    let mut look = Lookahead {
+        inner: None,
+        ipv4: [0; ipv4::MIN_LEN],
+        has_ipv4: false,
+        udp: [0; 8],
+        udp_off: 0,
+    };
     let mut i = 0;
     while i < ethernet::MAX_VLAN_TAGS {
         if is_vlan(ethertype) {
             match r.read::<2>(off + 2) {
                 Some(t) => ethertype = be16(t),
-                None => return Ok(None),
+                None => return Ok(look),
             }
             off += ethernet::VLAN_TAG_LEN;
         }
@@ -187,31 +210,44 @@ pub fn locate<R: PacketReader>(
     let (proto, l4) = match ethertype {
         ethernet::ETHERTYPE_IPV4 => {
             let Some(h) = r.read::<{ ipv4::MIN_LEN }>(off) else {
-                return Ok(None);
+                return Ok(look);
             };
+            look.ipv4 = h;
+            look.has_ipv4 = true;
             let h = ipv4::Ipv4Header(h);
             if h.version() != 4 || h.header_len() < ipv4::MIN_LEN || h.fragment_offset() != 0 {
-                return Ok(None);
+                return Ok(look);
             }
             (h.protocol(), off + h.header_len())
         }
         ethernet::ETHERTYPE_IPV6 => {
             let Some(h) = r.read::<8>(off) else {
-                return Ok(None);
+                return Ok(look);
             };
             if h[0] >> 4 != 6 {
-                return Ok(None);
+                return Ok(look);
             }
             (h[6], off + ipv6::LEN)
         }
-        _ => return Ok(None),
+        _ => return Ok(look),
     };
     match proto {
-        PROTO_GRE => gre(r, l4).map(Some),
-        ipv4::PROTO_UDP => match r.read::<4>(l4) {
-            Some(u) if be16([u[2], u[3]]) == VXLAN_PORT => vxlan(r, l4 + 8).map(Some),
-            _ => Ok(None),
-        },
-        _ => Ok(None),
+        PROTO_GRE => {
+            look.has_ipv4 = false;
+            look.inner = Some(gre(r, l4)?);
+        }
+        ipv4::PROTO_UDP => {
+            if let Some(u) = r.read::<8>(l4) {
+                if be16([u[2], u[3]]) == VXLAN_PORT {
+                    look.has_ipv4 = false;
+                    look.inner = Some(vxlan(r, l4 + 8)?);
+                } else {
+                    look.udp = u;
+                    look.udp_off = l4;
+                }
+            }
+        }
+        _ => {}
     }
+    Ok(look)
 }
