@@ -44,31 +44,62 @@ fn curl(ns: &str, args: &[&str]) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-fn self_signed(dir: &Path) -> (String, String) {
-    let (crt, key) = (dir.join("rocemon.crt"), dir.join("rocemon.key"));
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt)
-        .output()
-        .expect("openssl (install it with `cargo xtask setup`)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (crt.display().to_string(), key.display().to_string())
+/// A CA and a server certificate for 127.0.0.1 signed by it; returns (CA cert, server cert,
+/// server key) paths.
+fn certificates(dir: &Path) -> (String, String, String) {
+    let p = |n: &str| dir.join(n).display().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl (install it with `cargo xtask setup`)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let (ca, ca_key) = (p("ca.crt"), p("ca.key"));
+    let mut a = vec!["req", "-x509", "-days", "2", "-subj", "/CN=rocemon test CA"];
+    a.extend(ec);
+    a.extend(["-keyout", &ca_key, "-out", &ca]);
+    openssl(&a);
+    let (csr, crt, key) = (p("rocemon.csr"), p("rocemon.crt"), p("rocemon.key"));
+    let mut a = vec!["req", "-new", "-subj", "/CN=127.0.0.1"];
+    a.extend(ec);
+    a.extend(["-keyout", &key, "-out", &csr]);
+    openssl(&a);
+    let ext = p("ext.cnf");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+        "-out",
+        &crt,
+    ]);
+    (ca, crt, key)
 }
 
 #[test]
@@ -77,7 +108,7 @@ fn web_endpoint_tls_basic_auth_timeouts_and_connection_bound() {
         return;
     }
     let dir = TempDir::new("rocemon-web").unwrap();
-    let (crt, _) = self_signed(dir.path());
+    let (crt, _, _) = certificates(dir.path());
     // The shipped example web.yml, next to the generated certificate: password "change-me".
     std::fs::copy(
         format!("{REPO}/packaging/web.yml"),
@@ -121,6 +152,31 @@ fn web_endpoint_tls_basic_auth_timeouts_and_connection_bound() {
         curl(&ns.0, &["--cacert", &crt, "-u", "eve:change-me", &url]).0,
         401
     );
+    // `rocemon top` over https with basic auth; without credentials it names the fix.
+    let pw = dir.path().join("password");
+    std::fs::write(&pw, "change-me\n").unwrap();
+    let https = format!("https://{ADDR}");
+    let top = |extra: &[&str]| {
+        let mut args = vec!["top", "--addr", https.as_str(), "--ca-file", crt.as_str()];
+        args.extend(["--iterations", "1"]);
+        args.extend_from_slice(extra);
+        ns.output(BIN, &args).unwrap()
+    };
+    let out = top(&[
+        "--user",
+        "prometheus",
+        "--password-file",
+        pw.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rocemon top:"));
+    let out = top(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--password-file"));
     // Plain HTTP to the TLS port gets no HTTP answer.
     assert_eq!(curl(&ns.0, &[&format!("http://{ADDR}/metrics")]).0, 0);
 

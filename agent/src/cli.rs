@@ -73,9 +73,19 @@ pub struct RdmaArgs {
 
 #[derive(Args, Debug)]
 pub struct TopArgs {
-    /// The agent's HTTP address.
+    /// The agent's address: HOST:PORT, or a URL (http:// or https://).
     #[arg(long, default_value = "127.0.0.1:9442")]
     pub addr: String,
+    /// PEM file with the CA (or self-signed certificate) to trust for https (implies https).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Basic authentication user (the password comes from --password-file or
+    /// ROCEMON_PASSWORD).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// File holding the basic authentication password.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,

@@ -1,7 +1,9 @@
 //! `rocemon top`: a live terminal view of a running agent, read from its JSON API: top flows
-//! by rate (elephants highlighted), ECMP groups with their collisions, shared 5-tuples.
+//! by rate (elephants highlighted), ECMP groups with their collisions, shared 5-tuples. It
+//! speaks https (trusting `--ca-file`) and basic auth when the agent's web configuration asks.
 
 use crate::cli::TopArgs;
+use crate::error::UsageError;
 use crate::report::human_bytes;
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -9,15 +11,77 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-fn get(agent: &ureq::Agent, url: &str) -> Result<Value> {
-    agent
-        .get(url)
-        .call()
-        .with_context(|| {
+fn get(agent: &ureq::Agent, url: &str, auth: Option<&str>) -> Result<Value> {
+    let mut req = agent.get(url);
+    if let Some(a) = auth {
+        req = req.set("Authorization", a);
+    }
+    match req.call() {
+        Ok(r) => r
+            .into_json()
+            .with_context(|| format!("{url} did not return JSON")),
+        Err(ureq::Error::Status(401, _)) => Err(UsageError::BadConfig(format!(
+            "{url} wants credentials: pass --user and --password-file (or ROCEMON_PASSWORD)"
+        ))
+        .into()),
+        Err(e) => Err(e).with_context(|| {
             format!("cannot reach rocemon at {url}; is `rocemon run` listening there? (set --addr)")
-        })?
-        .into_json()
-        .with_context(|| format!("{url} did not return JSON"))
+        }),
+    }
+}
+
+/// The base URL, the HTTP client (with the CA to trust for https) and the Authorization
+/// header, from the flags.
+fn client(args: &TopArgs) -> Result<(String, ureq::Agent, Option<String>)> {
+    let https = args.ca_file.is_some() || args.addr.starts_with("https://");
+    let host = args
+        .addr
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let base = format!("{}://{host}", if https { "https" } else { "http" });
+    let mut b = ureq::AgentBuilder::new().timeout(Duration::from_secs(5));
+    if let Some(ca) = &args.ca_file {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(ca)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| UsageError::BadConfig(format!("--ca-file {}: {e}", ca.display())))?;
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| UsageError::BadConfig(format!("--ca-file {}: {e}", ca.display())))?;
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        b = b.tls_config(std::sync::Arc::new(cfg));
+    }
+    let auth = match &args.user {
+        Some(u) => {
+            let pass = match &args.password_file {
+                Some(f) => std::fs::read_to_string(f)
+                    .map_err(|e| {
+                        UsageError::BadConfig(format!("--password-file {}: {e}", f.display()))
+                    })?
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string(),
+                None => std::env::var("ROCEMON_PASSWORD").map_err(|_| {
+                    UsageError::BadConfig(
+                        "--user needs a password: --password-file FILE or ROCEMON_PASSWORD".into(),
+                    )
+                })?,
+            };
+            use base64::Engine;
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{pass}"));
+            Some(format!("Basic {token}"))
+        }
+        None => None,
+    };
+    Ok((base, b.build(), auth))
 }
 
 fn n(v: &Value) -> f64 {
@@ -132,15 +196,16 @@ pub fn render(flows: &Value, ecmp: &Value, color: bool) -> String {
 }
 
 pub fn run(args: TopArgs) -> Result<()> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(5))
-        .build();
+    let (base, agent, auth) = client(&args)?;
     let tty = std::io::stdout().is_terminal();
-    let base = format!("http://{}", args.addr);
     let mut i = 0u64;
     loop {
-        let flows = get(&agent, &format!("{base}/api/v1/flows?limit={}", args.limit))?;
-        let ecmp = get(&agent, &format!("{base}/api/v1/ecmp"))?;
+        let flows = get(
+            &agent,
+            &format!("{base}/api/v1/flows?limit={}", args.limit),
+            auth.as_deref(),
+        )?;
+        let ecmp = get(&agent, &format!("{base}/api/v1/ecmp"), auth.as_deref())?;
         let screen = render(&flows, &ecmp, tty);
         let mut out = std::io::stdout().lock();
         if tty {
