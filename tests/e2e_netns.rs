@@ -381,7 +381,8 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     let e = tshark::expected(&path).unwrap();
     assert_eq!(e.roce_packets, 20);
 
-    let pair = VethPair::new("rcxsk").unwrap();
+    // Two receive queues: one socket each, the counts summed over them.
+    let pair = VethPair::with_queues("rcxsk", 2).unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
     let mut agent = Agent::start(
         ns,
@@ -440,6 +441,37 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     assert_eq!(
         metric_sum(&body, "rocemon_afxdp_dropped_frames_total", &[]),
         0.0
+    );
+    for q in ["0", "1"] {
+        assert_eq!(
+            metric_sum(
+                &body,
+                "rocemon_afxdp_socket",
+                &[("queue", q), ("mode", "copy")]
+            ),
+            1.0,
+            "a socket on queue {q}"
+        );
+    }
+    // Many flows spread over both queues (the sender's transmit hash picks the queue).
+    let many = fixtures::many_flows().write(dir.path()).unwrap();
+    let m = tshark::expected(&many).unwrap();
+    pair.replay_from_b(&many).unwrap();
+    let want = (e.roce_packets + m.roce_packets) as f64;
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            metric_sum(b, "rocemon_packets_total", &[("hook", "afxdp")]) >= want
+        })
+        .unwrap();
+    assert_eq!(
+        metric_sum(&body, "rocemon_packets_total", &[("hook", "afxdp")]),
+        want
+    );
+    let per_queue = metric_labels(&body, "rocemon_afxdp_frames_total", "queue");
+    eprintln!("AF_XDP frames per queue: {per_queue:?}");
+    assert!(
+        per_queue.iter().all(|(_, n)| *n > 0.0),
+        "both queues' sockets received frames: {per_queue:?}"
     );
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "exit {status}: {stderr}");

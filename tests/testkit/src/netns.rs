@@ -39,9 +39,15 @@ pub struct VethPair {
 }
 
 impl VethPair {
-    /// Creates the pair with single-queue veths, addresses 10.77.0.1/24 and 10.77.0.2/24,
+    /// Creates the pair with single-queue veths (see [`VethPair::with_queues`]), addresses 10.77.0.1/24 and 10.77.0.2/24,
     /// fd77::1/64 and fd77::2/64.
     pub fn new(prefix: &str) -> Result<VethPair> {
+        VethPair::with_queues(prefix, 1)
+    }
+
+    /// As [`VethPair::new`], with `queues` receive and transmit queues on each end.
+    pub fn with_queues(prefix: &str, queues: u32) -> Result<VethPair> {
+        let q = queues.to_string();
         let tag = unique_tag();
         let p = VethPair {
             ns_a: format!("{prefix}-a-{tag}"),
@@ -63,9 +69,9 @@ impl VethPair {
                 "netns",
                 &p.ns_a,
                 "numrxqueues",
-                "1",
+                &q,
                 "numtxqueues",
-                "1",
+                &q,
                 "type",
                 "veth",
                 "peer",
@@ -74,9 +80,9 @@ impl VethPair {
                 "netns",
                 &p.ns_b,
                 "numrxqueues",
-                "1",
+                &q,
                 "numtxqueues",
-                "1",
+                &q,
             ],
         )?;
         for (ns, ifn, v4, v6) in [
