@@ -624,6 +624,60 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         "exactly the two pinned links, now running the new programs"
     );
 
+    // Run 3, reconfigured: XDP in skb mode only. The tc link goes (it is no longer
+    // configured), the XDP link is replaced in the new mode, and the maps (so the counts) stay.
+    let args3 = [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        "xdp",
+        "--xdp-mode",
+        "skb",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--pin-dir",
+        pin,
+    ];
+    let mut agent = Agent::start(ns, BIN, &args3).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            packets(b, "xdp") >= 3 * e.roce_packets
+        })
+        .unwrap();
+    pair.replay_from_b(&path).unwrap();
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            packets(b, "xdp") >= 4 * e.roce_packets
+        })
+        .unwrap();
+    assert_eq!(packets(&body, "xdp"), 4 * e.roce_packets);
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_attached",
+            &[("hook", "xdp"), ("mode", "skb")]
+        ),
+        1.0
+    );
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", ifn])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(link.contains("xdpgeneric"), "XDP now in skb mode: {link}");
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("XDP mode changes from native to skb"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("detaching tc_ingress"), "{stderr}");
+    assert_eq!(rocemon_links().unwrap(), ["rocemon_xdp"]);
+
     // --no-pin while pins exist: refused, naming the fix.
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, BIN, "run", "--no-pin", "--iface", ifn])

@@ -209,7 +209,12 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
             Hook::Xdp | Hook::AfXdp => {
                 let p = xdp_prog(&mut ebpf, h.program())?;
                 if let Some(lp) = &link_pin {
-                    if let Some(mode) = reattach(lp, |fd| {
+                    let want = match o.xdp_mode {
+                        XdpMode::Auto => None,
+                        XdpMode::Native => Some("native"),
+                        XdpMode::Skb => Some("skb"),
+                    };
+                    if let Some(mode) = reattach(lp, want, |fd| {
                         p.attach_to_link(XdpLink::try_from(fd)?)?;
                         Ok(())
                     }) {
@@ -232,7 +237,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
                 };
                 let p = tc_prog(&mut ebpf, h.program())?;
                 if let Some(lp) = &link_pin {
-                    if reattach(lp, |fd| {
+                    if reattach(lp, None, |fd| {
                         p.attach_to_link(SchedClassifierLink::try_from(fd)?)?;
                         Ok(())
                     })
@@ -295,7 +300,11 @@ fn pin_link(fd: FdLink, path: &Path, mode: &str) -> Result<PinnedLink> {
 /// Swaps the new program into a link pinned by a previous run. Returns the link's mode, or
 /// None when there is no such link or it is stale (its interface went away): then the pin
 /// is removed and the caller attaches afresh.
-fn reattach(path: &Path, swap: impl FnOnce(FdLink) -> Result<()>) -> Option<&'static str> {
+fn reattach(
+    path: &Path,
+    want_mode: Option<&str>,
+    swap: impl FnOnce(FdLink) -> Result<()>,
+) -> Option<&'static str> {
     let dir = path.parent()?;
     let stem = path.file_name()?.to_str()?;
     let found = std::fs::read_dir(dir).ok()?.flatten().find_map(|e| {
@@ -304,6 +313,15 @@ fn reattach(path: &Path, swap: impl FnOnce(FdLink) -> Result<()>) -> Option<&'st
         Some((e.path(), mode))
     })?;
     let (pin, mode) = found;
+    if let Some(want) = want_mode.filter(|w| *w != mode) {
+        // The link's mode cannot change: a new link in the wanted mode replaces it. The maps
+        // stay, so counts continue; packets in the moment between the two are not counted.
+        log::warn!(
+            "XDP mode changes from {mode} to {want}: replacing the pinned link (counts continue; a few packets may pass uncounted)"
+        );
+        let _ = std::fs::remove_file(&pin);
+        return None;
+    }
     let swapped = PinnedLink::from_pin(&pin)
         .map_err(anyhow::Error::from)
         .and_then(|l| swap(FdLink::from(l)));

@@ -123,18 +123,18 @@ impl IfacePins {
     /// After attaching: removes links of hooks no longer configured (detaching them) and maps
     /// of other layouts (freed once no program uses them).
     pub fn prune(&self, hooks: &[Hook]) -> Result<()> {
-        for h in Hook::ALL {
-            let p = self.link_path(h);
-            if !hooks.contains(&h) && p.exists() {
-                log::info!(
-                    "detaching {} from a previous run (no longer configured)",
-                    h.name()
-                );
-                std::fs::remove_file(&p).with_context(|| format!("remove {}", p.display()))?;
-            }
-        }
         for e in std::fs::read_dir(&self.dir)?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
+            // Links are pinned as link_<hook>@<mode>.
+            if let Some(rest) = name.strip_prefix("link_") {
+                let hook = rest.split('@').next().unwrap_or(rest);
+                if !hooks.iter().any(|h| h.name() == hook) {
+                    log::info!("detaching {hook} from a previous run (no longer configured)");
+                    std::fs::remove_file(e.path())
+                        .with_context(|| format!("remove {}", e.path().display()))?;
+                }
+                continue;
+            }
             if name.starts_with("maps-") && name != self.layout {
                 log::warn!(
                     "maps of another layout ({name}, an older rocemon or flow map size) replaced: counters restart"
