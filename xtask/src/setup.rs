@@ -5,7 +5,8 @@ use anyhow::{bail, Context, Result};
 use std::process::Command;
 
 /// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool, ping, curl
-/// and openssl for tests; prometheus (with promtool) for the rules and the scrape test.
+/// and openssl for tests; prometheus (with promtool) for the rules and the scrape test; systemd
+/// for `systemd-analyze` (the unit is checked, never started).
 const APT: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -17,6 +18,7 @@ const APT: &[&str] = &[
     "curl",
     "openssl",
     "prometheus",
+    "systemd",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
