@@ -146,6 +146,10 @@ impl Metrics {
                 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
             ]),
         )?;
+        // The agent's own CPU, memory and file descriptors (process_* names, as every exporter).
+        r.r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         let h = "rocemon_poll_duration_seconds";
         r.add(
             Box::new(poll_duration.clone()),
@@ -567,10 +571,15 @@ mod tests {
         assert!(text.contains(
             r#"rocemon_parse_outcomes_total{hook="xdp",iface="veth0",kind="roce",outcome="roce"} 3"#
         ));
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
         for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
             let mut p = line.split_whitespace().skip(2);
             let (name, ty) = (p.next().unwrap(), p.next().unwrap());
-            assert!(name.starts_with("rocemon_"), "{name}");
+            // Ours carry the prefix; the process collector's are the standard process_* set.
+            assert!(
+                name.starts_with("rocemon_") || name.starts_with("process_"),
+                "{name}"
+            );
             assert_eq!(
                 ty == "counter",
                 name.ends_with("_total"),
