@@ -554,18 +554,25 @@ fn markdown(r: &Value) -> String {
 /// Differential fuzzing of the kernel readers: mutated fixture frames through the XDP and tc
 /// programs (BPF_PROG_TEST_RUN) for `secs`; the maps must equal the host parser's counts.
 fn fuzz_kernel(secs: u64) -> Result<()> {
-    use agent_common::{parse, HookCounters, LinkType, SliceReader};
+    use agent_common::{parse, LinkType, SliceReader};
     loader::raise_memlock();
-    let mut ebpf = loader::load_object(65_536)?;
-    loader::load_programs(&mut ebpf, &[Hook::Xdp, Hook::TcIngress])?;
+    // One object per hook, as the agent has one per interface: each has its own bounded
+    // session map, like each host-side tally.
+    let mut objects = Vec::new();
+    for h in [Hook::Xdp, Hook::TcIngress] {
+        let mut o = loader::load_object(65_536)?;
+        loader::load_programs(&mut o, &[h])?;
+        objects.push((h, o));
+    }
     let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
         .into_iter()
         .filter(|f| f.link == rocemon_testkit::fixtures::Link::Ethernet)
         .flat_map(|f| f.records().map(|r| r.2).collect::<Vec<_>>())
         .collect();
     let mut rng = Rng(0xF022);
-    let mut host = [HookCounters::ZERO; Hook::COUNT];
-    let mut host_flows: std::collections::HashMap<FlowKey, FlowStats> = Default::default();
+    // The host side counts with the same update as the kernel (counters, sessions with their
+    // bound, flows).
+    let mut host = Hook::ALL.map(|h| rocemon::sources::tally::Tally::new(h, usize::MAX));
     let end = Instant::now() + Duration::from_secs(secs);
     let mut runs = 0u64;
     let mut refused = 0u64;
@@ -584,11 +591,9 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
         if f.len() < 14 {
             continue;
         }
-        for (hook, prog) in [
-            (Hook::Xdp, agent_common::PROG_XDP),
-            (Hook::TcIngress, agent_common::PROG_TC_INGRESS),
-        ] {
-            let p = ebpf.program(prog).context("program")?;
+        for (hook, ebpf) in &objects {
+            let hook = *hook;
+            let p = ebpf.program(hook.program()).context("program")?;
             let r = match test_run(p.fd()?, &f, 1) {
                 Ok(r) => r,
                 Err(_) if hook != Hook::Xdp => {
@@ -606,28 +611,21 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
                 );
             }
             let parsed = parse(&SliceReader(&f), LinkType::Ethernet);
-            host[hook as usize].record(&parsed, f.len() as u64);
-            if let Ok(info) = &parsed {
-                let key = info.flow_key(hook);
-                if !host_flows.contains_key(&key) {
-                    host[hook as usize].flows_created += 1;
-                }
-                let ev = host_flows
-                    .entry(key)
-                    .or_default()
-                    .record(info, f.len() as u64, 0);
-                host[hook as usize].record_psn(&ev);
-            }
+            host[hook as usize].record(&parsed, f.len() as u64, 0);
             runs += 1;
         }
     }
-    let kernel = loader::read_counters(&ebpf)?;
+    let mut kernel = [agent_common::HookCounters::ZERO; Hook::COUNT];
+    for (h, o) in &objects {
+        kernel[*h as usize] = loader::read_counters(o)?[*h as usize];
+    }
     // Fuzzed frames create flows by the hundred thousand; once the LRU map (65,536 entries) has
     // evicted some, their PSN state is gone and the flow-state counters (gaps,
     // retransmissions, flows created) legitimately differ from the unbounded host table.
-    let evicting = host_flows.len() >= 65_536 / 2;
+    let flows: usize = host.iter().map(|t| t.flows.len()).sum();
+    let evicting = flows >= 65_536 / 2;
     for hook in [Hook::Xdp, Hook::TcIngress] {
-        let (k, h) = (&kernel[hook as usize], &host[hook as usize]);
+        let (k, h) = (&kernel[hook as usize], &host[hook as usize].counters);
         let mut k = *k;
         if evicting {
             k.psn_gaps = h.psn_gaps;
@@ -648,6 +646,12 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
             diff("opcode_bytes", &k.opcode_bytes, &h.opcode_bytes);
             diff("ecn", &k.ecn_packets, &h.ecn_packets);
             diff("naks", &k.naks, &h.naks);
+            diff("tunnels", &k.tunnel_packets, &h.tunnel_packets);
+            diff(
+                "session_overflow,redirect_failures",
+                &[k.session_overflow, k.capture_redirect_failures],
+                &[h.session_overflow, h.capture_redirect_failures],
+            );
             let ks = [
                 k.cnp_packets,
                 k.becn_packets,
@@ -684,9 +688,17 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
             );
         }
     }
+    for (h, o) in &objects {
+        if loader::read_sessions(o)? != host[*h as usize].sessions {
+            bail!(
+                "kernel {} mirror sessions differ from the host's after fuzzing",
+                h.name()
+            );
+        }
+    }
     eprintln!(
         "fuzz-kernel: {runs} program runs in {secs} s ({refused} runts refused by the skb harness, {} flows{}); kernel counters equal the host parser's",
-        host_flows.len(),
+        flows,
         if evicting { ", flow-state counters not compared: the LRU map evicted" } else { "" }
     );
     Ok(())
