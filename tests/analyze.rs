@@ -364,4 +364,20 @@ fn mirrored_and_tunnelled_roce_is_counted_as_fabric_traffic() {
         .collect();
     assert!(sessions.len() >= 5, "{sessions:?}");
     assert_eq!(sessions, e.sessions);
+    // The table says the same.
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .arg("analyze")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let mirrored: u64 = e.sessions.values().sum();
+    assert!(
+        table.contains(&format!("Mirrored    {mirrored:>12}")),
+        "{table}"
+    );
+    for ((kind, id), n) in &e.sessions {
+        let line = format!("  session {kind:<8} {id:<10} {n:>10} packets");
+        assert!(table.contains(&line), "{line:?} missing from:\n{table}");
+    }
 }

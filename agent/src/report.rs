@@ -326,6 +326,35 @@ pub fn table(r: &Report, top: usize) -> String {
         e.ce,
         pct(e.ce, p)
     );
+    let encapsulated: u64 = r
+        .roce
+        .tunnels
+        .iter()
+        .filter(|(k, _)| **k != "none")
+        .map(|(_, v)| v)
+        .sum();
+    if encapsulated > 0 {
+        let kinds: Vec<String> = r
+            .roce
+            .tunnels
+            .iter()
+            .filter(|(k, v)| **k != "none" && **v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "Mirrored    {encapsulated:>12}   {}", kinds.join("  "));
+        for x in &r.roce.sessions {
+            let _ = writeln!(
+                s,
+                "  session {:<8} {:<10} {:>10} packets  {:>10}  CE {}  CNP {}",
+                x.tunnel,
+                x.id,
+                x.packets,
+                human_bytes(x.bytes as f64),
+                x.ce_packets,
+                x.cnp_packets
+            );
+        }
+    }
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
     let tail = if r.truncated_tail {
