@@ -84,7 +84,6 @@ fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
     assert!(status.success(), "{stderr}");
 }
 
-/// A TCP connection made from inside namespace `ns`.
 #[test]
 fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     if !can_run() {

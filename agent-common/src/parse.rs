@@ -173,6 +173,16 @@ impl Outcome {
     }
 }
 
+/// Whether the AF_XDP capture mode hands a frame with this parse result to userspace: every
+/// RoCE frame, and the outcomes [`Outcome::captured`] names.
+#[inline(always)]
+pub fn captured(parsed: &Result<RoceInfo, Outcome>) -> bool {
+    match parsed {
+        Ok(_) => true,
+        Err(o) => o.captured(),
+    }
+}
+
 /// The AETH fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aeth {

@@ -92,10 +92,7 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) };
     let r = xdp::XdpReader::new(&ctx, len);
     let parsed = parse(&r, LinkType::Ethernet);
-    let wanted = match &parsed {
-        Ok(_) => true,
-        Err(o) => Outcome::captured(*o),
-    };
+    let wanted = agent_common::parse::captured(&parsed);
     if wanted {
         // SAFETY: reading a field of the context the program was given.
         let queue = unsafe { (*ctx.ctx).rx_queue_index };

@@ -411,7 +411,7 @@ impl Probe {
     pub fn read_counters(&self) -> Result<[HookCounters; Hook::COUNT]> {
         let mut blocks = read_counters(&self.ebpf)?;
         if let Some(c) = &self.capture {
-            blocks[Hook::AfXdp as usize].add(&c.snapshot().counters);
+            blocks[Hook::AfXdp as usize].add(&c.counters());
         }
         Ok(blocks)
     }
@@ -420,7 +420,7 @@ impl Probe {
     pub fn read_flows(&self) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
         let (mut flows, errors) = read_flows(&self.ebpf)?;
         if let Some(c) = &self.capture {
-            let mut all: FxHashMap<FlowKey, FlowStats> = c.snapshot().flows;
+            let mut all = c.flows();
             for (k, s) in flows.drain(..) {
                 all.entry(k).or_default().merge(&s);
             }
@@ -433,7 +433,7 @@ impl Probe {
     pub fn read_sessions(&self) -> Result<FxHashMap<SessionKey, SessionStats>> {
         let mut out = read_sessions(&self.ebpf)?;
         if let Some(c) = &self.capture {
-            crate::sources::tally::merge_sessions(&mut out, &c.snapshot().sessions);
+            crate::sources::tally::merge_sessions(&mut out, &c.sessions());
         }
         Ok(out)
     }
@@ -442,7 +442,7 @@ impl Probe {
     pub fn capture_queues(&self) -> Vec<QueueStats> {
         self.capture
             .as_ref()
-            .map(|c| c.snapshot().queues)
+            .map(Capture::queues)
             .unwrap_or_default()
     }
 }

@@ -72,14 +72,6 @@ pub struct QueueStats {
     pub fill_ring_empty: u64,
 }
 
-/// Everything the capture counted so far (queues merged).
-pub struct Snapshot {
-    pub counters: HookCounters,
-    pub flows: FxHashMap<FlowKey, FlowStats>,
-    pub sessions: FxHashMap<SessionKey, SessionStats>,
-    pub queues: Vec<QueueStats>,
-}
-
 struct QueueState {
     tally: Tally,
     stats: QueueStats,
@@ -179,24 +171,40 @@ impl Capture {
         Ok(cap)
     }
 
-    /// What every queue counted so far.
-    pub fn snapshot(&self) -> Snapshot {
-        let mut s = Snapshot {
-            counters: HookCounters::ZERO,
-            flows: FxHashMap::default(),
-            sessions: FxHashMap::default(),
-            queues: Vec::new(),
-        };
+    /// Folds every queue's state into one value (each queue locked in turn, briefly). Each
+    /// reader below merges only what it returns: the poller reads counters every poll but
+    /// should not pay for merging the flow tables to get them.
+    fn fold<T>(&self, mut acc: T, mut f: impl FnMut(&mut T, &QueueState)) -> T {
         for w in &self.workers {
-            let Ok(st) = w.state.lock() else {
-                continue;
-            };
-            s.counters.add(&st.tally.counters);
-            super::tally::merge_flows(&mut s.flows, &st.tally.flows);
-            super::tally::merge_sessions(&mut s.sessions, &st.tally.sessions);
-            s.queues.push(st.stats);
+            if let Ok(st) = w.state.lock() {
+                f(&mut acc, &st);
+            }
         }
-        s
+        acc
+    }
+
+    /// The counter block, queues summed.
+    pub fn counters(&self) -> HookCounters {
+        self.fold(HookCounters::ZERO, |c, st| c.add(&st.tally.counters))
+    }
+
+    /// Every flow, queues merged.
+    pub fn flows(&self) -> FxHashMap<FlowKey, FlowStats> {
+        self.fold(FxHashMap::default(), |f, st| {
+            super::tally::merge_flows(f, &st.tally.flows)
+        })
+    }
+
+    /// Every mirror session, queues merged.
+    pub fn sessions(&self) -> FxHashMap<SessionKey, SessionStats> {
+        self.fold(FxHashMap::default(), |s, st| {
+            super::tally::merge_sessions(s, &st.tally.sessions)
+        })
+    }
+
+    /// Each queue's figures.
+    pub fn queues(&self) -> Vec<QueueStats> {
+        self.fold(Vec::new(), |q, st| q.push(st.stats))
     }
 }
 
