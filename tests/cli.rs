@@ -1,7 +1,7 @@
 //! The `rocemon` binary's errors: each names the problem and the fix, with exit status 2.
 
 use rocemon_testkit::netns::{metric_labels, metric_sum, Agent, LoopNs};
-use rocemon_testkit::{is_root, TempDir};
+use rocemon_testkit::{is_root, require_root, TempDir};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -125,8 +125,7 @@ fn missing_privileges() {
 
 #[test]
 fn xdp_native_unsupported_and_auto_fallback() {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (namespaces, BPF)");
+    if !require_root("this CLI test (namespaces, BPF)") {
         return;
     }
     let ns = Ns::new();
@@ -275,8 +274,7 @@ fn rdma_counters_and_connections_from_recorded_output() {
 
 #[test]
 fn run_exports_rdma_nic_counters_from_sysfs() {
-    if !is_root() {
-        eprintln!("SKIPPED: needs root (namespaces, BPF)");
+    if !require_root("this CLI test (namespaces, BPF)") {
         return;
     }
     let dir = TempDir::new("rocemon-rdmarun").unwrap();

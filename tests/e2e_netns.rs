@@ -3,9 +3,10 @@
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
 use rocemon_testkit::netns::{
-    http_get_in, metric_labels, metric_sum, rocemon_links, run, Agent, VethPair,
+    http_get_in, links_alive, metric_labels, metric_sum, pinned_links, run, try_metric_sum,
+    wait_links_gone, Agent, BpfFs, VethPair,
 };
-use rocemon_testkit::{fixtures, is_root, require_tshark, tshark, TempDir};
+use rocemon_testkit::{fixtures, require_root, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9442";
 
 fn can_run() -> bool {
-    if !is_root() {
-        eprintln!("SKIPPED: namespace end-to-end tests need root (ip netns, BPF)");
+    if !require_root("a namespace end-to-end test (ip netns, BPF)") {
         return false;
     }
     if run("tcpreplay", &["--version"]).is_err() {
@@ -45,301 +45,375 @@ struct Case {
     hook_label: &'static str,
 }
 
+/// The fixtures every hook case replays, written once per test binary, and tshark's sums.
+fn hook_fixtures() -> &'static (Vec<std::path::PathBuf>, tshark::Expected) {
+    static F: std::sync::OnceLock<(Vec<std::path::PathBuf>, tshark::Expected)> =
+        std::sync::OnceLock::new();
+    F.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-hooks");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sent = Vec::new();
+        let mut expected = tshark::Expected::default();
+        for fx in [
+            fixtures::rc_ipv4(),
+            fixtures::mixed_ipv6_vlan(),
+            fixtures::many_flows(),
+            fixtures::tunnels(),
+        ] {
+            assert!(fx.replayable);
+            let p = fx.write(&dir).unwrap();
+            let e = tshark::expected(&p).unwrap();
+            expected.roce_packets += e.roce_packets;
+            expected.roce_bytes += e.roce_bytes;
+            expected.cnp += e.cnp;
+            for i in 0..4 {
+                expected.ecn[i] += e.ecn[i];
+            }
+            for (op, (n, b)) in e.opcodes {
+                let x = expected.opcodes.entry(op).or_default();
+                x.0 += n;
+                x.1 += b;
+            }
+            for (k, f) in e.flows {
+                let x = expected.flows.entry(k).or_default();
+                x.packets += f.packets;
+                x.bytes += f.bytes;
+                x.ecn_ce += f.ecn_ce;
+                x.cnp += f.cnp;
+            }
+            for (k, n) in e.sessions {
+                *expected.sessions.entry(k).or_default() += n;
+            }
+            expected.port_4791_without_bth += e.port_4791_without_bth;
+            sent.push(p);
+        }
+        (sent, expected)
+    })
+}
+
 #[test]
-fn rocemon_run_counts_equal_tshark_for_every_hook() {
+fn counts_equal_tshark_xdp_native() {
+    hook_case(Case {
+        name: "xdp native",
+        args: &["--hooks", "xdp", "--xdp-mode", "native"],
+        on_sender: false,
+        hook_label: "xdp",
+    });
+}
+
+#[test]
+fn counts_equal_tshark_xdp_skb() {
+    hook_case(Case {
+        name: "xdp skb",
+        args: &["--hooks", "xdp", "--xdp-mode", "skb"],
+        on_sender: false,
+        hook_label: "xdp",
+    });
+}
+
+#[test]
+fn counts_equal_tshark_tc_ingress() {
+    hook_case(Case {
+        name: "tc ingress",
+        args: &["--hooks", "tc-ingress"],
+        on_sender: false,
+        hook_label: "tc_ingress",
+    });
+}
+
+#[test]
+fn counts_equal_tshark_tc_egress() {
+    hook_case(Case {
+        name: "tc egress",
+        args: &["--hooks", "tc-egress"],
+        on_sender: true,
+        hook_label: "tc_egress",
+    });
+}
+
+#[test]
+fn counts_equal_tshark_afxdp_copy_xdp_native() {
+    hook_case(Case {
+        name: "afxdp copy (xdp native)",
+        args: &[
+            "--capture",
+            "afxdp",
+            "--afxdp-mode",
+            "copy",
+            "--xdp-mode",
+            "native",
+        ],
+        on_sender: false,
+        hook_label: "afxdp",
+    });
+}
+
+#[test]
+fn counts_equal_tshark_afxdp_auto_xdp_skb() {
+    hook_case(Case {
+        name: "afxdp auto (xdp skb)",
+        args: &["--capture", "afxdp", "--xdp-mode", "skb"],
+        on_sender: false,
+        hook_label: "afxdp",
+    });
+}
+
+/// One hook: the real agent on a veth, every fixture replayed, `/metrics` equal to tshark,
+/// nothing attached after SIGTERM.
+fn hook_case(c: Case) {
     if !can_run() {
         return;
     }
     require_tshark();
-    let dir = TempDir::new("rocemon-e2e").unwrap();
-    let mut sent = Vec::new();
-    let mut expected = tshark::Expected::default();
-    for fx in [
-        fixtures::rc_ipv4(),
-        fixtures::mixed_ipv6_vlan(),
-        fixtures::many_flows(),
-        fixtures::tunnels(),
-    ] {
-        assert!(fx.replayable);
-        let p = fx.write(dir.path()).unwrap();
-        let e = tshark::expected(&p).unwrap();
-        expected.roce_packets += e.roce_packets;
-        expected.roce_bytes += e.roce_bytes;
-        expected.cnp += e.cnp;
-        for i in 0..4 {
-            expected.ecn[i] += e.ecn[i];
-        }
-        for (op, (n, b)) in e.opcodes {
-            let x = expected.opcodes.entry(op).or_default();
-            x.0 += n;
-            x.1 += b;
-        }
-        expected.flows.extend(e.flows);
-        for (k, n) in e.sessions {
-            *expected.sessions.entry(k).or_default() += n;
-        }
-        expected.port_4791_without_bth += e.port_4791_without_bth;
-        sent.push(p);
-    }
-    let cases = [
-        Case {
-            name: "xdp native",
-            args: &["--hooks", "xdp", "--xdp-mode", "native"],
-            on_sender: false,
-            hook_label: "xdp",
-        },
-        Case {
-            name: "xdp skb",
-            args: &["--hooks", "xdp", "--xdp-mode", "skb"],
-            on_sender: false,
-            hook_label: "xdp",
-        },
-        Case {
-            name: "tc ingress",
-            args: &["--hooks", "tc-ingress"],
-            on_sender: false,
-            hook_label: "tc_ingress",
-        },
-        Case {
-            name: "tc egress",
-            args: &["--hooks", "tc-egress"],
-            on_sender: true,
-            hook_label: "tc_egress",
-        },
-        Case {
-            name: "afxdp copy (xdp native)",
-            args: &[
-                "--capture",
-                "afxdp",
-                "--afxdp-mode",
-                "copy",
-                "--xdp-mode",
-                "native",
-            ],
-            on_sender: false,
-            hook_label: "afxdp",
-        },
-        Case {
-            name: "afxdp auto (xdp skb)",
-            args: &["--capture", "afxdp", "--xdp-mode", "skb"],
-            on_sender: false,
-            hook_label: "afxdp",
-        },
+    let (sent, expected) = hook_fixtures();
+    let pair = VethPair::new("rce2e").unwrap();
+    let (ns, ifn) = if c.on_sender {
+        (&pair.ns_b, &pair.b_if)
+    } else {
+        (&pair.ns_a, &pair.a_if)
+    };
+    // --no-pin: everything must end with the process (checked below).
+    let mut args = vec![
+        "run",
+        "--no-pin",
+        "--iface",
+        ifn,
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--top-k",
+        "5",
     ];
-    for c in cases {
-        let pair = VethPair::new("rce2e").unwrap();
-        let (ns, ifn) = if c.on_sender {
-            (&pair.ns_b, &pair.b_if)
-        } else {
-            (&pair.ns_a, &pair.a_if)
-        };
-        // --no-pin: everything must end with the process (checked below).
-        let mut args = vec![
-            "run",
-            "--no-pin",
-            "--iface",
-            ifn,
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "100",
-            "--top-k",
-            "5",
-        ];
-        args.extend_from_slice(c.args);
-        let mut agent = Agent::start(ns, BIN, &args).unwrap();
-        let ready = wait_ready(ns, &mut agent);
-        let xdp_mode = c
-            .args
-            .iter()
-            .position(|a| *a == "--xdp-mode")
-            .map(|i| c.args[i + 1]);
-        if let Some(mode) = xdp_mode {
-            let link = String::from_utf8(
-                run("ip", &["-n", ns, "-d", "link", "show", ifn])
-                    .unwrap()
-                    .stdout,
-            )
-            .unwrap();
-            let first = link.lines().next().unwrap_or_default();
-            let want = if mode == "native" {
-                " xdp "
-            } else {
-                " xdpgeneric "
-            };
-            assert!(
-                first.contains(want),
-                "{}: expected {want:?} in {link}",
-                c.name
-            );
-        }
-        if c.hook_label == "afxdp" {
-            // Veth has no zero-copy AF_XDP: auto must have chosen copy mode.
-            assert_eq!(
-                metric_sum(
-                    &ready,
-                    "rocemon_afxdp_socket",
-                    &[("mode", "copy"), ("queue", "0")]
-                ),
-                1.0,
-                "{}: one copy-mode socket on queue 0:\n{ready}",
-                c.name
-            );
-            // Everything that is not RoCE still reaches the stack.
-            let ping = pair
-                .exec(
-                    &pair.ns_b,
-                    "ping",
-                    &["-c", "2", "-W", "2", "-i", "0.2", &pair.a_ip],
-                )
-                .unwrap();
-            assert!(
-                ping.status.success(),
-                "{}: ping through the capture program failed",
-                c.name
-            );
-        }
-        for p in &sent {
-            pair.replay_from_b(p).unwrap();
-        }
-        let want = expected.roce_packets as f64;
-        let t = Instant::now();
-        let body = loop {
-            let b = scrape(ns).unwrap_or_default();
-            if metric_sum(&b, "rocemon_packets_total", &[("hook", c.hook_label)]) >= want
-                || t.elapsed() > Duration::from_secs(20)
-            {
-                break b;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
-        let f = |name: &str, extra: &[(&str, &str)]| {
-            let mut l = vec![("hook", c.hook_label), ("iface", ifn.as_str())];
-            l.extend_from_slice(extra);
-            metric_sum(&body, name, &l) as u64
-        };
-        assert_eq!(
-            f("rocemon_packets_total", &[]),
-            expected.roce_packets,
-            "{}: packets",
-            c.name
-        );
-        assert_eq!(
-            f("rocemon_bytes_total", &[]),
-            expected.roce_bytes,
-            "{}: bytes",
-            c.name
-        );
-        assert_eq!(
-            f("rocemon_cnp_packets_total", &[]),
-            expected.cnp,
-            "{}: CNPs",
-            c.name
-        );
-        for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
-            assert_eq!(
-                f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
-                expected.ecn[i],
-                "{}: ECN {cp}",
-                c.name
-            );
-        }
-        let by_op: BTreeMap<String, f64> = metric_labels(&body, "rocemon_packets_total", "opcode")
-            .into_iter()
-            .fold(BTreeMap::new(), |mut m, (k, v)| {
-                *m.entry(k).or_default() += v;
-                m
-            });
-        for (op, (n, _)) in &expected.opcodes {
-            let name = agent_common::opcode::name(*op);
-            assert_eq!(
-                by_op.get(&name).copied().unwrap_or(0.0) as u64,
-                *n,
-                "{}: opcode {name}",
-                c.name
-            );
-        }
-        assert_eq!(
-            f("rocemon_flows", &[]),
-            0,
-            "rocemon_flows has no hook label"
-        );
-        assert_eq!(
-            metric_sum(&body, "rocemon_flows", &[("iface", ifn.as_str())]) as usize,
-            expected.flows.len(),
-            "{}: flows",
-            c.name
-        );
-        let top = metric_labels(&body, "rocemon_flow_rate_bytes_per_second", "dest_qp");
-        assert_eq!(top.len(), 5, "{}: top-K series", c.name);
-        assert_eq!(f("rocemon_map_update_errors_total", &[]), 0);
-        // Mirror sessions / tunnel ids, against tshark's decode of the outer headers.
-        for ((kind, id), n) in &expected.sessions {
-            let id = id.to_string();
-            assert_eq!(
-                f(
-                    "rocemon_session_packets_total",
-                    &[("tunnel", kind), ("session", &id)]
-                ),
-                *n,
-                "{}: session {kind} {id}",
-                c.name
-            );
-        }
-        if c.hook_label == "afxdp" {
-            let a = |name: &str, extra: &[(&str, &str)]| {
-                let mut l = vec![("iface", ifn.as_str())];
-                l.extend_from_slice(extra);
-                metric_sum(&body, name, &l) as u64
-            };
-            // The sockets got the RoCE frames and the RoCE-looking malformed ones, nothing else.
-            assert!(
-                a("rocemon_afxdp_frames_total", &[])
-                    >= expected.roce_packets + expected.port_4791_without_bth,
-                "{}: AF_XDP frames",
-                c.name
-            );
-            assert_eq!(
-                a("rocemon_afxdp_dropped_frames_total", &[]),
-                0,
-                "{}: drops",
-                c.name
-            );
-            assert_eq!(
-                a("rocemon_afxdp_redirect_failures_total", &[]),
-                0,
-                "{}: redirect failures",
-                c.name
-            );
-            assert!(
-                f("rocemon_parse_outcomes_total", &[("kind", "not_roce")]) > 0,
-                "{}: the kernel side counted the ping and neighbour frames",
-                c.name
-            );
-        }
-        assert!(body.contains("rocemon_build_info{"));
-        assert!(body.contains("rocemon_poll_duration_seconds_count"));
-
-        let (status, stderr) = agent.stop().unwrap();
-        assert!(status.success(), "{}: exit {status}: {stderr}", c.name);
+    args.extend_from_slice(c.args);
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    let ready = wait_ready(ns, &mut agent);
+    let xdp_mode = c
+        .args
+        .iter()
+        .position(|a| *a == "--xdp-mode")
+        .map(|i| c.args[i + 1]);
+    if let Some(mode) = xdp_mode {
         let link = String::from_utf8(
             run("ip", &["-n", ns, "-d", "link", "show", ifn])
                 .unwrap()
                 .stdout,
         )
         .unwrap();
+        let first = link.lines().next().unwrap_or_default();
+        let want = if mode == "native" {
+            " xdp "
+        } else {
+            " xdpgeneric "
+        };
         assert!(
-            !link.contains("prog/xdp"),
-            "{}: XDP still attached after SIGTERM",
-            c.name
-        );
-        let links = rocemon_links().unwrap();
-        assert!(
-            links.is_empty(),
-            "{}: a link is left after SIGTERM: {links:?}",
+            first.contains(want),
+            "{}: expected {want:?} in {link}",
             c.name
         );
     }
+    if c.hook_label == "afxdp" {
+        // Veth has no zero-copy AF_XDP: auto must have chosen copy mode.
+        assert_eq!(
+            metric_sum(
+                &ready,
+                "rocemon_afxdp_socket",
+                &[("mode", "copy"), ("queue", "0")]
+            ),
+            1.0,
+            "{}: one copy-mode socket on queue 0:\n{ready}",
+            c.name
+        );
+        // Everything that is not RoCE still reaches the stack.
+        let ping = pair
+            .exec(
+                &pair.ns_b,
+                "ping",
+                &["-c", "2", "-W", "2", "-i", "0.2", &pair.a_ip],
+            )
+            .unwrap();
+        assert!(
+            ping.status.success(),
+            "{}: ping through the capture program failed",
+            c.name
+        );
+    }
+    for p in sent.iter() {
+        pair.replay_from_b(p).unwrap();
+    }
+    let want = expected.roce_packets as f64;
+    let t = Instant::now();
+    let body = loop {
+        let b = scrape(ns).unwrap_or_default();
+        if try_metric_sum(&b, "rocemon_packets_total", &[("hook", c.hook_label)]).unwrap_or(0.0)
+            >= want
+            || t.elapsed() > Duration::from_secs(20)
+        {
+            break b;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let f = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = vec![("hook", c.hook_label), ("iface", ifn.as_str())];
+        l.extend_from_slice(extra);
+        metric_sum(&body, name, &l) as u64
+    };
+    assert_eq!(
+        f("rocemon_packets_total", &[]),
+        expected.roce_packets,
+        "{}: packets",
+        c.name
+    );
+    assert_eq!(
+        f("rocemon_bytes_total", &[]),
+        expected.roce_bytes,
+        "{}: bytes",
+        c.name
+    );
+    assert_eq!(
+        f("rocemon_cnp_packets_total", &[]),
+        expected.cnp,
+        "{}: CNPs",
+        c.name
+    );
+    for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
+        assert_eq!(
+            f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
+            expected.ecn[i],
+            "{}: ECN {cp}",
+            c.name
+        );
+    }
+    let by_op: BTreeMap<String, f64> = metric_labels(&body, "rocemon_packets_total", "opcode")
+        .into_iter()
+        .fold(BTreeMap::new(), |mut m, (k, v)| {
+            *m.entry(k).or_default() += v;
+            m
+        });
+    for (op, (n, _)) in &expected.opcodes {
+        let name = agent_common::opcode::name(*op);
+        assert_eq!(
+            by_op.get(&name).copied().unwrap_or(0.0) as u64,
+            *n,
+            "{}: opcode {name}",
+            c.name
+        );
+    }
+    assert_eq!(
+        f("rocemon_flows", &[]),
+        0,
+        "rocemon_flows has no hook label"
+    );
+    assert_eq!(
+        metric_sum(&body, "rocemon_flows", &[("iface", ifn.as_str())]) as usize,
+        expected.flows.len(),
+        "{}: flows",
+        c.name
+    );
+    // Per flow, from the JSON API: packets, bytes, CE marks and CNPs equal tshark's.
+    let (status, flows_json) = http_get_in(ns, ADDR, "/api/v1/flows").unwrap();
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&flows_json).unwrap();
+    let got: BTreeMap<(String, String, u16, u32), tshark::FlowExpect> = doc["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["hook"] == c.hook_label)
+        .map(|f| {
+            let n = |k: &str| f[k].as_u64().unwrap();
+            (
+                (
+                    f["src"].as_str().unwrap().to_string(),
+                    f["dst"].as_str().unwrap().to_string(),
+                    n("sport") as u16,
+                    n("dest_qp") as u32,
+                ),
+                tshark::FlowExpect {
+                    packets: n("packets"),
+                    bytes: n("bytes"),
+                    ecn_ce: n("ecn_ce"),
+                    cnp: n("cnp"),
+                },
+            )
+        })
+        .collect();
+    assert_eq!(
+        &got, &expected.flows,
+        "{}: per-flow counts vs tshark",
+        c.name
+    );
+    let top = metric_labels(&body, "rocemon_flow_rate_bytes_per_second", "dest_qp");
+    assert_eq!(top.len(), 5, "{}: top-K series", c.name);
+    assert_eq!(f("rocemon_map_update_errors_total", &[]), 0);
+    // Mirror sessions / tunnel ids, against tshark's decode of the outer headers.
+    for ((kind, id), n) in &expected.sessions {
+        let id = id.to_string();
+        assert_eq!(
+            f(
+                "rocemon_session_packets_total",
+                &[("tunnel", kind), ("session", &id)]
+            ),
+            *n,
+            "{}: session {kind} {id}",
+            c.name
+        );
+    }
+    if c.hook_label == "afxdp" {
+        let a = |name: &str, extra: &[(&str, &str)]| {
+            let mut l = vec![("iface", ifn.as_str())];
+            l.extend_from_slice(extra);
+            metric_sum(&body, name, &l) as u64
+        };
+        // The sockets got the RoCE frames and the RoCE-looking malformed ones, nothing else.
+        assert!(
+            a("rocemon_afxdp_frames_total", &[])
+                >= expected.roce_packets + expected.port_4791_without_bth,
+            "{}: AF_XDP frames",
+            c.name
+        );
+        assert_eq!(
+            a("rocemon_afxdp_dropped_frames_total", &[]),
+            0,
+            "{}: drops",
+            c.name
+        );
+        assert_eq!(
+            a("rocemon_afxdp_redirect_failures_total", &[]),
+            0,
+            "{}: redirect failures",
+            c.name
+        );
+        assert!(
+            f("rocemon_parse_outcomes_total", &[("kind", "not_roce")]) > 0,
+            "{}: the kernel side counted the ping and neighbour frames",
+            c.name
+        );
+    }
+    assert!(body.contains("rocemon_build_info{"));
+    assert!(body.contains("rocemon_poll_duration_seconds_count"));
+
+    // This agent's own links (other tests attach theirs in parallel).
+    let own = agent.link_ids().unwrap();
+    assert!(!own.is_empty(), "{}: the agent holds no BPF link", c.name);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{}: exit {status}: {stderr}", c.name);
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", ifn])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !link.contains("prog/xdp"),
+        "{}: XDP still attached after SIGTERM",
+        c.name
+    );
+    let left = wait_links_gone(&own, Duration::from_secs(5)).unwrap();
+    assert!(
+        left.is_empty(),
+        "{}: links left after SIGTERM: {left:?}",
+        c.name
+    );
 }
 
 /// AF_XDP with jumbo frames (4 KiB RDMA payloads, plain and inside ERSPAN): every frame spans
@@ -407,7 +481,7 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     let t = Instant::now();
     let body = loop {
         let b = scrape(ns).unwrap_or_default();
-        if metric_sum(&b, "rocemon_packets_total", &[("hook", "afxdp")]) >= 20.0
+        if try_metric_sum(&b, "rocemon_packets_total", &[("hook", "afxdp")]).unwrap_or(0.0) >= 20.0
             || t.elapsed() > Duration::from_secs(20)
         {
             break b;
@@ -469,6 +543,7 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     );
     let per_queue = metric_labels(&body, "rocemon_afxdp_frames_total", "queue");
     eprintln!("AF_XDP frames per queue: {per_queue:?}");
+    assert_eq!(per_queue.len(), 2, "one socket per queue: {per_queue:?}");
     assert!(
         per_queue.iter().all(|(_, n)| *n > 0.0),
         "both queues' sockets received frames: {per_queue:?}"
@@ -513,16 +588,8 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     }
     require_tshark();
     let dir = TempDir::new("rocemon-pin").unwrap();
-    let bpffs = dir.path().join("bpffs");
-    std::fs::create_dir_all(&bpffs).unwrap();
-    run("mount", &["-t", "bpf", "bpf", bpffs.to_str().unwrap()]).unwrap();
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).output();
-        }
-    }
-    let _unmount = Unmount(bpffs.clone());
+    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let bpffs = fs.path().to_path_buf();
     let pin_dir = bpffs.join("rocemon");
     let pin = pin_dir.to_str().unwrap();
     let fx = fixtures::rc_ipv4();
@@ -570,6 +637,12 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("stay attached"), "{stderr}");
+    let iface_pins = pin_dir.join(ifn.as_str());
+    let run1 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(
+        run1.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["link_tc_ingress@tcx", "link_xdp@native"]
+    );
 
     // No agent: the pinned programs keep counting into the pinned maps.
     let link = String::from_utf8(
@@ -616,13 +689,19 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("took over the link"), "{stderr}");
-    let mut links = rocemon_links().unwrap();
-    links.sort();
-    assert_eq!(
-        links,
-        ["rocemon_tc_ingress", "rocemon_xdp"],
-        "exactly the two pinned links, now running the new programs"
-    );
+    // The same two links (same ids), each now running a program of run 2 (a new prog_id
+    // from the kernel, not the agent's word).
+    let run2 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(run2.len(), 2, "{run2:?}");
+    for ((n1, l1), (n2, l2)) in run1.iter().zip(&run2) {
+        assert_eq!(n1, n2);
+        assert_eq!(l1.id, l2.id, "{n1}: the link itself stays");
+        assert_ne!(
+            l1.prog_id, l2.prog_id,
+            "{n1}: the link runs the new program"
+        );
+        assert_eq!(l1.prog_name, l2.prog_name);
+    }
 
     // Run 3, reconfigured: XDP in skb mode only. The tc link goes (it is no longer
     // configured), the XDP link is replaced in the new mode, and the maps (so the counts) stay.
@@ -676,7 +755,25 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         "{stderr}"
     );
     assert!(stderr.contains("detaching tc_ingress"), "{stderr}");
-    assert_eq!(rocemon_links().unwrap(), ["rocemon_xdp"]);
+    let run3 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(
+        run3.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["link_xdp@skb"],
+        "the tc link is gone, XDP has a new link in skb mode"
+    );
+    let mut all: Vec<u64> = run1
+        .iter()
+        .chain(&run2)
+        .chain(&run3)
+        .map(|(_, l)| l.id)
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        links_alive(&all).unwrap(),
+        [run3[0].1.id],
+        "only the new XDP link is left of this test's links"
+    );
 
     // --no-pin while pins exist: refused, naming the fix.
     let out = std::process::Command::new("ip")
@@ -711,16 +808,6 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     .unwrap();
     assert!(!link.contains("prog/xdp"), "XDP left after detach: {link}");
     // Links are freed once their last reference (the pin) is gone; give the kernel a moment.
-    let t = Instant::now();
-    loop {
-        let links = rocemon_links().unwrap();
-        if links.is_empty() {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "links left after detach: {links:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let left = wait_links_gone(&all, Duration::from_secs(5)).unwrap();
+    assert!(left.is_empty(), "links left after detach: {left:?}");
 }

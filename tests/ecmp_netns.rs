@@ -10,7 +10,7 @@
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::Roce;
 use rocemon_testkit::netns::{http_get_in, metric_sum, run, Agent, EcmpLab};
-use rocemon_testkit::{is_root, TempDir};
+use rocemon_testkit::{require_root, TempDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -142,7 +142,7 @@ fn run_scenario(
             "tcpreplay",
             "-q",
             "--mbps=40",
-            "--loop=40",
+            "--loop=0",
             "-i",
             &lab.s_if,
         ])
@@ -150,8 +150,26 @@ fn run_scenario(
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Heavy flows must stay above the threshold for 1.5 s; look at 3.5 s, mid-traffic.
-    std::thread::sleep(Duration::from_millis(3500));
+    // The replay loops until stopped, so traffic never ends before the snapshot. Heavy flows
+    // must stay above the threshold for 1.5 s: wait until rocemon counts as many elephants as
+    // there are heavy flows (at least 3 s of traffic, for the byte checks below), then two
+    // more polls, then look at everything while the traffic still runs.
+    let t = std::time::Instant::now();
+    loop {
+        let (_, m) = http_get_in(&lab.r, ADDR, "/metrics").unwrap();
+        if metric_sum(&m, "rocemon_elephant_flows", &[]) as usize >= heavy.len()
+            && t.elapsed() >= Duration::from_secs(3)
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{name}: {} heavy flows never all became elephants",
+            heavy.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     let ecmp = api(lab, "/api/v1/ecmp");
     let flows = api(lab, "/api/v1/flows");
     let (_, metrics) = http_get_in(&lab.r, ADDR, "/metrics").unwrap();
@@ -169,7 +187,12 @@ fn run_scenario(
         ])
         .output()
         .unwrap();
-    assert!(replay.wait().unwrap().success(), "tcpreplay failed");
+    assert!(
+        replay.try_wait().unwrap().is_none(),
+        "tcpreplay ended before the snapshot"
+    );
+    let _ = replay.kill();
+    let _ = replay.wait();
     let after = lab.uplink_tx().unwrap();
 
     // Ground truth from the kernel: heavy traffic went where the probes said.
@@ -233,8 +256,20 @@ fn run_scenario(
         metric_sum(&metrics, "rocemon_elephant_flows", &[]) as usize,
         heavy.len()
     );
-    // Flows API: heavy flows are elephants on their uplink; light flows never.
-    for f in flows["flows"].as_array().unwrap() {
+    // Flows API: heavy flows are elephants on their uplink; light flows never. Every heavy
+    // flow must be listed (an empty answer fails).
+    let listed = flows["flows"].as_array().unwrap();
+    let listed_heavy: BTreeSet<u16> = listed
+        .iter()
+        .map(|f| f["sport"].as_u64().unwrap() as u16)
+        .filter(|sp| heavy.contains(sp))
+        .collect();
+    assert_eq!(
+        listed_heavy.len(),
+        heavy.len(),
+        "{name}: every heavy flow is in the flows API"
+    );
+    for f in listed {
         let sp = f["sport"].as_u64().unwrap() as u16;
         if heavy.contains(&sp) {
             assert_eq!(f["elephant"], true, "{name}: heavy flow {sp}");
@@ -258,16 +293,16 @@ fn run_scenario(
     assert_eq!(screen.contains("COLLISION"), !expect.is_empty(), "{screen}");
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
-    assert!(
-        stderr.contains("elephant started"),
-        "start logged once per elephant"
+    assert_eq!(
+        stderr.matches("elephant started").count(),
+        heavy.len(),
+        "{name}: start logged once per elephant: {stderr}"
     );
 }
 
 #[test]
 fn rocemon_flags_exactly_the_uplinks_with_colliding_elephants() {
-    if !is_root() {
-        eprintln!("SKIPPED: the ECMP router test needs root (namespaces, BPF)");
+    if !require_root("the ECMP router test (namespaces, BPF)") {
         return;
     }
     run("tcpreplay", &["--version"]).expect("tcpreplay is not installed; run `cargo xtask setup`");

@@ -3,7 +3,7 @@
 //! shipped unit checked by systemd-analyze.
 
 use rocemon_testkit::netns::{connect_in, metric_labels, metric_sum, Agent, LoopNs, VethPair};
-use rocemon_testkit::{fixtures, is_root, TempDir};
+use rocemon_testkit::{fixtures, require_root, TempDir};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -15,11 +15,7 @@ const ADDR: &str = "127.0.0.1:9447";
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 fn can_run() -> bool {
-    if !is_root() {
-        eprintln!("SKIPPED: daemon tests need root (namespaces, BPF)");
-        return false;
-    }
-    true
+    require_root("a daemon test (namespaces, BPF)")
 }
 
 /// curl inside the namespace; returns (HTTP status or 0, body).
@@ -378,8 +374,9 @@ fn the_shipped_systemd_unit_verifies_and_rates_ok() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: systemd-analyze is not installed");
-        return;
+        panic!(
+            "systemd-analyze is not installed; run `cargo xtask setup` (Debian package systemd)"
+        );
     }
     let dir = TempDir::new("rocemon-unit").unwrap();
     // verify checks that ExecStart's binary exists: point it at the one just built.

@@ -45,6 +45,9 @@ pub struct DetachArgs {
     /// Configuration file whose pin_dir to use.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Remove the pins even while a running agent holds them.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

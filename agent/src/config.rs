@@ -139,17 +139,23 @@ impl Config {
                 "no interface to watch; pass --iface IF (or set interfaces = [\"IF\"] in the config file)".into(),
             ));
         }
-        for (i, name) in ifaces.iter().enumerate() {
+        let mut seen = std::collections::HashSet::with_capacity(ifaces.len());
+        for name in &ifaces {
+            // The kernel's rule (dev_valid_name), and no control characters.
             if name.is_empty()
                 || name.len() > 15
-                || name.contains('/')
+                || name == "."
+                || name == ".."
+                || name.contains(['/', ':'])
                 || name.contains(char::is_whitespace)
+                || name.contains(char::is_control)
             {
                 return Err(bad(format!(
-                    "interface name '{name}' is not valid (1-15 characters, no '/' or spaces)"
+                    "interface name {} is not valid (1-15 characters, no '/', ':', spaces or control characters)",
+                    crate::error::quote(name)
                 )));
             }
-            if ifaces[..i].contains(name) {
+            if !seen.insert(name.as_str()) {
                 return Err(bad(format!(
                     "interface '{name}' is given twice; list each interface once"
                 )));

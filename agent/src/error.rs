@@ -36,3 +36,31 @@ pub fn exit_status(err: &anyhow::Error) -> i32 {
         1
     }
 }
+
+/// A value from the user, fit to echo in a message: quoted, control characters escaped, and
+/// cut after 64 characters (a 50 MB value is not echoed whole).
+pub fn quote(s: &str) -> String {
+    const MAX: usize = 64;
+    let n = s.chars().count();
+    let head: String = s.chars().take(MAX).collect();
+    let q = format!("{:?}", head);
+    if n > MAX {
+        format!("{q}... ({n} characters)")
+    } else {
+        q
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_escape_control_characters_and_cut_long_values() {
+        assert_eq!(quote("eth0"), "\"eth0\"");
+        assert_eq!(quote("a\u{1b}[31m\0"), "\"a\\u{1b}[31m\\0\"");
+        let long = "x".repeat(1000);
+        let q = quote(&long);
+        assert!(q.len() < 100 && q.ends_with("(1000 characters)"), "{q}");
+    }
+}

@@ -39,6 +39,8 @@ pub struct Probe {
     capture: Option<Capture>,
     /// Links pinned on the bpffs: they outlive this process (closing the fd leaves them).
     _pinned: Vec<PinnedLink>,
+    /// Where this interface's pins are (pinned mode).
+    pins: Option<IfacePins>,
     /// Whether the maps came from a previous run (counts continue from their totals).
     pub maps_reused: bool,
 }
@@ -268,11 +270,20 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
         logger,
         capture,
         _pinned: pinned,
+        pins,
         maps_reused,
     })
 }
 
 fn bail_pinned(root: &Path, iface: &str) -> Result<()> {
+    if let Some(pid) = crate::pins::PinLock::held(root) {
+        let who = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
+        return Err(UsageError::BadConfig(format!(
+            "a running rocemon{who} is attached to '{iface}' (pins under {}); stop it first",
+            root.display()
+        ))
+        .into());
+    }
     Err(UsageError::BadConfig(format!(
         "programs of a previous run are still attached to '{iface}' (pinned under {}); run `rocemon detach --iface {iface}` first",
         root.join(iface).display()
@@ -354,14 +365,14 @@ fn attach_xdp(
     mode: XdpMode,
 ) -> Result<(&'static str, aya::programs::xdp::XdpLinkId)> {
     match mode {
-        XdpMode::Skb => {
-            let id = p
-                .attach(iface, AyaXdpMode::Skb)
-                .with_context(|| format!("attach XDP (skb mode) to {iface}"))?;
-            Ok(("skb", id))
-        }
+        XdpMode::Skb => match p_attach(p, iface, AyaXdpMode::Skb) {
+            Ok(id) => Ok(("skb", id)),
+            Err(e) if taken(&e) => Err(xdp_taken(iface)),
+            Err(e) => Err(anyhow::anyhow!(e).context(format!("attach XDP (skb mode) to {iface}"))),
+        },
         XdpMode::Native => match p_attach(p, iface, AyaXdpMode::Driver) {
             Ok(id) => Ok(("native", id)),
+            Err(e) if taken(&e) => Err(xdp_taken(iface)),
             Err(e) => Err(UsageError::XdpModeUnsupported {
                 iface: iface.into(),
                 mode: "native",
@@ -371,6 +382,7 @@ fn attach_xdp(
         },
         XdpMode::Auto => match p_attach(p, iface, AyaXdpMode::Driver) {
             Ok(id) => Ok(("native", id)),
+            Err(e) if taken(&e) => Err(xdp_taken(iface)),
             Err(e) => {
                 log::warn!("XDP native mode failed on {iface} ({e}); falling back to skb mode");
                 let id = p
@@ -380,6 +392,19 @@ fn attach_xdp(
             }
         },
     }
+}
+
+/// Whether an attach failed because the interface already has an XDP program: EBUSY from
+/// `bpf_link_create` (an XDP link is there), EEXIST from netlink (a program is there).
+fn taken(e: &str) -> bool {
+    e.contains("os error 16") || e.contains("os error 17")
+}
+
+fn xdp_taken(iface: &str) -> anyhow::Error {
+    UsageError::BadConfig(format!(
+        "'{iface}' already has an XDP program attached (another rocemon, or another tool: see `ip link show {iface}`); stop or detach it first"
+    ))
+    .into()
 }
 
 fn p_attach(
@@ -400,6 +425,11 @@ fn p_attach(
 }
 
 impl Probe {
+    /// Whether this probe pinned its links and the pins are gone now (removed under it).
+    pub fn pins_removed(&self) -> bool {
+        self.pins.as_ref().is_some_and(|p| !p.links_pinned())
+    }
+
     /// Forwards pending records of the programs' aya-log ring buffer to the log crate.
     pub fn flush_logs(&mut self) {
         if let Some(l) = &mut self.logger {

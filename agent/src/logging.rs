@@ -78,7 +78,10 @@ pub fn init(format: LogFormat, level: log::LevelFilter) {
 /// Parses a level name as written in the configuration.
 pub fn parse_level(s: &str) -> Result<log::LevelFilter, String> {
     s.parse::<log::LevelFilter>().map_err(|_| {
-        format!("log_level '{s}' is not a level; use error, warn, info, debug or trace")
+        format!(
+            "log_level {} is not a level; use error, warn, info, debug or trace",
+            crate::error::quote(s)
+        )
     })
 }
 

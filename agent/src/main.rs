@@ -218,16 +218,37 @@ fn detach(args: DetachArgs) -> Result<()> {
         .pin_dir
         .or(file_dir)
         .unwrap_or_else(|| rocemon::pins::DEFAULT_PIN_DIR.into());
-    let mut done = Vec::new();
-    if args.ifaces.is_empty() {
-        done = rocemon::pins::detach(&root, None)?;
-    } else {
-        for i in &args.ifaces {
-            done.extend(rocemon::pins::detach(&root, Some(i))?);
+    if let Some(pid) = rocemon::pins::PinLock::held(&root) {
+        let who = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
+        if !args.force {
+            return Err(UsageError::BadConfig(format!(
+                "a running rocemon{who} holds the pins under {}; stop it first (`systemctl stop rocemon`), or add --force to remove the pins anyway (its programs detach when it exits)",
+                root.display()
+            ))
+            .into());
         }
+        log::warn!("--force: removing the pins of a running rocemon{who}");
+    }
+    let mut done = Vec::new();
+    let mut left = Vec::new();
+    let ifaces: Vec<Option<&str>> = if args.ifaces.is_empty() {
+        vec![None]
+    } else {
+        args.ifaces.iter().map(|i| Some(i.as_str())).collect()
+    };
+    for i in ifaces {
+        let (d, out) = rocemon::pins::detach(&root, i)?;
+        done.extend(d);
+        left.extend(out.left);
+    }
+    for p in &left {
+        eprintln!(
+            "rocemon: left {} in place: not a pin of rocemon's (by name or object type)",
+            p.display()
+        );
     }
     if done.is_empty() {
-        println!("nothing pinned under {}", root.display());
+        println!("nothing of rocemon's pinned under {}", root.display());
     } else {
         println!(
             "detached and removed the pins of {} (under {})",

@@ -41,6 +41,13 @@ pub async fn run(
             reason: e.to_string(),
         })?;
     let local = listener.local_addr().context("listener address")?;
+    // One agent per pin directory: a second one would take over the first one's links.
+    let _pin_lock = if config.pin && config.afxdp.is_none() {
+        crate::pins::ensure_bpffs(&config.pin_dir)?;
+        Some(crate::pins::PinLock::acquire(&config.pin_dir)?)
+    } else {
+        None
+    };
 
     let mut probes = Vec::new();
     for iface in &config.ifaces {
@@ -155,7 +162,13 @@ pub async fn run(
             }
         }
     }
-    if config.pin && config.afxdp.is_none() {
+    let pins_gone = probes.iter().any(|p| p.pins_removed());
+    if pins_gone {
+        log::warn!(
+            "shutting down; the pins under {} were removed while this agent ran (`rocemon detach --force`): the programs detach now",
+            config.pin_dir.display()
+        );
+    } else if config.pin && config.afxdp.is_none() {
         log::info!(
             "shutting down; the programs stay attached and counting (pinned under {}); `rocemon detach` removes them",
             config.pin_dir.display()

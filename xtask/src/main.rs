@@ -21,8 +21,12 @@ struct Cli {
 enum Task {
     /// Install what building and testing need (idempotent; only what is missing).
     Setup,
-    /// Run the whole test suite (setup first when something is missing).
+    /// Run the whole test suite (setup first when something is missing). Every test must run:
+    /// one that cannot (not root) fails, unless --allow-skips.
     Test {
+        /// Let tests that need root skip (listed after the run) instead of failing.
+        #[arg(long)]
+        allow_skips: bool,
         /// Extra arguments for `cargo test` (after --).
         #[arg(last = true)]
         args: Vec<String>,
@@ -60,18 +64,40 @@ pub fn sh(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask test`: the workspace's tests; skips fail unless allowed, and allowed skips
+/// are listed at the end (libtest hides what a passing test printed).
+fn test(allow_skips: bool, args: &[String]) -> Result<()> {
+    setup::ensure()?;
+    let log = root().join("target/skipped-tests.txt");
+    std::fs::create_dir_all(root().join("target"))?;
+    let _ = std::fs::remove_file(&log);
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .args(["test", "--workspace", "--exclude", "agent-ebpf"])
+        .env(rocemon_testkit::SKIP_LOG, &log);
+    if !allow_skips {
+        c.env(rocemon_testkit::REQUIRE_PRIVILEGED, "1");
+    }
+    setup::ebpf_env(&mut c);
+    c.args(args);
+    let result = sh(&mut c);
+    let skipped = std::fs::read_to_string(&log).unwrap_or_default();
+    if skipped.lines().count() > 0 {
+        println!(
+            "\nSKIPPED {} test(s), so this run does not cover them:",
+            skipped.lines().count()
+        );
+        for l in skipped.lines() {
+            println!("  {l}");
+        }
+    }
+    result
+}
+
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup::setup(),
-        Task::Test { args } => {
-            setup::ensure()?;
-            let mut c = Command::new("cargo");
-            c.current_dir(root())
-                .args(["test", "--workspace", "--exclude", "agent-ebpf"]);
-            setup::ebpf_env(&mut c);
-            c.args(&args);
-            sh(&mut c)
-        }
+        Task::Test { allow_skips, args } => test(allow_skips, &args),
         Task::Demo(a) => demo::demo(a),
         Task::Fuzz(a) => fuzz::fuzz(a),
         Task::Install(a) => install::install(a),

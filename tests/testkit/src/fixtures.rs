@@ -651,6 +651,34 @@ pub fn tunnels() -> Fixture {
             f.push((t, fr));
         }
     }
+    // IPv6 RoCE inside IPv4 tunnels: the outer IPv4 header must not be read as the inner one
+    // (addresses, ECN).
+    let mut c6 = Conn {
+        a: ip("fd77:6::2"),
+        b: ip("fd77:6::3"),
+        sport: 0xC606,
+        qp_a: 0x66,
+        qp_b: 0x67,
+        psn_a: 1,
+        psn_b: 1,
+    };
+    for i in 0..6u32 {
+        let mut r = match i % 3 {
+            0 => c6.req(0x0A, 256),
+            1 => c6.resp(0x11, 0, 0x1F),
+            _ => Roce::cnp(c6.b, c6.a, c6.sport, c6.qp_a),
+        };
+        r.ecn = (3 - i % 4) as u8;
+        let inner = r.frame();
+        for fr in [
+            tunnel::vxlan(&inner, 0x6666),
+            tunnel::gre_ip(&inner),
+            tunnel::erspan2(&inner, 600, i),
+        ] {
+            t += 1000;
+            f.push((t, fr));
+        }
+    }
     // Odd and malformed: VXLAN without its I flag and GRE version 1 (both decoded anyway, as
     // Wireshark does), ERSPAN II cut inside its header, GRE carrying PPP.
     let inner = c.req(0x04, 16).frame();

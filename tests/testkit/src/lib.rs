@@ -16,6 +16,45 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The switch under which a test may not skip: `cargo xtask test` and CI set it, so a green
+/// run means every privileged test ran.
+pub const REQUIRE_PRIVILEGED: &str = "ROCEMON_REQUIRE_PRIVILEGED";
+/// Where skips are recorded (one line each) so that `cargo xtask test --allow-skips` can list
+/// them after the run: libtest hides a passing test's output.
+pub const SKIP_LOG: &str = "ROCEMON_SKIP_LOG";
+
+/// Skips the calling test (returns false) when `ok` is false, saying `why`; fails it instead
+/// under [`REQUIRE_PRIVILEGED`]. Returns true when the test may run.
+pub fn may_run(ok: bool, why: &str) -> bool {
+    if ok {
+        return true;
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    if std::env::var(REQUIRE_PRIVILEGED).is_ok_and(|v| v == "1") {
+        panic!("{test} cannot run: {why}; {REQUIRE_PRIVILEGED}=1 forbids skipping (run as root, or `cargo xtask test --allow-skips`)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    if let Ok(path) = std::env::var(SKIP_LOG) {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+    false
+}
+
+/// [`may_run`] for tests that need root (namespaces, BPF).
+pub fn require_root(what: &str) -> bool {
+    may_run(is_root(), &format!("{what} needs root"))
+}
+
 /// A small deterministic PRNG (splitmix64), so fixtures are identical on every machine.
 #[derive(Clone, Debug)]
 pub struct Rng(pub u64);

@@ -207,6 +207,31 @@ impl Agent {
         }
     }
 
+    /// The agent's process id (`ip netns exec` execs the binary in place).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The ids of the BPF links this agent holds open (from its descriptors' fdinfo): its own
+    /// attachments, whatever other tests attach meanwhile.
+    pub fn link_ids(&self) -> Result<Vec<u64>> {
+        let pid = self.pid().context("agent stopped")?;
+        let mut ids = Vec::new();
+        for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))?.flatten() {
+            let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if let Some(id) = info
+                .lines()
+                .find_map(|l| l.strip_prefix("link_id:"))
+                .and_then(|v| v.trim().parse().ok())
+            {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// Sends a signal (SIGHUP: reload) to the agent.
     pub fn signal(&self, sig: i32) {
         if let Some(c) = &self.child {
@@ -246,28 +271,39 @@ impl Drop for Agent {
 }
 
 /// Sums the samples of metric `name` whose labels include every `(key, value)` of `filter`.
+/// A metric with no sample at all in `text` is an error (panics): a renamed or vanished
+/// metric must fail a test, not read as zero. See [`try_metric_sum`] for scrapes that may
+/// come before the agent serves.
 pub fn metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            if n != name {
-                return None;
-            }
-            let ok = filter
-                .iter()
-                .all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
-            if ok {
-                value.parse::<f64>().ok()
-            } else {
-                None
-            }
-        })
-        .sum()
+    try_metric_sum(text, name, filter).unwrap_or_else(|| {
+        panic!("no series of {name} in the scrape (renamed, or never exported?)")
+    })
+}
+
+/// [`metric_sum`], or None when `text` holds no sample of `name` at all.
+pub fn try_metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> Option<f64> {
+    let mut found = false;
+    let mut sum = 0.0;
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let (n, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if n != name {
+            continue;
+        }
+        found = true;
+        let ok = filter
+            .iter()
+            .all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+        if ok {
+            sum += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    found.then_some(sum)
 }
 
 /// Label value of `key` for every sample of `name`.
@@ -538,29 +574,100 @@ impl Drop for LoopNs {
     }
 }
 
-/// The programs of the BPF links (bpftool) that run one of rocemon's programs (`rocemon_*`).
-pub fn rocemon_links() -> Result<Vec<String>> {
-    let json = |args: &[&str]| -> Result<serde_json::Value> {
-        let out = run("bpftool", args)?;
-        serde_json::from_slice(&out.stdout).context("bpftool JSON")
-    };
-    let progs = json(&["-j", "prog", "show"])?;
-    let names: std::collections::HashMap<u64, String> = progs
+/// A BPF link as the kernel reports it (bpftool): its id and the program it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    pub id: u64,
+    pub prog_id: u64,
+    pub prog_name: String,
+}
+
+fn bpftool_json(args: &[&str]) -> Result<serde_json::Value> {
+    let out = run("bpftool", args)?;
+    serde_json::from_slice(&out.stdout).context("bpftool JSON")
+}
+
+fn prog_name(id: u64) -> Result<String> {
+    let p = bpftool_json(&["-j", "prog", "show", "id", &id.to_string()])?;
+    Ok(p["name"].as_str().unwrap_or_default().to_string())
+}
+
+fn link_info(v: &serde_json::Value) -> Result<LinkInfo> {
+    let prog_id = v["prog_id"].as_u64().context("link without prog_id")?;
+    Ok(LinkInfo {
+        id: v["id"].as_u64().context("link without id")?,
+        prog_id,
+        prog_name: prog_name(prog_id)?,
+    })
+}
+
+/// The link pinned at `path` (on a bpffs).
+pub fn pinned_link(path: &std::path::Path) -> Result<LinkInfo> {
+    let p = path.to_str().context("path")?;
+    link_info(&bpftool_json(&["-j", "link", "show", "pinned", p])?)
+}
+
+/// The links pinned in `dir` (by their file names), sorted by name: `(name, link)`.
+pub fn pinned_links(dir: &std::path::Path) -> Result<Vec<(String, LinkInfo)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("link_") {
+            out.push((name, pinned_link(&e.path())?));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Which of the link ids `ids` the kernel still has (a test's own links, found through its
+/// own agent or pins: other tests running in parallel have links of their own).
+pub fn links_alive(ids: &[u64]) -> Result<Vec<u64>> {
+    let all = bpftool_json(&["-j", "link", "show"])?;
+    Ok(all
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
-        .collect();
-    let links = json(&["-j", "link", "show"])?;
-    Ok(links
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| {
-            let name = names.get(&l["prog_id"].as_u64()?)?;
-            name.starts_with("rocemon_").then(|| name.clone())
-        })
+        .filter_map(|l| l["id"].as_u64())
+        .filter(|id| ids.contains(id))
         .collect())
+}
+
+/// Waits up to `timeout` until none of `ids` is left (the kernel frees a link once its last
+/// reference is gone, which can take a moment); returns those still there.
+pub fn wait_links_gone(ids: &[u64], timeout: std::time::Duration) -> Result<Vec<u64>> {
+    let t = std::time::Instant::now();
+    loop {
+        let left = links_alive(ids)?;
+        if left.is_empty() || t.elapsed() > timeout {
+            return Ok(left);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A bpffs of a test's own, mounted in a directory and unmounted on drop (nothing touches
+/// the host's /sys/fs/bpf).
+pub struct BpfFs(pub std::path::PathBuf);
+
+impl BpfFs {
+    pub fn mount(dir: &std::path::Path) -> Result<BpfFs> {
+        std::fs::create_dir_all(dir)?;
+        run(
+            "mount",
+            &["-t", "bpf", "bpf", dir.to_str().context("path")?],
+        )?;
+        Ok(BpfFs(dir.to_path_buf()))
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
 }
 
 /// A TCP connection to `addr` opened from inside namespace `ns` (a thread joins the namespace

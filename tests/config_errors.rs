@@ -1,0 +1,134 @@
+//! Every configuration and flag error a user can make: one test per case, each checking the
+//! message (the problem and the fix) and exit status 2, for `rocemon run` and, for the file,
+//! `rocemon check-config` as well.
+
+use rocemon_testkit::TempDir;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+
+fn rocemon(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run rocemon")
+}
+
+fn assert_usage_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit status; stderr: {err}");
+    assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
+    assert!(err.len() < 2000, "a message of {} bytes", err.len());
+}
+
+/// A configuration file (with a watched interface unless the case sets one) that `run` and
+/// `check-config` must both refuse with `needle` in the message.
+fn file_error(toml: &str, needle: &str) {
+    let dir = TempDir::new("rocemon-cfgerr").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    let text = if toml.contains("interfaces") {
+        toml.to_string()
+    } else {
+        format!("interfaces = [\"lo\"]\n{toml}")
+    };
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    assert_usage_error(&rocemon(&["run", "--config", p]), needle);
+    assert_usage_error(&rocemon(&["check-config", p]), needle);
+}
+
+macro_rules! file_errors {
+    ($($name:ident: $toml:expr => $needle:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            file_error($toml, $needle);
+        }
+    )*};
+}
+
+file_errors! {
+    top_k_zero: "top_k = 0" => "top_k 0 is out of range; use 1 to 10000";
+    top_k_too_large: "top_k = 10001" => "top_k 10001 is out of range";
+    poll_interval_too_short: "poll_interval_ms = 5" => "poll_interval_ms 5 is out of range; use 10 to 60000";
+    flow_map_too_small: "flow_map_entries = 8" => "flow_map_entries 8 is out of range";
+    rate_window_zero: "rate_window_seconds = 0.0" => "rate_window_seconds 0 is out of range; use 0.01 to 3600";
+    elephant_threshold_zero: "[elephant]\nthreshold_bytes_per_second = 0.0" => "elephant.threshold_bytes_per_second must be above 0";
+    elephant_link_share_above_one: "[elephant]\nthreshold_link_share = 2.0" => "elephant.threshold_link_share 2 must be in (0, 1]";
+    elephant_exit_ratio_zero: "[elephant]\nexit_ratio = 0.0" => "elephant.exit_ratio 0 must be in (0, 1]";
+    elephant_negative_duration: "[elephant]\nmin_duration_seconds = -1.0" => "min_duration_seconds and release_seconds must be >= 0";
+    ecmp_group_twice: "interfaces = [\"lo\", \"lo2\"]\n[ecmp]\ngroups = [{ name = \"s\", interfaces = [\"lo\", \"lo2\"] }, { name = \"s\", interfaces = [\"lo\", \"lo2\"] }]" => "ecmp group 's' is defined twice";
+    ecmp_group_of_one: "[ecmp]\ngroups = [{ name = \"s\", interfaces = [\"lo\"] }]" => "ecmp group 's' needs at least two interfaces";
+    ecmp_group_unwatched: "interfaces = [\"lo\", \"lo2\"]\n[ecmp]\ngroups = [{ name = \"s\", interfaces = [\"lo\", \"eth7\"] }]" => "names interface 'eth7', which is not watched";
+    ecmp_hash_no_paths: "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 0" => "ecmp.hash.paths 0 is out of range; use 1 to 4096";
+    ecmp_hash_no_fields: "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 4\nfields = []" => "ecmp.hash.fields is empty";
+    afxdp_with_xdp_hook: "capture = \"afxdp\"\nhooks = [\"xdp\"]" => "AF_XDP capture attaches its own XDP program";
+    afxdp_mode_without_capture: "afxdp_mode = \"copy\"" => "afxdp_mode is set but capture is not afxdp";
+    hooks_empty: "hooks = []" => "hooks is empty";
+    unknown_hook: "hooks = [\"kprobe\"]" => "unknown hook 'kprobe'";
+    interface_twice: "interfaces = [\"lo\", \"lo\"]" => "interface 'lo' is given twice";
+    interface_name_too_long: "interfaces = [\"abcdefghijklmnopq\"]" => "is not valid (1-15 characters";
+    interface_name_with_escape: "interfaces = [\"e\\u001b[31m\"]" => "\"e\\u{1b}[31m\" is not valid";
+    interface_name_with_nul: "interfaces = [\"e\\u0000x\"]" => "\"e\\0x\" is not valid";
+    rdma_file_missing: "[rdma]\nqp_json = \"/nonexistent/qp.json\"" => "rdma.qp_json /nonexistent/qp.json";
+    log_level_unknown: "log_level = \"loud\"" => "log_level \"loud\" is not a level";
+    listen_not_an_address: "listen = \"nowhere\"" => "listen address 'nowhere' is not IP:PORT";
+    unknown_key: "top_kk = 3" => "unknown field `top_kk`";
+    wrong_type: "top_k = \"three\"" => "invalid type";
+}
+
+/// A 50 MB log level is named, not echoed whole.
+#[test]
+fn huge_log_level_is_cut_in_the_message() {
+    // A file: the argument list of one process has a bound of its own.
+    let dir = TempDir::new("rocemon-cfgerr").unwrap();
+    let path = dir.path().join("huge.toml");
+    let huge = "x".repeat(1 << 20);
+    std::fs::write(
+        &path,
+        format!("interfaces = [\"lo\"]\nlog_level = \"{huge}\"\n"),
+    )
+    .unwrap();
+    let out = rocemon(&["run", "--config", path.to_str().unwrap()]);
+    assert_usage_error(&out, "is not a level");
+    assert_usage_error(&out, "(1048576 characters)");
+}
+
+#[test]
+fn analyze_tick_zero() {
+    assert_usage_error(
+        &rocemon(&["analyze", "--tick-ms", "0", "/dev/null"]),
+        "--tick-ms must be at least 1",
+    );
+}
+
+#[test]
+fn analyze_elephant_threshold_zero() {
+    assert_usage_error(
+        &rocemon(&["analyze", "--elephant-bps", "0", "/dev/null"]),
+        "elephant.threshold_bytes_per_second must be above 0",
+    );
+}
+
+#[test]
+fn analyze_bad_config_file() {
+    let dir = TempDir::new("rocemon-cfgerr").unwrap();
+    let path = dir.path().join("a.toml");
+    std::fs::write(&path, "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 0\n").unwrap();
+    assert_usage_error(
+        &rocemon(&["analyze", "--config", path.to_str().unwrap(), "/dev/null"]),
+        "ecmp.hash.paths 0 is out of range",
+    );
+}
+
+#[test]
+fn top_k_flag_zero() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--top-k", "0"]),
+        "top_k 0 is out of range",
+    );
+}
+
+#[test]
+fn interface_flag_with_control_characters() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "a\u{7}b"]),
+        "\"a\\u{7}b\" is not valid",
+    );
+}
