@@ -2,7 +2,7 @@
 //! tc programs; the kernel maps must equal the host parser's result for the same frames
 //! (differential), and tshark's numbers for the same capture (oracle).
 
-use agent_common::{parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, Outcome, SliceReader};
+use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
 use rocemon::loader;
 use rocemon::sources::tally::{self, Tally};
 use rocemon::testrun::test_run;

@@ -172,36 +172,11 @@ impl HookCounters {
 
     /// Adds another block (per-CPU values, several captures).
     pub fn add(&mut self, o: &HookCounters) {
-        for (a, b) in self.opcode_packets.iter_mut().zip(o.opcode_packets.iter()) {
-            *a += b;
+        for ((_, a), (_, b)) in self.fields_mut().into_iter().zip(o.fields()) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
         }
-        for (a, b) in self.opcode_bytes.iter_mut().zip(o.opcode_bytes.iter()) {
-            *a += b;
-        }
-        for (a, b) in self.ecn_packets.iter_mut().zip(o.ecn_packets.iter()) {
-            *a += b;
-        }
-        for (a, b) in self.outcomes.iter_mut().zip(o.outcomes.iter()) {
-            *a += b;
-        }
-        self.cnp_packets += o.cnp_packets;
-        self.becn_packets += o.becn_packets;
-        self.fecn_packets += o.fecn_packets;
-        self.frames += o.frames;
-        self.frame_bytes += o.frame_bytes;
-        self.flow_update_errors += o.flow_update_errors;
-        self.psn_gaps += o.psn_gaps;
-        self.retransmits += o.retransmits;
-        for (a, b) in self.naks.iter_mut().zip(o.naks.iter()) {
-            *a += b;
-        }
-        self.rnr_naks += o.rnr_naks;
-        self.flows_created += o.flows_created;
-        for (a, b) in self.tunnel_packets.iter_mut().zip(o.tunnel_packets.iter()) {
-            *a += b;
-        }
-        self.session_overflow += o.session_overflow;
-        self.capture_redirect_failures += o.capture_redirect_failures;
     }
 
     /// RoCE packets (complete BTH), whatever their extension headers.
@@ -213,6 +188,77 @@ impl HookCounters {
     pub fn roce_bytes(&self) -> u64 {
         self.opcode_bytes.iter().sum()
     }
+}
+
+/// Declares [`HookCounters::fields`] and [`HookCounters::fields_mut`] from one list, so that
+/// every whole-block operation (sums, comparisons, reports) follows the struct: a field added
+/// to the struct and not here fails to compile (the list is checked against the size).
+macro_rules! counter_fields {
+    ($($field:ident: $kind:ident),* $(,)?) => {
+        impl HookCounters {
+            /// Every counter, by field name, as a slice (one element for a scalar).
+            pub fn fields(&self) -> [(&'static str, &[u64]); counter_fields!(@count $($field)*)] {
+                [$((stringify!($field), counter_fields!(@ref $kind self.$field))),*]
+            }
+            /// [`HookCounters::fields`], mutable.
+            pub fn fields_mut(&mut self) -> [(&'static str, &mut [u64]); counter_fields!(@count $($field)*)] {
+                [$((stringify!($field), counter_fields!(@mut $kind self.$field))),*]
+            }
+        }
+        const _: () = assert!(
+            0 $(+ counter_fields!(@len $kind ZERO_BLOCK.$field))* == core::mem::size_of::<HookCounters>() / 8
+        );
+    };
+    (@count) => { 0 };
+    (@count $head:ident $($rest:ident)*) => { 1 + counter_fields!(@count $($rest)*) };
+    (@ref array $e:expr) => { &$e[..] };
+    (@ref scalar $e:expr) => { core::slice::from_ref(&$e) };
+    (@mut array $e:expr) => { &mut $e[..] };
+    (@mut scalar $e:expr) => { core::slice::from_mut(&mut $e) };
+    (@len array $e:expr) => { $e.len() };
+    (@len scalar $e:expr) => { 1 };
+}
+
+const ZERO_BLOCK: HookCounters = HookCounters::ZERO;
+
+counter_fields! {
+    opcode_packets: array,
+    opcode_bytes: array,
+    ecn_packets: array,
+    outcomes: array,
+    cnp_packets: scalar,
+    becn_packets: scalar,
+    fecn_packets: scalar,
+    frames: scalar,
+    frame_bytes: scalar,
+    flow_update_errors: scalar,
+    psn_gaps: scalar,
+    retransmits: scalar,
+    naks: array,
+    rnr_naks: scalar,
+    flows_created: scalar,
+    tunnel_packets: array,
+    session_overflow: scalar,
+    capture_redirect_failures: scalar,
+}
+
+/// The counters where two blocks differ: `(field[index], a, b)`.
+#[cfg(feature = "std")]
+pub fn differences(a: &HookCounters, b: &HookCounters) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for ((name, x), (_, y)) in a.fields().into_iter().zip(b.fields()) {
+        for (i, (p, q)) in x.iter().zip(y).enumerate() {
+            if p != q {
+                let n = if x.len() == 1 {
+                    name.to_string()
+                } else {
+                    format!("{name}[{i}]")
+                };
+                out.push((n, *p, *q));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(feature = "user")]
@@ -250,5 +296,31 @@ mod tests {
         let p = parse(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
         c.record(&p, 5);
         assert_eq!(c.outcomes[Outcome::TruncatedL2 as usize], 1);
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod field_tests {
+    use super::*;
+
+    #[test]
+    fn fields_cover_the_block_and_differences_name_each_counter() {
+        let mut a = HookCounters::ZERO;
+        let n: usize = a.fields().iter().map(|(_, f)| f.len()).sum();
+        assert_eq!(n * 8, core::mem::size_of::<HookCounters>());
+        let b = HookCounters::ZERO;
+        a.outcomes[3] = 2;
+        a.capture_redirect_failures = 1;
+        assert_eq!(
+            differences(&a, &b),
+            [
+                ("outcomes[3]".to_string(), 2, 0),
+                ("capture_redirect_failures".to_string(), 1, 0)
+            ]
+        );
+        let mut c = a;
+        c.add(&a);
+        assert_eq!(c.outcomes[3], 4);
+        assert_eq!(c.capture_redirect_failures, 2);
     }
 }

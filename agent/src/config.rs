@@ -375,11 +375,13 @@ impl Config {
             ),
         ];
         lines.push(format!(
-            "web: tls {}, basic auth {} user(s), request timeout {:?}, max {} connections, {} concurrent requests",
+            "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",
             if self.web.tls.is_some() { "on" } else { "off" },
             self.web.users.len(),
             self.web.request_timeout,
+            self.web.header_timeout,
             self.web.max_connections,
+            self.web.max_connections_per_client,
             self.web.max_concurrent_requests
         ));
         lines.push(

@@ -82,15 +82,92 @@ async fn index() -> &'static str {
     "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n"
 }
 
-/// Basic authentication state: the users, and the `Authorization` values already verified
-/// (bcrypt is slow on purpose; a scraper sends the same header every time).
+/// Basic authentication state: the users, the `Authorization` values already verified and
+/// those already refused (bcrypt is slow on purpose; a scraper sends the same header every
+/// time, and so does an attacker), the dummy hash an unknown user is checked against, and a
+/// pool of one bcrypt check at a time.
 struct Auth {
     users: BTreeMap<String, String>,
     verified: Mutex<HashSet<String>>,
+    refused: Mutex<HashSet<String>>,
+    dummy: String,
+    /// One bcrypt check runs at a time (one core at most, whatever the load)...
+    checks: Arc<Semaphore>,
+    /// ...and this many wait for it at most; more are answered 503 at once.
+    queue: Arc<Semaphore>,
+    timeout: Duration,
 }
 
-/// The cache of verified credentials holds this many entries at most.
+/// Password checks that may wait for the bcrypt pool at once.
+const AUTH_QUEUE: usize = 8;
+
+/// Each cache of credentials holds this many entries at most.
 const AUTH_CACHE: usize = 64;
+
+impl Auth {
+    fn new(users: BTreeMap<String, String>, timeout: Duration) -> Auth {
+        Auth {
+            dummy: dummy_hash(&users),
+            users,
+            verified: Mutex::new(HashSet::new()),
+            refused: Mutex::new(HashSet::new()),
+            checks: Arc::new(Semaphore::new(1)),
+            queue: Arc::new(Semaphore::new(AUTH_QUEUE)),
+            timeout,
+        }
+    }
+
+    fn cached(set: &Mutex<HashSet<String>>, header: &str) -> bool {
+        set.lock().map(|v| v.contains(header)).unwrap_or(false)
+    }
+
+    fn remember(set: &Mutex<HashSet<String>>, header: String) {
+        if let Ok(mut v) = set.lock() {
+            if v.len() >= AUTH_CACHE {
+                v.clear();
+            }
+            v.insert(header);
+        }
+    }
+
+    /// Whether `header` authenticates: from the caches, else by one bcrypt check on the
+    /// blocking pool, one at a time (None: the queue is full or no turn came in time).
+    async fn check(self: &Arc<Self>, header: String) -> Option<bool> {
+        if Self::cached(&self.verified, &header) {
+            return Some(true);
+        }
+        if Self::cached(&self.refused, &header) {
+            return Some(false);
+        }
+        let _queued = self.queue.clone().try_acquire_owned().ok()?;
+        let turn = tokio::time::timeout(self.timeout, self.checks.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        let me = self.clone();
+        let h = header.clone();
+        let ok = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            check_basic(&me.users, &me.dummy, &h)
+        })
+        .await
+        .unwrap_or(false);
+        Self::remember(if ok { &self.verified } else { &self.refused }, header);
+        Some(ok)
+    }
+}
+
+/// A bcrypt hash of the highest cost the configured users have, for unknown users: checking
+/// one costs what checking a configured user costs, so timing does not tell which names exist.
+fn dummy_hash(users: &BTreeMap<String, String>) -> String {
+    let cost = users
+        .values()
+        .filter_map(|h| h.split('$').nth(2)?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(bcrypt::DEFAULT_COST);
+    bcrypt::hash("rocemon: no such user", cost.clamp(4, 31))
+        .unwrap_or_else(|_| "$2b$10$mpRa4Dk6jZcWX61slrTKH.prA0g9kA1QYvI59NRMpvbsICPQzAXmy".into())
+}
 
 async fn basic_auth(State(a): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     if a.users.is_empty() {
@@ -102,42 +179,27 @@ async fn basic_auth(State(a): State<Arc<Auth>>, req: Request, next: Next) -> Res
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let cached = a
-        .verified
-        .lock()
-        .map(|v| v.contains(&header))
-        .unwrap_or(false);
-    let ok = cached || {
-        let users = a.users.clone();
-        let h = header.clone();
-        tokio::task::spawn_blocking(move || check_basic(&users, &h))
-            .await
-            .unwrap_or(false)
-    };
-    if !ok {
-        return (
+    match a.check(header).await {
+        Some(true) => next.run(req).await,
+        Some(false) => (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Basic realm=\"rocemon\"")],
             "rocemon: authentication required\n",
         )
-            .into_response();
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "rocemon: too many password checks\n",
+        )
+            .into_response(),
     }
-    if !cached {
-        if let Ok(mut v) = a.verified.lock() {
-            if v.len() >= AUTH_CACHE {
-                v.clear();
-            }
-            v.insert(header);
-        }
-    }
-    next.run(req).await
 }
 
 /// Checks `Basic base64(user:password)` against the bcrypt hashes. An unknown user costs a
-/// bcrypt run too, so timing does not tell which users exist.
-fn check_basic(users: &BTreeMap<String, String>, header: &str) -> bool {
+/// bcrypt run of the same cost, so timing does not tell which users exist.
+fn check_basic(users: &BTreeMap<String, String>, dummy: &str, header: &str) -> bool {
     use base64::Engine;
-    const DUMMY: &str = "$2b$10$mpRa4Dk6jZcWX61slrTKH.prA0g9kA1QYvI59NRMpvbsICPQzAXmy";
     let Some(b64) = header.strip_prefix("Basic ") else {
         return false;
     };
@@ -153,7 +215,7 @@ fn check_basic(users: &BTreeMap<String, String>, header: &str) -> bool {
     match users.get(user) {
         Some(hash) => bcrypt::verify(pass, hash).unwrap_or(false),
         None => {
-            let _ = bcrypt::verify(pass, DUMMY);
+            let _ = bcrypt::verify(pass, dummy);
             false
         }
     }
@@ -188,10 +250,7 @@ async fn limit(State(l): State<Limits>, req: Request, next: Next) -> Response {
 
 /// The routes with authentication and limits.
 fn app(shared: Shared, web: &WebSettings) -> Router {
-    let auth = Arc::new(Auth {
-        users: web.users.clone(),
-        verified: Mutex::new(HashSet::new()),
-    });
+    let auth = Arc::new(Auth::new(web.users.clone(), web.request_timeout));
     let limits = Limits {
         turns: Arc::new(Semaphore::new(web.max_concurrent_requests)),
         timeout: web.request_timeout,
@@ -202,8 +261,50 @@ fn app(shared: Shared, web: &WebSettings) -> Router {
         .route("/api/v1/ecmp", get(ecmp))
         .route("/", get(index))
         .with_state(shared)
+        // The last layer runs first: credentials are checked before a request takes one of
+        // the turns, so requests that fail them never crowd out a scraper's; a remembered
+        // header costs nothing, and new ones queue for the bounded bcrypt pool.
         .layer(middleware::from_fn_with_state(limits, limit))
         .layer(middleware::from_fn_with_state(auth, basic_auth))
+}
+
+/// One open connection of a client address, counted in the per-client table while it lives.
+struct ClientSlot {
+    table: Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl ClientSlot {
+    /// A slot for `ip`, or None when it already has `max` connections open.
+    fn take(
+        table: &Arc<Mutex<HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        max: usize,
+    ) -> Option<ClientSlot> {
+        let mut t = table.lock().ok()?;
+        let n = t.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            table: table.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.table.lock() {
+            if let Some(n) = t.get_mut(&self.ip) {
+                *n -= 1;
+                if *n == 0 {
+                    t.remove(&self.ip);
+                }
+            }
+        }
+    }
 }
 
 /// Serves until `shutdown` completes: our own accept loop over hyper, so that a client that
@@ -223,10 +324,11 @@ pub async fn serve(
     };
     let service = hyper_util::service::TowerToHyperService::new(app(shared, &web));
     let conns = Arc::new(Semaphore::new(web.max_connections));
-    let timeout = web.request_timeout;
+    let per_client = Arc::new(Mutex::new(HashMap::<std::net::IpAddr, usize>::new()));
+    let header_timeout = web.header_timeout;
     tokio::pin!(shutdown);
     loop {
-        let (mut stream, _) = tokio::select! {
+        let (mut stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -238,24 +340,33 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = conns.clone().try_acquire_owned() else {
+        let client = ClientSlot::take(&per_client, peer.ip(), web.max_connections_per_client);
+        let permit = conns.clone().try_acquire_owned();
+        let (Some(client), Ok(permit)) = (client, permit) else {
             if tls.is_none() {
-                use tokio::io::AsyncWriteExt;
-                let _ = stream
-                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n")
+                // Answered from a task: a client that never reads cannot stall the accept loop.
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let _ = tokio::time::timeout(
+                        header_timeout,
+                        stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"),
+                    )
                     .await;
+                });
             }
             continue;
         };
         let (service, tls) = (service.clone(), tls.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            let _client = client;
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(timeout);
+                .header_read_timeout(header_timeout);
             match tls {
                 Some(acceptor) => {
-                    let Ok(Ok(s)) = tokio::time::timeout(timeout, acceptor.accept(stream)).await
+                    let Ok(Ok(s)) =
+                        tokio::time::timeout(header_timeout, acceptor.accept(stream)).await
                     else {
                         return;
                     };
@@ -272,4 +383,57 @@ pub async fn serve(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(hash: &str) -> u32 {
+        hash.split('$').nth(2).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn an_unknown_user_costs_what_the_configured_users_cost() {
+        for c in [4u32, 6] {
+            let users = BTreeMap::from([("p".to_string(), bcrypt::hash("pw", c).unwrap())]);
+            assert_eq!(cost(&dummy_hash(&users)), c);
+        }
+        let users = BTreeMap::from([
+            ("a".to_string(), bcrypt::hash("pw", 4).unwrap()),
+            ("b".to_string(), bcrypt::hash("pw", 5).unwrap()),
+        ]);
+        assert_eq!(cost(&dummy_hash(&users)), 5, "the highest cost");
+    }
+
+    #[test]
+    fn basic_credentials_are_checked_against_the_hashes() {
+        use base64::Engine;
+        let users = BTreeMap::from([("p".to_string(), bcrypt::hash("pw", 4).unwrap())]);
+        let dummy = dummy_hash(&users);
+        let h = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        assert!(check_basic(&users, &dummy, &h("p:pw")));
+        assert!(!check_basic(&users, &dummy, &h("p:no")));
+        assert!(!check_basic(&users, &dummy, &h("q:pw")));
+        assert!(!check_basic(&users, &dummy, "Bearer x"));
+    }
+
+    #[test]
+    fn one_client_holds_at_most_its_share_of_connections() {
+        let table = Arc::new(Mutex::new(HashMap::new()));
+        let a: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let b: std::net::IpAddr = "127.0.0.3".parse().unwrap();
+        let held: Vec<_> = (0..3)
+            .map(|_| ClientSlot::take(&table, a, 3).unwrap())
+            .collect();
+        assert!(ClientSlot::take(&table, a, 3).is_none());
+        assert!(ClientSlot::take(&table, b, 3).is_some());
+        drop(held);
+        assert!(ClientSlot::take(&table, a, 3).is_some());
+    }
 }

@@ -110,7 +110,12 @@ pub async fn run(
             let _ = stop_rx.await;
         },
     ));
-    log::info!("serving metrics at http://{local}/metrics");
+    let scheme = if config.web.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    log::info!("serving metrics at {scheme}://{local}/metrics");
     // systemd Type=notify: ready once the programs are attached and /metrics serves.
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 

@@ -26,6 +26,11 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// Requests served at once; more wait (up to the request timeout) for a turn.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 4;
+/// Time a client has to send its request headers (and finish a TLS handshake): short, so a
+/// client that opens connections and sends nothing holds each only briefly.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Open connections from one client address at most: one client cannot take them all.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 16;
 
 /// `[web]` of the agent's configuration.
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +41,8 @@ pub struct WebSection {
     pub request_timeout_seconds: Option<f64>,
     pub max_connections: Option<usize>,
     pub max_concurrent_requests: Option<usize>,
+    pub header_timeout_seconds: Option<f64>,
+    pub max_connections_per_client: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,6 +69,8 @@ pub struct WebSettings {
     pub request_timeout: Duration,
     pub max_connections: usize,
     pub max_concurrent_requests: usize,
+    pub header_timeout: Duration,
+    pub max_connections_per_client: usize,
 }
 
 impl Default for WebSettings {
@@ -72,6 +81,8 @@ impl Default for WebSettings {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
         }
     }
 }
@@ -111,6 +122,23 @@ impl WebSettings {
                 )));
             }
             w.max_concurrent_requests = n;
+        }
+        if let Some(t) = section.header_timeout_seconds {
+            if !(0.1..=300.0).contains(&t) {
+                return Err(bad(format!(
+                    "web.header_timeout_seconds {t} is out of range; use 0.1 to 300"
+                )));
+            }
+            w.header_timeout = Duration::from_secs_f64(t);
+        }
+        w.header_timeout = w.header_timeout.min(w.request_timeout);
+        if let Some(n) = section.max_connections_per_client {
+            if !(1..=10_000).contains(&n) {
+                return Err(bad(format!(
+                    "web.max_connections_per_client {n} is out of range; use 1 to 10000"
+                )));
+            }
+            w.max_connections_per_client = n;
         }
         let Some(file) = override_file.or(section.config_file.as_deref()) else {
             return Ok(w);

@@ -126,26 +126,34 @@ impl Drop for VethPair {
     }
 }
 
-/// An HTTP GET from inside namespace `ns` (a thread that joins the namespace), for scraping
-/// an agent that listens on the namespace's loopback. Returns (status, body).
+/// `GET path` at `addr` from inside namespace `ns` (HTTP/1.0, one connection): (status, body).
 pub fn http_get_in(ns: &str, addr: &str, path: &str) -> Result<(u16, String)> {
+    http_request_in(ns, None, addr, path, &[])
+}
+
+/// [`http_get_in`] from source address `from` (any of 127.0.0.0/8 on loopback: another
+/// client), with extra request headers.
+pub fn http_request_in(
+    ns: &str,
+    from: Option<std::net::Ipv4Addr>,
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String)> {
     let (ns, addr, path) = (ns.to_string(), addr.to_string(), path.to_string());
+    let headers: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     std::thread::spawn(move || -> Result<(u16, String)> {
         use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
-            .with_context(|| format!("open netns {ns}"))?;
-        // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns {ns}: {}", std::io::Error::last_os_error());
-        }
-        let mut s =
-            std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))?;
+        enter_netns(&ns)?;
+        let mut s = connect_from(from, &addr)?;
         s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
         // HTTP/1.0: the answer comes whole (no chunked encoding) and the server closes.
         write!(
             s,
-            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n"
         )?;
         let mut buf = String::new();
         s.read_to_string(&mut buf)?;
@@ -162,6 +170,57 @@ pub fn http_get_in(ns: &str, addr: &str, path: &str) -> Result<(u16, String)> {
     })
     .join()
     .map_err(|_| anyhow::anyhow!("scrape thread panicked"))?
+}
+
+/// Moves the calling thread into namespace `ns`.
+fn enter_netns(ns: &str) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
+        .with_context(|| format!("open netns {ns}"))?;
+    // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns {ns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A TCP connection to `addr` (IPv4), from source address `from` when given.
+fn connect_from(from: Option<std::net::Ipv4Addr>, addr: &str) -> Result<std::net::TcpStream> {
+    use std::os::fd::FromRawFd;
+    let Some(src) = from else {
+        return std::net::TcpStream::connect(addr).with_context(|| format!("connect {addr}"));
+    };
+    let dst: std::net::SocketAddrV4 = addr.parse().context("an IPv4 address:port")?;
+    let sin = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor we own; the addresses live on the stack for
+    // the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            bail!("socket: {}", std::io::Error::last_os_error());
+        }
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let local = sin(src, 0);
+        if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
+            bail!("bind {src}: {}", std::io::Error::last_os_error());
+        }
+        let remote = sin(*dst.ip(), dst.port());
+        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
+            bail!(
+                "connect {addr} from {src}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(stream)
+    }
 }
 
 /// A child process (rocemon) inside a namespace, stopped with SIGTERM on drop.
@@ -673,16 +732,19 @@ impl Drop for BpfFs {
 /// A TCP connection to `addr` opened from inside namespace `ns` (a thread joins the namespace
 /// to connect; the socket stays in it).
 pub fn connect_in(ns: &str, addr: &str) -> Result<std::net::TcpStream> {
-    use std::os::fd::AsRawFd;
+    connect_from_in(ns, None, addr)
+}
+
+/// [`connect_in`] from source address `from` (another client on loopback).
+pub fn connect_from_in(
+    ns: &str,
+    from: Option<std::net::Ipv4Addr>,
+    addr: &str,
+) -> Result<std::net::TcpStream> {
     let (ns, addr) = (ns.to_string(), addr.to_string());
     std::thread::spawn(move || -> Result<std::net::TcpStream> {
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
-            .with_context(|| format!("open namespace {ns}"))?;
-        // SAFETY: a valid namespace fd; only this short-lived thread changes namespace.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns {ns}: {}", std::io::Error::last_os_error());
-        }
-        std::net::TcpStream::connect(&addr).with_context(|| format!("connect {addr}"))
+        enter_netns(&ns)?;
+        connect_from(from, &addr)
     })
     .join()
     .map_err(|_| anyhow::anyhow!("connect thread panicked"))?
