@@ -573,6 +573,7 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
     use std::collections::BTreeMap;
     const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
     loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu()?;
     let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
         .into_iter()
         .filter(|f| f.link == rocemon_testkit::fixtures::Link::Ethernet)

@@ -416,3 +416,76 @@ fn reth_dma_lengths_equal_tshark() {
     }
     assert!(checked >= 3, "fixtures with RETH: {checked}");
 }
+
+fn analyze_err(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json"])
+        .arg(path)
+        .output()
+        .expect("run rocemon");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A corrupt pcapng block is named in words, not printed as its bytes (the reader's error
+/// carries the buffer: it was a 4.8 MB line).
+#[test]
+fn a_corrupt_pcapng_block_gives_a_short_message() {
+    let dir = TempDir::new("rocemon-corrupt").unwrap();
+    let good = fixtures::mixed_ipv6_vlan().write(dir.path()).unwrap();
+    let mut bytes = std::fs::read(&good).unwrap();
+    // A section header block, then an interface description block whose length fields say
+    // 64 KiB of garbage follows: the block cannot parse.
+    let shb_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let at = shb_len;
+    bytes[at + 4..at + 8].copy_from_slice(&3u32.to_le_bytes()); // length not a multiple of 4
+    bytes.extend(std::iter::repeat_n(0xAB, 1 << 20));
+    let bad = dir.path().join("corrupt.pcapng");
+    std::fs::write(&bad, &bytes).unwrap();
+    let (code, err) = analyze_err(&bad);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("corrupt capture"), "{err}");
+    assert!(
+        err.len() < 500,
+        "a {}-byte message: {}",
+        err.len(),
+        &err[..200.min(err.len())]
+    );
+}
+
+#[test]
+fn a_directory_is_named_as_such() {
+    let dir = TempDir::new("rocemon-dir").unwrap();
+    let (code, err) = analyze_err(dir.path());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("it is a directory"), "{err}");
+}
+
+/// A FIFO with no writer: rocemon says what it waits for, and reads once a writer comes.
+#[test]
+fn a_fifo_says_it_waits_for_a_writer() {
+    let dir = TempDir::new("rocemon-fifo").unwrap();
+    let fifo = dir.path().join("capture.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json"])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The writer: the rc_ipv4 fixture through the FIFO.
+    let src = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&fifo, std::fs::read(&src).unwrap()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("waiting for a writer"), "{err}");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j, analyze_json(&src));
+}

@@ -132,3 +132,32 @@ fn interface_flag_with_control_characters() {
         "\"a\\u{7}b\" is not valid",
     );
 }
+
+/// A flow map the host cannot hold is refused, naming its cost (it used to start silently
+/// and take gigabytes of kernel memory).
+#[test]
+fn flow_maps_larger_than_the_host_are_refused() {
+    let names: Vec<String> = (0..200).map(|i| format!("\"rv{i}\"")).collect();
+    file_error(
+        &format!(
+            "interfaces = [{}]\nflow_map_entries = 4194304",
+            names.join(", ")
+        ),
+        "lower flow_map_entries",
+    );
+}
+
+/// `check-config` says what the flow map costs on this host.
+#[test]
+fn check_config_names_the_flow_map_memory() {
+    let dir = TempDir::new("rocemon-cfgmem").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    std::fs::write(&path, "interfaces = [\"lo\"]\nflow_map_entries = 65536\n").unwrap();
+    let out = rocemon(&["check-config", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("flow_map_entries: 65536 (about ") && text.contains("MiB of kernel memory"),
+        "{text}"
+    );
+}

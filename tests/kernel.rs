@@ -33,6 +33,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
     }
     require_tshark();
     loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
     let dir = TempDir::new("rocemon-kernel").unwrap();
     let mut checked = 0;
     let mut refused = 0;
@@ -275,6 +276,7 @@ fn full_flow_map_keeps_global_counters_exact() {
         return;
     }
     loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
     // A tiny flow map: flows beyond it are evicted (LRU), global counters stay exact.
     let mut ebpf = loader::load_object(16).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();

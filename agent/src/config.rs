@@ -233,6 +233,19 @@ impl Config {
                 "flow_map_entries {flow_map_entries} is out of range; use 16 to 4194304"
             )));
         }
+        let need = flow_map_bytes(flow_map_entries, possible_cpus()) * ifaces.len() as u64;
+        if let Some(total) = host_memory_bytes() {
+            if need > total / 2 {
+                return Err(bad(format!(
+                    "flow_map_entries {flow_map_entries} needs about {} MiB of kernel memory on this host ({} interface(s) x {} CPUs x {} bytes per flow), more than half of its {} MiB; lower flow_map_entries",
+                    need >> 20,
+                    ifaces.len(),
+                    possible_cpus(),
+                    std::mem::size_of::<agent_common::FlowStats>(),
+                    total >> 20
+                )));
+            }
+        }
         let summary = args.summary_every.or(file.summary_every).unwrap_or(0);
         if let Some(bps) = args.elephant_bps {
             elephant.threshold_bytes_per_second = bps;
@@ -294,6 +307,35 @@ impl Config {
 }
 
 /// The detector settings of a file (shared by `run` and `analyze`), validated.
+/// The CPUs a per-CPU map allocates for (possible CPUs, not only online ones).
+pub fn possible_cpus() -> usize {
+    aya::util::nr_cpus()
+        .ok()
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// About what one interface's flow map costs in kernel memory: per entry, a value per CPU
+/// (the map is per CPU), the key, and the hash element's own overhead.
+pub fn flow_map_bytes(entries: u32, cpus: usize) -> u64 {
+    let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
+    let key = std::mem::size_of::<agent_common::FlowKey>().next_multiple_of(8) as u64;
+    u64::from(entries) * (cpus as u64 * value + key + 64)
+}
+
+/// The host's memory (MemTotal).
+fn host_memory_bytes() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig), UsageError> {
     let rate_window = file
         .rate_window_seconds
@@ -345,7 +387,12 @@ impl Config {
             format!("listen: {}", self.listen),
             format!("top_k: {}", self.top_k),
             format!("poll_interval_ms: {}", self.poll_interval.as_millis()),
-            format!("flow_map_entries: {}", self.flow_map_entries),
+            format!(
+                "flow_map_entries: {} (about {} MiB of kernel memory per interface on this host's {} CPUs)",
+                self.flow_map_entries,
+                flow_map_bytes(self.flow_map_entries, possible_cpus()).div_ceil(1 << 20),
+                possible_cpus()
+            ),
             format!("rate_window_seconds: {}", self.rate_window_s),
             format!(
                 "elephant: enter at {} B/s{}, leave below {}% of that",

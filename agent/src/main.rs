@@ -82,12 +82,24 @@ fn run(args: RunArgs) -> Result<()> {
 }
 
 fn analyze(args: AnalyzeArgs) -> Result<()> {
-    let size = std::fs::metadata(&args.file)
-        .map_err(|e| UsageError::BadCapture {
-            path: args.file.display().to_string(),
-            reason: e.to_string(),
-        })?
-        .len();
+    use std::os::unix::fs::FileTypeExt;
+    let bad = |reason: String| UsageError::BadCapture {
+        path: args.file.display().to_string(),
+        reason,
+    };
+    let meta = std::fs::metadata(&args.file).map_err(|e| bad(e.to_string()))?;
+    if meta.is_dir() {
+        return Err(bad("it is a directory; give a pcap or pcapng file".into()).into());
+    }
+    if meta.file_type().is_fifo() {
+        // Opening a FIFO waits for its writer: say so, or the wait looks like a hang.
+        log::info!(
+            "{} is a FIFO: waiting for a writer (for example `tcpdump -w {}`)",
+            args.file.display(),
+            args.file.display()
+        );
+    }
+    let size = meta.len();
     let show = !args.no_progress && std::io::stdout().is_terminal() && size > 16 << 20;
     let bar = if show {
         let b = ProgressBar::new(size);

@@ -67,3 +67,21 @@ pub fn test_run(prog: impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
         duration_ns: attr.duration,
     })
 }
+
+/// Pins the calling thread to one CPU. BPF_PROG_TEST_RUN runs the program on the caller's
+/// CPU, and the flow map is per CPU: a thread that migrates would split one flow's PSN
+/// tracking over two CPUs (as a flow whose packets RSS spread would). Tests and the
+/// differential fuzzer compare per-flow state, so they stay on one CPU, as a flow does.
+pub fn pin_to_one_cpu() -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+    // SAFETY: cpu is below CPU_SETSIZE on any machine this runs on.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the set is valid for its size; 0 is the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}

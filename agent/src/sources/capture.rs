@@ -48,6 +48,22 @@ pub struct CaptureSummary {
 }
 
 /// The link type of a pcap/pcapng link-layer header type number.
+/// A reader error in words, never with the buffer it carries (a corrupt block's bytes would
+/// make a line of megabytes).
+fn describe<I>(e: &PcapError<I>) -> String {
+    match e {
+        PcapError::Eof => "end of file".into(),
+        PcapError::BufferTooSmall => "a block larger than the read buffer".into(),
+        PcapError::UnexpectedEof => "the file ends inside a block".into(),
+        PcapError::ReadError => "read error".into(),
+        PcapError::Incomplete(n) => format!("incomplete block ({n} more bytes needed)"),
+        PcapError::HeaderNotRecognized => "not a pcap or pcapng header".into(),
+        PcapError::NomError(_, kind) | PcapError::OwnedNomError(_, kind) => {
+            format!("malformed block ({})", kind.description())
+        }
+    }
+}
+
 pub fn link_type(linktype: i32) -> Result<LinkType, CaptureError> {
     match linktype {
         1 => Ok(LinkType::Ethernet),
@@ -85,7 +101,7 @@ pub fn read_capture_from(
         Err(PcapError::Eof) => return Err(CaptureError::Empty),
         Err(PcapError::HeaderNotRecognized) => return Err(CaptureError::NotACapture),
         Err(PcapError::ReadError) => return Err(CaptureError::Corrupt("read error".into())),
-        Err(e) => return Err(CaptureError::Corrupt(format!("{e:?}"))),
+        Err(e) => return Err(CaptureError::Corrupt(describe(&e))),
     };
     let mut legacy: Option<(LinkType, bool)> = None;
     let mut ifaces: Vec<Iface> = Vec::new();
@@ -165,7 +181,7 @@ pub fn read_capture_from(
             Err(PcapError::Incomplete(_)) => {
                 reader
                     .refill()
-                    .map_err(|e| CaptureError::Corrupt(format!("refill: {e:?}")))?;
+                    .map_err(|e| CaptureError::Corrupt(format!("refill: {}", describe(&e))))?;
             }
             Err(PcapError::UnexpectedEof) => {
                 summary.truncated_tail = true;
@@ -180,9 +196,9 @@ pub fn read_capture_from(
                 }
                 reader
                     .refill()
-                    .map_err(|e| CaptureError::Corrupt(format!("refill: {e:?}")))?;
+                    .map_err(|e| CaptureError::Corrupt(format!("refill: {}", describe(&e))))?;
             }
-            Err(e) => return Err(CaptureError::Corrupt(format!("{e:?}"))),
+            Err(e) => return Err(CaptureError::Corrupt(describe(&e))),
         }
     }
     Ok(summary)
