@@ -489,3 +489,29 @@ fn a_fifo_says_it_waits_for_a_writer() {
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j, analyze_json(&src));
 }
+
+/// `--max-flows`: the table holds at most that many flows; the ones that left are counted with
+/// their totals, and every global total still equals tshark's.
+#[test]
+fn max_flows_bounds_the_table_and_keeps_every_total() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-maxflows").unwrap();
+    let p = fixtures::many_flows().write(dir.path()).unwrap();
+    let e = tshark::expected(&p).unwrap();
+    let j = analyze_json_with(&p, &["--max-flows", "100"]);
+    let held = j["flows"].as_array().unwrap();
+    assert!(held.len() <= 100, "{} flows held", held.len());
+    let ev = &j["flows_evicted"];
+    // many_flows sends each flow's packets together: each flow is created once.
+    assert_eq!(held.len() as u64 + u(&ev["flows"]), e.flows.len() as u64);
+    let held_packets: u64 = held.iter().map(|f| u(&f["packets"])).sum();
+    let held_bytes: u64 = held.iter().map(|f| u(&f["bytes"])).sum();
+    assert_eq!(held_packets + u(&ev["packets"]), e.roce_packets);
+    assert_eq!(held_bytes + u(&ev["bytes"]), e.roce_bytes);
+    assert_eq!(u(&j["roce"]["packets"]), e.roce_packets);
+    assert_eq!(u(&j["roce"]["cnp"]), e.cnp);
+    // Unbounded enough: nothing leaves.
+    let all = analyze_json(&p);
+    assert_eq!(u(&all["flows_evicted"]["flows"]), 0);
+    assert_eq!(all["flows"].as_array().unwrap().len(), e.flows.len());
+}

@@ -145,22 +145,30 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     let (status, _) = http_get_in(&ns, ADDR, "/nope").unwrap();
     assert_eq!(status, 404);
 
-    // Slow clients: 100 connections that send half a request and stall.
-    let slow: Vec<TcpStream> = (0..100)
-        .map(|_| {
-            let mut s = connect_in(&ns, ADDR).unwrap();
+    // Slow clients: 100 connections that send half a request and stall, ten from each of ten
+    // addresses (under the per-client bound, so all are held).
+    let slow: Vec<TcpStream> = (0..100u8)
+        .map(|i| {
+            let from = std::net::Ipv4Addr::new(127, 0, 0, 10 + i / 10);
+            let mut s = connect_from_in(&ns, Some(from), ADDR).unwrap();
             s.write_all(b"GET /metr").unwrap();
             s
         })
         .collect();
     // Many concurrent scrapes meanwhile: all answered.
     let t = Instant::now();
-    let handles: Vec<_> = (0..16)
-        .map(|_| {
+    let handles: Vec<_> = (0..16u8)
+        .map(|i| {
             let ns = ns.clone();
+            // One address per scraper, as Prometheus servers have.
+            let from = std::net::Ipv4Addr::new(127, 0, 0, 100 + i);
             std::thread::spawn(move || {
                 (0..10)
-                    .map(|_| http_get_in(&ns, ADDR, "/metrics").map(|r| r.0).unwrap_or(0))
+                    .map(|_| {
+                        http_request_in(&ns, Some(from), ADDR, "/metrics", &[])
+                            .map(|r| r.0)
+                            .unwrap_or(0)
+                    })
                     .collect::<Vec<u16>>()
             })
         })

@@ -22,6 +22,8 @@ pub struct AnalyzeOptions {
     pub tick_s: f64,
     /// Time constant of the smoothed rates, seconds.
     pub rate_window_s: f64,
+    /// Flows held at most.
+    pub max_flows: usize,
 }
 
 impl Default for AnalyzeOptions {
@@ -31,6 +33,7 @@ impl Default for AnalyzeOptions {
             ecmp: EcmpConfig::default(),
             tick_s: 1.0,
             rate_window_s: crate::flows::RATE_TAU_SECONDS,
+            max_flows: crate::cli::rocemon_defaults::MAX_FLOWS,
         }
     }
 }
@@ -65,6 +68,7 @@ impl Analysis {
     pub fn new(opts: AnalyzeOptions) -> Self {
         let mut flows = FlowTable::new(vec!["capture".into()]);
         flows.tau_s = opts.rate_window_s;
+        flows.max_flows = Some(opts.max_flows);
         Analysis {
             counters: HookCounters::ZERO,
             sessions: BTreeMap::new(),
@@ -104,8 +108,8 @@ impl Analysis {
                 }
             }
         }
-        for v in self.flows.views() {
-            if v.elephant {
+        for v in self.flows.elephant_views() {
+            {
                 let peak = self.peaks.entry(v.key).or_default();
                 *peak = peak.max(v.rate_bytes);
                 if let Some(p) = self.elephants.get_mut(&v.key).and_then(|p| p.last_mut()) {
@@ -179,6 +183,7 @@ impl Analysis {
                 self.apply(ev);
             }
         }
+        self.flows.settle();
         let mut views = self.flows.views();
         for v in views.iter_mut() {
             if let Some(p) = self.peaks.get(&v.key) {

@@ -195,4 +195,14 @@ pub struct AnalyzeArgs {
     /// Capture-time interval between rate and detector ticks, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub tick_ms: u64,
+    /// Flows held at most (memory stays bounded for any capture): when full, the flows quiet
+    /// the longest leave, their totals counted under flows_evicted.
+    #[arg(long, default_value_t = rocemon_defaults::MAX_FLOWS)]
+    pub max_flows: usize,
+}
+
+/// Defaults shared by flags and code.
+pub mod rocemon_defaults {
+    /// `analyze --max-flows`: about 120 MB of flow table.
+    pub const MAX_FLOWS: usize = 262_144;
 }

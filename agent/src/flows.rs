@@ -12,6 +12,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Default time constant of the exponentially weighted rate, in seconds.
 pub const RATE_TAU_SECONDS: f64 = 2.0;
 
+/// Applies the decay of the ticks a quiet flow skipped, up to table clock `to`.
+fn decay(e: &mut FlowEntry, to: f64, tau: f64) {
+    if to > e.rate_clock_s {
+        let f = (-(to - e.rate_clock_s) / tau).exp();
+        e.rate_bytes *= f;
+        e.rate_packets *= f;
+        e.rate_clock_s = to;
+    }
+}
+
 /// A flow as the agent knows it.
 #[derive(Clone, Debug)]
 pub struct FlowEntry {
@@ -35,6 +45,10 @@ pub struct FlowEntry {
     /// Found in the agent's first poll with totals of unknown age (counted before this agent
     /// started: pinned maps of a previous run): its first interval gives no rate.
     baselined: bool,
+    /// In the table's active list: ticks visit it (see [`FlowTable::tick`]).
+    active: bool,
+    /// The table clock its rates were last brought to: a quiet flow's rates decay lazily.
+    rate_clock_s: f64,
 }
 
 impl FlowEntry {
@@ -66,10 +80,29 @@ pub struct ElephantEvent {
     pub rate_bytes: f64,
 }
 
+/// What flows that left a bounded table carried (their packets stay in every global counter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EvictedFlows {
+    pub flows: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub ecn_ce: u64,
+    pub cnp: u64,
+}
+
+/// The flow table. Ticks cost the flows that changed, not all flows: a flow whose totals did
+/// not move, that is no elephant and whose rate is below its entry threshold leaves the
+/// active list, and its rates decay lazily (`exp(-t/tau)`, what the ticks it skips would
+/// have applied) until it moves again or is read. With a bound (`max_flows`) the longest
+/// quiet flows leave the table when it is full, their totals kept in [`EvictedFlows`].
 #[derive(Debug)]
 pub struct FlowTable {
     pub ifaces: Vec<String>,
     entries: FxHashMap<(usize, FlowKey), FlowEntry>,
+    active: Vec<(usize, FlowKey)>,
+    /// Flows held at most (None: no bound; the live table is bounded by the kernel maps).
+    pub max_flows: Option<usize>,
+    pub evicted: EvictedFlows,
     generation: u64,
     /// Time constant of the smoothed rates.
     pub tau_s: f64,
@@ -82,15 +115,25 @@ impl FlowTable {
         FlowTable {
             ifaces,
             entries: FxHashMap::default(),
+            active: Vec::new(),
+            max_flows: None,
+            evicted: EvictedFlows::default(),
             generation: 0,
             tau_s: RATE_TAU_SECONDS,
             clock_s: 0.0,
         }
     }
 
+    /// The flow's entry (created when new), on the active list.
     fn entry(&mut self, iface: usize, key: FlowKey) -> &mut FlowEntry {
-        let generation = self.generation;
-        self.entries
+        if let Some(max) = self.max_flows {
+            if self.entries.len() >= max && !self.entries.contains_key(&(iface, key)) {
+                self.make_room(max);
+            }
+        }
+        let (generation, clock) = (self.generation, self.clock_s);
+        let e = self
+            .entries
             .entry((iface, key))
             .or_insert_with(|| FlowEntry {
                 iface,
@@ -104,22 +147,74 @@ impl FlowTable {
                 ticked: false,
                 generation,
                 baselined: false,
-            })
+                active: false,
+                rate_clock_s: clock,
+            });
+        if !e.active {
+            e.active = true;
+            self.active.push((iface, key));
+        }
+        e
+    }
+
+    /// A full bounded table: the eighth of it that was quiet longest leaves (elephants stay),
+    /// its totals kept in [`FlowTable::evicted`]. Amortised over the inserts that follow.
+    fn make_room(&mut self, max: usize) {
+        let mut quiet: Vec<(u64, (usize, FlowKey))> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.elephant.elephant)
+            .map(|(k, e)| (e.stats.last_seen_ns, *k))
+            .collect();
+        let n = (max / 8).max(1).min(quiet.len());
+        if n == 0 {
+            return;
+        }
+        if n < quiet.len() {
+            quiet.select_nth_unstable(n - 1);
+        }
+        for (_, k) in &quiet[..n] {
+            if let Some(e) = self.entries.remove(k) {
+                self.evicted.flows += 1;
+                self.evicted.packets += e.stats.packets;
+                self.evicted.bytes += e.stats.bytes;
+                self.evicted.ecn_ce += e.stats.ecn_ce;
+                self.evicted.cnp += e.stats.cnp;
+            }
+        }
+        // Keys of evicted flows on the active list are dropped at the next tick.
+    }
+
+    /// Brings every quiet flow's rates to the table clock (before reading rates of all flows).
+    pub fn settle(&mut self) {
+        let (now, tau) = (self.clock_s, self.tau_s.max(1e-3));
+        for e in self.entries.values_mut() {
+            decay(e, now, tau);
+        }
     }
 
     /// Advances the clock by `dt` seconds: smoothed rates from the totals' change since the
     /// last tick, then elephant detection against each interface's entry threshold
     /// (`enter_bps[iface]`). The same code serves live polls and capture time.
     pub fn tick(&mut self, dt: f64, cfg: &ElephantConfig, enter_bps: &[f64]) -> Vec<ElephantEvent> {
+        let before = self.clock_s;
         self.clock_s += dt;
         let now = self.clock_s;
+        let tau = self.tau_s.max(1e-3);
         let alpha = if dt > 0.0 {
-            1.0 - (-dt / self.tau_s.max(1e-3)).exp()
+            1.0 - (-dt / tau).exp()
         } else {
             0.0
         };
         let mut events = Vec::new();
-        for e in self.entries.values_mut() {
+        let mut active = std::mem::take(&mut self.active);
+        active.retain(|k| {
+            let Some(e) = self.entries.get_mut(k) else {
+                return false; // evicted
+            };
+            // The ticks it skipped while quiet.
+            decay(e, before, tau);
+            e.rate_clock_s = now;
             // A smaller total means the kernel evicted and re-created the flow.
             let db = if e.stats.bytes >= e.prev_bytes {
                 e.stats.bytes - e.prev_bytes
@@ -134,12 +229,12 @@ impl FlowTable {
             e.prev_bytes = e.stats.bytes;
             e.prev_packets = e.stats.packets;
             if dt <= 0.0 {
-                continue;
+                return true;
             }
             if e.baselined {
                 // Totals from before this agent: no rate until the next interval.
                 e.baselined = false;
-                continue;
+                return true;
             }
             let (rb, rp) = (db as f64 / dt, dp as f64 / dt);
             if e.ticked {
@@ -164,8 +259,29 @@ impl FlowTable {
                     rate_bytes: e.rate_bytes,
                 });
             }
-        }
+            // Quiet: nothing moved, no elephant, below the entry threshold (so the detector
+            // has nothing to do until it moves: its steps would only keep `above_s` at 0).
+            let quiet = db == 0 && dp == 0 && !e.elephant.elephant && e.rate_bytes < enter;
+            e.active = !quiet;
+            !quiet
+        });
+        self.active = active;
         events
+    }
+
+    /// The detector's view of the elephants (cheap: elephants are always active).
+    pub fn elephant_views(&self) -> Vec<FlowView> {
+        self.active
+            .iter()
+            .filter_map(|k| self.entries.get(k))
+            .filter(|e| e.elephant.elephant)
+            .map(|e| FlowView {
+                iface: e.iface,
+                key: e.key,
+                rate_bytes: e.rate_bytes,
+                elephant: true,
+            })
+            .collect()
     }
 
     /// The detector's view of every flow.
@@ -191,6 +307,11 @@ impl FlowTable {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Flows the next tick visits.
+    pub fn active_len(&self) -> usize {
+        self.active.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -230,6 +351,15 @@ impl FlowTable {
     /// next [`FlowTable::tick`].
     pub fn update(&mut self, iface: usize, key: FlowKey, stats: FlowStats) {
         let generation = self.generation;
+        let known = self
+            .entries
+            .get_mut(&(iface, key))
+            .filter(|e| e.stats.packets == stats.packets && e.stats.bytes == stats.bytes);
+        if let Some(e) = known {
+            // Unchanged: still held by the kernel, nothing for the ticks to do.
+            e.generation = generation;
+            return;
+        }
         let e = self.entry(iface, key);
         if generation == 1 && e.stats.packets == 0 && stats.packets > 0 {
             // The first poll: whatever the map holds was counted before this agent started
@@ -402,5 +532,82 @@ mod tests {
         b[0] = 0xfd;
         b[15] = 1;
         assert_eq!(addr(6, &b).to_string(), "fd00::1");
+    }
+
+    fn roce(bytes_each: u64) -> (RoceInfo, u64) {
+        let mut f = vec![0u8; 14 + 20 + 8 + 12];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        let tl = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&tl.to_be_bytes());
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        let info = agent_common::parse(
+            &agent_common::SliceReader(&f),
+            agent_common::LinkType::Ethernet,
+        )
+        .unwrap();
+        (info, bytes_each)
+    }
+
+    /// Ticks cost what moved: flows that went quiet leave the active list, and their rates
+    /// decay lazily to what every skipped tick would have made of them.
+    #[test]
+    fn quiet_flows_leave_the_ticks_and_decay_lazily() {
+        let cfg = ElephantConfig::default();
+        let (info, len) = roce(1000);
+        let mut lazy = FlowTable::new(vec!["c".into()]);
+        for q in 0..1000 {
+            lazy.record(0, key(q), &info, len, 0);
+        }
+        assert_eq!(lazy.active_len(), 1000);
+        lazy.tick(1.0, &cfg, &[1e12]);
+        assert_eq!(lazy.active_len(), 1000, "they moved in this interval");
+        lazy.tick(1.0, &cfg, &[1e12]);
+        assert_eq!(lazy.active_len(), 0, "nothing moved: none is visited again");
+        for _ in 0..20 {
+            lazy.tick(0.5, &cfg, &[1e12]);
+        }
+        lazy.settle();
+        // What ticking every flow every time gives: 1000 B/s seeded, then decayed by
+        // exp(-dt/tau) per tick over 1 + 20 x 0.5 = 11 s.
+        let want = 1000.0 * (-11.0 / lazy.tau_s).exp();
+        for e in lazy.iter() {
+            assert!(
+                (e.rate_bytes - want).abs() <= want * 1e-9,
+                "{} vs {want}",
+                e.rate_bytes
+            );
+        }
+        // A quiet flow that moves again is ticked again, from its decayed rate.
+        lazy.record(0, key(7), &info, len, 0);
+        assert_eq!(lazy.active_len(), 1);
+        lazy.tick(1.0, &cfg, &[1e12]);
+        let e = lazy.iter().find(|e| e.key == key(7)).unwrap();
+        let alpha = 1.0 - (-1.0 / lazy.tau_s).exp();
+        let decayed = 1000.0 * (-11.0 / lazy.tau_s).exp();
+        assert!((e.rate_bytes - (decayed + alpha * (1000.0 - decayed))).abs() < 1e-6);
+    }
+
+    /// A bounded table: when full, the flows quiet longest leave and their totals are kept;
+    /// held + evicted accounts for every packet.
+    #[test]
+    fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
+        let (info, len) = roce(100);
+        let mut t = FlowTable::new(vec!["c".into()]);
+        t.max_flows = Some(64);
+        for q in 0..1000u32 {
+            for _ in 0..3 {
+                t.record(0, key(q), &info, len, u64::from(q) * 1000);
+            }
+        }
+        assert!(t.len() <= 64, "{} flows held", t.len());
+        let held: u64 = t.iter().map(|e| e.stats.packets).sum();
+        assert_eq!(held + t.evicted.packets, 3000);
+        assert_eq!(t.len() as u64 + t.evicted.flows, 1000);
+        // The newest flows stay.
+        assert!(t.iter().any(|e| e.key == key(999)));
+        assert!(!t.iter().any(|e| e.key == key(0)));
     }
 }

@@ -129,6 +129,10 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         return Err(UsageError::BadConfig("--tick-ms must be at least 1".into()).into());
     }
     opts.tick_s = args.tick_ms as f64 / 1000.0;
+    if args.max_flows == 0 {
+        return Err(UsageError::BadConfig("--max-flows must be at least 1".into()).into());
+    }
+    opts.max_flows = args.max_flows;
     let a = rocemon::analyze::analyze_file(&args.file, opts, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
@@ -149,7 +153,14 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
     }
     let report = rocemon::report::build(&a);
     match args.format {
-        OutputFormat::Json => println!("{}", serde_json::to_string(&report)?),
+        OutputFormat::Json => {
+            // Streamed: a report of a quarter million flows is not built as one string first.
+            use std::io::Write;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            serde_json::to_writer(&mut out, &report)?;
+            writeln!(out)?;
+            out.flush()?;
+        }
         OutputFormat::Table => print!("{}", rocemon::report::table(&report, args.top)),
     }
     Ok(())

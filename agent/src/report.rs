@@ -27,8 +27,11 @@ pub struct Report {
     pub elephants: Vec<Elephant>,
     /// ECMP views: predicted collisions (with a hash model), shared 5-tuples, source ports.
     pub ecmp: EcmpReport,
-    /// Every flow, highest mean rate first.
+    /// Every flow held, highest mean rate first.
     pub flows: Vec<Flow>,
+    /// Flows that left the bounded flow table (`--max-flows`), with what they carried; their
+    /// packets are in every total above.
+    pub flows_evicted: crate::flows::EvictedFlows,
 }
 
 #[derive(Serialize, Debug)]
@@ -254,6 +257,7 @@ pub fn build(a: &Analysis) -> Report {
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,
+        flows_evicted: a.flows.evicted,
         health: Health {
             psn_gaps: c.psn_gaps,
             retransmits: c.retransmits,
@@ -442,6 +446,13 @@ pub fn table(r: &Report, top: usize) -> String {
         top.min(r.flows.len()),
         r.flows.len()
     );
+    if r.flows_evicted.flows > 0 {
+        let _ = writeln!(
+            s,
+            "({} more flows left the table, --max-flows: {} packets, {} bytes; in every total)",
+            r.flows_evicted.flows, r.flows_evicted.packets, r.flows_evicted.bytes
+        );
+    }
     let _ = writeln!(
         s,
         "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5} {:>5} {:>5}",

@@ -313,7 +313,10 @@ fn poll(
         }
     }
     table.end_poll(&polled);
-    for ev in table.tick(dt, &config.elephant, enter_bps) {
+    let events = table.tick(dt, &config.elephant, enter_bps);
+    // Rates of every flow are read below (top-K, API): bring the quiet ones up to date.
+    table.settle();
+    for ev in events {
         let iface = table
             .ifaces
             .get(ev.iface)
