@@ -813,3 +813,119 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     let left = wait_links_gone(&all, Duration::from_secs(5)).unwrap();
     assert!(left.is_empty(), "links left after detach: {left:?}");
 }
+
+/// An interface that goes away and comes back under the same name (deleted and re-created:
+/// a driver reset, a re-created VF) is attached again and counted over the pinned maps (the
+/// counts continue); while it is gone the agent says so. An MTU change keeps counting, and an
+/// interface renamed away and back is followed by name.
+#[test]
+fn interfaces_that_go_and_come_back_are_counted_again() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-relink").unwrap();
+    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let pin_dir = fs.path().join("rocemon");
+    let path = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    let pair = VethPair::new("rcrelink").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &[
+            "run",
+            "--iface",
+            ifn,
+            "--hooks",
+            "xdp,tc-ingress",
+            "--xdp-mode",
+            "native",
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "100",
+            "--pin-dir",
+            pin_dir.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    wait_ready(ns, &mut agent);
+    let packets = |b: &str, hook: &str| {
+        try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
+    };
+    let up = |b: &str| try_metric_sum(b, "rocemon_interface_up", &[("iface", ifn.as_str())]);
+    let attached =
+        |b: &str| try_metric_sum(b, "rocemon_attached", &[("iface", ifn.as_str())]).unwrap_or(-1.0);
+    let mut want = 0;
+    let mut send_and_count = |agent: &mut Agent, step: &str| {
+        pair.replay_from_b(&path).unwrap();
+        want += e.roce_packets;
+        let body = agent
+            .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
+            })
+            .unwrap_or_else(|err| panic!("{step}: {err}"));
+        assert_eq!(packets(&body, "xdp"), want, "{step}: xdp");
+        assert_eq!(packets(&body, "tc_ingress"), want, "{step}: tc_ingress");
+        assert_eq!(up(&body), Some(1.0), "{step}");
+        assert_eq!(attached(&body), 2.0, "{step}: both programs attached");
+    };
+    send_and_count(&mut agent, "first attach");
+
+    // Deleted: the agent notices (link events), says so, and marks it down.
+    pair.delete_link().unwrap();
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
+        .unwrap();
+    assert_eq!(attached(&body), 0.0, "no program attached while it is gone");
+    // Re-created under the same names (new interface indexes): attached and counted again,
+    // on top of the pinned counts.
+    pair.create_link(1).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
+        .unwrap();
+    send_and_count(&mut agent, "after re-creation");
+
+    // MTU change: counting continues.
+    run("ip", &["-n", ns, "link", "set", ifn, "mtu", "4000"]).unwrap();
+    send_and_count(&mut agent, "after an MTU change");
+
+    // Renamed away: gone (programs detached from the renamed device); renamed back: counted.
+    let other = format!("{ifn}x");
+    run("ip", &["-n", ns, "link", "set", ifn, "down"]).unwrap();
+    run("ip", &["-n", ns, "link", "set", ifn, "name", &other]).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
+        .unwrap();
+    let link = String::from_utf8(
+        run("ip", &["-n", ns, "-d", "link", "show", &other])
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !link.contains("prog/xdp"),
+        "XDP left on the renamed device: {link}"
+    );
+    run("ip", &["-n", ns, "link", "set", &other, "name", ifn]).unwrap();
+    run("ip", &["-n", ns, "link", "set", ifn, "up"]).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
+        .unwrap();
+    // The peer's neighbour entry may point at the old state: wait for the link to carry.
+    std::thread::sleep(Duration::from_millis(200));
+    send_and_count(&mut agent, "after a rename away and back");
+
+    let (status, log) = agent.stop().unwrap();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("is gone"), "{log}");
+    assert!(log.contains("is back"), "{log}");
+    assert!(log.contains("MTU of"), "{log}");
+    let out = std::process::Command::new(BIN)
+        .args(["detach", "--pin-dir", pin_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

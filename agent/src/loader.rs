@@ -425,6 +425,16 @@ fn p_attach(
 }
 
 impl Probe {
+    /// Removes this probe's link pins (pinned mode), so that dropping it detaches the
+    /// programs; the pinned maps stay, and the next attach counts on from them.
+    pub fn unpin_links(&self) {
+        if let Some(p) = &self.pins {
+            if let Err(e) = p.remove_links() {
+                log::warn!("remove the link pins of {}: {e:#}", self.iface);
+            }
+        }
+    }
+
     /// Whether this probe pinned its links and the pins are gone now (removed under it).
     pub fn pins_removed(&self) -> bool {
         self.pins.as_ref().is_some_and(|p| !p.links_pinned())

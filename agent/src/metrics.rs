@@ -56,6 +56,8 @@ pub struct Metrics {
     source_ports: IntGaugeVec,
     pub poll_duration: Histogram,
     attached: IntGaugeVec,
+    interface_up: IntGaugeVec,
+    attach_errors: IntCounterVec,
     tunnels: IntCounterVec,
     rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
@@ -191,6 +193,8 @@ impl Metrics {
             rdma_counters: counter(&r, "rocemon_rdma_port_counter_total", "A counter of an RDMA NIC port, as its driver reports it under /sys/class/infiniband (counters/ and hw_counters/).", &["device", "port", "netdev", "counter"])?,
             tunnels: counter(&r, "rocemon_tunnel_packets_total", "RoCEv2 packets by the mirror session or tunnel they arrived in (none, vxlan, gre, erspan2, erspan3).", &with("tunnel"))?,
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
+            interface_up: int_gauge(&r, "rocemon_interface_up", "1 while a watched interface exists and rocemon's programs are attached to it, 0 while it is gone.", &["iface"])?,
+            attach_errors: counter(&r, "rocemon_attach_errors_total", "Attempts to attach to a watched interface (after it came back) that failed.", &["iface"])?,
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             session_overflow: counter(&r, "rocemon_session_overflow_packets_total", "Encapsulated RoCEv2 packets whose mirror session found the session map full (counted everywhere but in the per-session series).", HOOK)?,
             redirect_failures: counter(&r, "rocemon_afxdp_redirect_failures_total", "AF_XDP capture: RoCE frames whose receive queue had no socket; the kernel counted them itself and passed them on.", &["iface"])?,
@@ -221,6 +225,27 @@ impl Metrics {
         self.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel.trim()])
             .set(1);
+    }
+
+    /// Whether a watched interface is there with the programs attached.
+    pub fn set_interface_up(&self, iface: &str, up: bool) {
+        self.interface_up
+            .with_label_values(&[iface])
+            .set(i64::from(up));
+        // The series exists from the start (0 failures), so alerts can use it.
+        self.attach_errors.with_label_values(&[iface]);
+    }
+
+    /// An attach after the interface came back failed.
+    pub fn attach_failed(&self, iface: &str) {
+        self.attach_errors.with_label_values(&[iface]).inc();
+    }
+
+    /// Marks one program detached (its series stays, at 0).
+    pub fn set_detached(&self, iface: &str, hook: Hook, mode: &str) {
+        self.attached
+            .with_label_values(&[iface, hook.name(), mode])
+            .set(0);
     }
 
     pub fn set_attached(&self, iface: &str, hook: Hook, mode: &str) {

@@ -337,6 +337,13 @@ impl IfacePins {
         })
     }
 
+    /// Removes every link pin of this interface (the maps stay).
+    pub fn remove_links(&self) -> Result<()> {
+        let mut out = Removal::default();
+        remove_in_iface(&self.dir, &[], Some(&self.layout), &mut out)?;
+        Ok(())
+    }
+
     /// After attaching: removes links of hooks no longer configured (detaching them) and maps
     /// of other layouts (freed once no program uses them). Leaves anything not rocemon's.
     pub fn prune(&self, hooks: &[Hook]) -> Result<()> {

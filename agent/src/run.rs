@@ -51,47 +51,13 @@ pub async fn run(
 
     let mut probes = Vec::new();
     for iface in &config.ifaces {
-        let p = loader::attach(
-            iface,
-            loader::AttachOptions {
-                hooks: &config.hooks,
-                xdp_mode: config.xdp_mode,
-                flow_entries: config.flow_map_entries,
-                afxdp: config.afxdp,
-                pin_root: &config.pin_dir,
-                pin: config.pin,
-            },
-        )
-        .with_context(|| format!("attach to {iface}"))?;
-        log::info!(
-            "attached to {iface} (ifindex {}): {}",
-            p.ifindex,
-            p.hooks
-                .iter()
-                .map(|h| match (h, p.xdp_mode) {
-                    (Hook::Xdp, Some(m)) => format!("xdp ({m} mode)"),
-                    (Hook::AfXdp, Some(m)) => format!("afxdp capture (XDP {m} mode)"),
-                    _ => h.name().to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        probes.push(p);
+        probes.push(Some(attach_one(iface, &config)?));
     }
 
     let metrics = Metrics::new()?;
     metrics.set_build_info();
-    for p in &probes {
-        for h in &p.hooks {
-            let mode = if matches!(h, Hook::Xdp | Hook::AfXdp) {
-                p.xdp_mode.unwrap_or("skb")
-            } else {
-                "tcx"
-            };
-            metrics.set_attached(&p.iface, *h, mode);
-        }
-        // The AF_XDP sockets (and their modes) show from the first scrape on.
-        metrics.set_capture_queues(&p.iface, &p.capture_queues());
+    for p in probes.iter().flatten() {
+        show_attached(&metrics, p);
     }
     let shared = Shared {
         metrics: Arc::new(Mutex::new(metrics)),
@@ -119,6 +85,16 @@ pub async fn run(
     // systemd Type=notify: ready once the programs are attached and /metrics serves.
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    // Link changes: a cue to look at the watched interfaces again (also done every poll).
+    let links = match crate::sources::links::LinkEvents::open() {
+        Ok(l) => Some(l),
+        Err(e) => {
+            log::warn!("no rtnetlink link events ({e}); interfaces are checked every poll");
+            None
+        }
+    };
+    let mut mtus: Vec<Option<u32>> = vec![None; config.ifaces.len()];
+    reconcile(&mut probes, &mut mtus, &config, &shared);
     // RC connections of hardware RoCE NICs (invisible to the hooks), refreshed now and then.
     let mut rdma = RdmaView::default();
     let mut tick = tokio::time::interval(config.poll_interval);
@@ -152,7 +128,16 @@ pub async fn run(
                 }
                 let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
             }
+            Ok(()) = async {
+                match &links {
+                    Some(l) => l.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                reconcile(&mut probes, &mut mtus, &config, &shared);
+            }
             _ = tick.tick() => {
+                reconcile(&mut probes, &mut mtus, &config, &shared);
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
@@ -167,7 +152,7 @@ pub async fn run(
             }
         }
     }
-    let pins_gone = probes.iter().any(|p| p.pins_removed());
+    let pins_gone = probes.iter().flatten().any(|p| p.pins_removed());
     if pins_gone {
         log::warn!(
             "shutting down; the pins under {} were removed while this agent ran (`rocemon detach --force`): the programs detach now",
@@ -189,6 +174,124 @@ pub async fn run(
         Err(e) => return Err(e).context("HTTP server task"),
     }
     Ok(())
+}
+
+/// Loads and attaches everything configured on one interface.
+fn attach_one(iface: &str, config: &Config) -> Result<Probe> {
+    let p = loader::attach(
+        iface,
+        loader::AttachOptions {
+            hooks: &config.hooks,
+            xdp_mode: config.xdp_mode,
+            flow_entries: config.flow_map_entries,
+            afxdp: config.afxdp,
+            pin_root: &config.pin_dir,
+            pin: config.pin,
+        },
+    )
+    .with_context(|| format!("attach to {iface}"))?;
+    log::info!(
+        "attached to {iface} (ifindex {}): {}",
+        p.ifindex,
+        p.hooks
+            .iter()
+            .map(|h| match (h, p.xdp_mode) {
+                (Hook::Xdp, Some(m)) => format!("xdp ({m} mode)"),
+                (Hook::AfXdp, Some(m)) => format!("afxdp capture (XDP {m} mode)"),
+                _ => h.name().to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(p)
+}
+
+/// The mode label of a probe's hook.
+fn mode_of(p: &Probe, h: Hook) -> &'static str {
+    if matches!(h, Hook::Xdp | Hook::AfXdp) {
+        p.xdp_mode.unwrap_or("skb")
+    } else {
+        "tcx"
+    }
+}
+
+fn show_attached(m: &Metrics, p: &Probe) {
+    for h in &p.hooks {
+        m.set_attached(&p.iface, *h, mode_of(p, *h));
+    }
+    m.set_interface_up(&p.iface, true);
+    // The AF_XDP sockets (and their modes) show from the first scrape on.
+    m.set_capture_queues(&p.iface, &p.capture_queues());
+}
+
+/// Follows the watched interfaces by name: one that is gone (deleted, or renamed away) has
+/// its programs detached and shows as down; one that comes back (a new interface index under
+/// the name) is attached again, over the pinned maps when pinning (the counts continue);
+/// an MTU change is logged (the programs handle any frame size). Cheap: one
+/// `if_nametoindex` per interface.
+fn reconcile(
+    probes: &mut [Option<Probe>],
+    mtus: &mut [Option<u32>],
+    config: &Config,
+    shared: &Shared,
+) {
+    use crate::sources::links::{link_state, LinkState};
+    for (i, iface) in config.ifaces.iter().enumerate() {
+        let state = link_state(iface);
+        if let LinkState::Present { mtu: Some(m), .. } = state {
+            if let Some(old) = mtus[i].filter(|o| *o != m) {
+                log::info!("MTU of {iface} changed from {old} to {m}; counting continues");
+            }
+            mtus[i] = Some(m);
+        }
+        let current = probes[i].as_ref().map(|p| p.ifindex);
+        let wanted = match state {
+            LinkState::Present { ifindex, .. } => Some(ifindex),
+            LinkState::Absent => None,
+        };
+        if current == wanted {
+            continue;
+        }
+        if let Some(old) = probes[i].take() {
+            match wanted {
+                None => log::warn!(
+                    "{iface} is gone (deleted or renamed); its programs are detached, and counting resumes when an interface named {iface} appears"
+                ),
+                Some(idx) => log::warn!(
+                    "{iface} was re-created (ifindex {} -> {idx}); attaching again",
+                    old.ifindex
+                ),
+            }
+            if let Ok(m) = shared.metrics.lock() {
+                for h in &old.hooks {
+                    m.set_detached(iface, *h, mode_of(&old, *h));
+                }
+                m.set_interface_up(iface, false);
+            }
+            // The links must go with the probe: on a device renamed away they would still
+            // run, and a pinned one would be taken for the next device's.
+            old.unpin_links();
+            drop(old);
+        }
+        if wanted.is_none() {
+            continue;
+        }
+        match attach_one(iface, config) {
+            Ok(p) => {
+                log::info!("{iface} is back: counting again");
+                if let Ok(m) = shared.metrics.lock() {
+                    show_attached(&m, &p);
+                }
+                probes[i] = Some(p);
+            }
+            Err(e) => {
+                log::warn!("attach to {iface} after it came back failed (next try at the next poll or link change): {e:#}");
+                if let Ok(m) = shared.metrics.lock() {
+                    m.attach_failed(iface);
+                }
+            }
+        }
+    }
 }
 
 /// Elephant entry thresholds per interface (link share of the reported speed, or absolute).
@@ -255,7 +358,7 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
 /// One poll: counters and flows of every probe into the metrics and the flow table, then the
 /// detectors, then the API view.
 fn poll(
-    probes: &mut [Probe],
+    probes: &mut [Option<Probe>],
     table: &mut FlowTable,
     shared: &Shared,
     dt: f64,
@@ -271,6 +374,10 @@ fn poll(
         return;
     };
     for (i, p) in probes.iter_mut().enumerate() {
+        // An interface that is gone has no probe: nothing to read until it is back.
+        let Some(p) = p else {
+            continue;
+        };
         p.flush_logs();
         let mut created = None;
         match p.read_counters() {
@@ -395,9 +502,9 @@ impl RdmaView {
 }
 
 /// A one-line live summary (the demo prints it every few seconds).
-fn summary_line(probes: &[Probe], table: &FlowTable) -> String {
+fn summary_line(probes: &[Option<Probe>], table: &FlowTable) -> String {
     let mut total = HookCounters::ZERO;
-    for p in probes {
+    for p in probes.iter().flatten() {
         if let Ok(blocks) = p.read_counters() {
             for h in &p.hooks {
                 total.add(&blocks[*h as usize]);

@@ -47,7 +47,6 @@ impl VethPair {
 
     /// As [`VethPair::new`], with `queues` receive and transmit queues on each end.
     pub fn with_queues(prefix: &str, queues: u32) -> Result<VethPair> {
-        let q = queues.to_string();
         let tag = unique_tag();
         let p = VethPair {
             ns_a: format!("{prefix}-a-{tag}"),
@@ -60,14 +59,22 @@ impl VethPair {
         // From here on, Drop removes whatever was created.
         run("ip", &["netns", "add", &p.ns_a])?;
         run("ip", &["netns", "add", &p.ns_b])?;
+        p.create_link(queues)?;
+        Ok(p)
+    }
+
+    /// Creates the veth pair between the two namespaces (again, after [`VethPair::delete_link`]:
+    /// the same names, new interface indexes), with addresses and a jumbo MTU, up.
+    pub fn create_link(&self, queues: u32) -> Result<()> {
+        let q = queues.to_string();
         run(
             "ip",
             &[
                 "link",
                 "add",
-                &p.a_if,
+                &self.a_if,
                 "netns",
-                &p.ns_a,
+                &self.ns_a,
                 "numrxqueues",
                 &q,
                 "numtxqueues",
@@ -76,9 +83,9 @@ impl VethPair {
                 "veth",
                 "peer",
                 "name",
-                &p.b_if,
+                &self.b_if,
                 "netns",
-                &p.ns_b,
+                &self.ns_b,
                 "numrxqueues",
                 &q,
                 "numtxqueues",
@@ -86,8 +93,8 @@ impl VethPair {
             ],
         )?;
         for (ns, ifn, v4, v6) in [
-            (&p.ns_a, &p.a_if, "10.77.0.1/24", "fd77::1/64"),
-            (&p.ns_b, &p.b_if, "10.77.0.2/24", "fd77::2/64"),
+            (&self.ns_a, &self.a_if, "10.77.0.1/24", "fd77::1/64"),
+            (&self.ns_b, &self.b_if, "10.77.0.2/24", "fd77::2/64"),
         ] {
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
             run("ip", &["-n", ns, "addr", "add", v4, "dev", ifn])?;
@@ -95,7 +102,13 @@ impl VethPair {
             // Jumbo MTU: RoCE runs with 2-4 KiB IB MTUs.
             run("ip", &["-n", ns, "link", "set", ifn, "mtu", "9000", "up"])?;
         }
-        Ok(p)
+        Ok(())
+    }
+
+    /// Deletes the veth pair (both ends), as a driver reset or hot-unplug would.
+    pub fn delete_link(&self) -> Result<()> {
+        run("ip", &["-n", &self.ns_a, "link", "del", &self.a_if])?;
+        Ok(())
     }
 
     /// Runs a command inside namespace `ns`.
