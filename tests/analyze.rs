@@ -471,7 +471,7 @@ fn a_fifo_says_it_waits_for_a_writer() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+    let child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--format", "json"])
         .arg(&fifo)
         .stdout(std::process::Stdio::piped())

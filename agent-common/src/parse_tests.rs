@@ -428,7 +428,7 @@ impl PacketReader for Checked<'_> {
         self.data.len()
     }
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        if !off.checked_add(N).is_some_and(|end| end <= self.data.len()) {
+        if off.checked_add(N).is_none_or(|end| end > self.data.len()) {
             self.past_end.set(self.past_end.get() + 1);
             return None;
         }
