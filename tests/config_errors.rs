@@ -161,3 +161,18 @@ fn check_config_names_the_flow_map_memory() {
         "{text}"
     );
 }
+
+#[test]
+fn reload_of_no_process() {
+    assert_usage_error(
+        &rocemon(&["reload", "--pid", "999999999"]),
+        "no process 999999999",
+    );
+}
+
+/// `rocemon reload` signals only a rocemon: this test process is not one.
+#[test]
+fn reload_of_another_program() {
+    let me = std::process::id().to_string();
+    assert_usage_error(&rocemon(&["reload", "--pid", &me]), "not rocemon");
+}

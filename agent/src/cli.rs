@@ -32,6 +32,16 @@ pub enum Command {
     Detach(DetachArgs),
     /// Validate a configuration file and print what it sets; exit status 2 when it is wrong.
     CheckConfig(CheckConfigArgs),
+    /// Ask a running agent to reload its configuration (SIGHUP), as the systemd unit's
+    /// ExecReload does: no `kill` binary needed.
+    Reload(ReloadArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReloadArgs {
+    /// The agent's process id (systemd: $MAINPID).
+    #[arg(long)]
+    pub pid: u32,
 }
 
 #[derive(Args, Debug)]

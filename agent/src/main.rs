@@ -4,7 +4,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use rocemon::cli::{
-    AnalyzeArgs, CheckConfigArgs, Cli, Command, DetachArgs, OutputFormat, RdmaArgs, RunArgs,
+    AnalyzeArgs, CheckConfigArgs, Cli, Command, DetachArgs, OutputFormat, RdmaArgs, ReloadArgs,
+    RunArgs,
 };
 use rocemon::config::Config;
 use rocemon::error::{exit_status, UsageError};
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Rdma(a) => rdma(a),
         Command::Detach(a) => detach(a),
         Command::CheckConfig(a) => check_config(a),
+        Command::Reload(a) => reload(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,6 +281,34 @@ fn detach(args: DetachArgs) -> Result<()> {
             root.display()
         );
     }
+    Ok(())
+}
+
+/// `rocemon reload --pid PID`: SIGHUP to a running agent, after checking that PID is one.
+fn reload(args: ReloadArgs) -> Result<()> {
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", args.pid)).map_err(|e| {
+        UsageError::BadConfig(format!(
+            "no process {} ({e}); give the agent's pid (systemd: $MAINPID)",
+            args.pid
+        ))
+    })?;
+    if comm.trim() != "rocemon" {
+        return Err(UsageError::BadConfig(format!(
+            "process {} is {:?}, not rocemon; give the agent's pid",
+            args.pid,
+            comm.trim()
+        ))
+        .into());
+    }
+    // SAFETY: kill(2) with a checked pid and a valid signal.
+    if unsafe { libc::kill(args.pid as i32, libc::SIGHUP) } != 0 {
+        return Err(anyhow::anyhow!(
+            "signal process {}: {}",
+            args.pid,
+            std::io::Error::last_os_error()
+        ));
+    }
+    println!("asked rocemon (pid {}) to reload", args.pid);
     Ok(())
 }
 

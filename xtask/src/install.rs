@@ -17,6 +17,9 @@ pub struct InstallArgs {
     /// Install this binary instead of building one.
     #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// Also install the drop-in that AF_XDP capture (a mirror collector) needs.
+    #[arg(long)]
+    pub afxdp: bool,
 }
 
 /// `dest` under `root` (absolute `dest` joined below it).
@@ -34,6 +37,16 @@ fn copy(from: &Path, to: &Path, mode: u32) -> Result<()> {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
     println!("installed {}", to.display());
     Ok(())
+}
+
+/// The AF_XDP drop-in: CAP_NET_RAW and AF_XDP sockets for capture = "afxdp".
+pub fn place_afxdp_dropin(root_dir: &Path) -> Result<PathBuf> {
+    let to = under(
+        root_dir,
+        Path::new("/etc/systemd/system/rocemon.service.d/afxdp.conf"),
+    );
+    copy(&root().join("packaging/afxdp.conf"), &to, 0o644)?;
+    Ok(to)
 }
 
 /// Places the files; returns the installed paths (binary, unit, config).
@@ -79,6 +92,9 @@ pub fn install(a: InstallArgs) -> Result<()> {
         }
     };
     place(&binary, &a.prefix, &a.root)?;
+    if a.afxdp {
+        place_afxdp_dropin(&a.root)?;
+    }
     if a.root == Path::new("/") {
         if Path::new("/run/systemd/system").exists() {
             sh(Command::new("systemctl").arg("daemon-reload"))?;

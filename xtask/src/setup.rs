@@ -19,7 +19,11 @@ const APT: &[&str] = &[
     "openssl",
     "prometheus",
     "systemd",
+    "systemd-container",
+    "debootstrap",
 ];
+/// The Debian root that `tests/systemd.rs` boots with systemd-nspawn (kept between runs).
+pub const TEST_ROOT: &str = "/var/cache/rocemon/debian-bookworm";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 fn ok(cmd: &str, args: &[&str]) -> Option<String> {
@@ -85,7 +89,87 @@ fn missing() -> Vec<String> {
     if !has_bpf_linker() {
         m.push(format!("bpf-linker {BPF_LINKER_VERSION}"));
     }
+    if !has_test_root() {
+        m.push(format!(
+            "the Debian root for the systemd test ({TEST_ROOT})"
+        ));
+    }
     m
+}
+
+fn has_test_root() -> bool {
+    std::path::Path::new(TEST_ROOT)
+        .join("usr/lib/systemd/systemd")
+        .exists()
+}
+
+/// The mirror this machine's apt uses for Debian 12 (`bookworm`), from the active
+/// `sources.list` and `*.list` / `*.sources` files (one-line and deb822 formats).
+fn apt_mirror() -> Option<String> {
+    let mut files = vec![std::path::PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(d) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<_> = d
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "list" || x == "sources"))
+            .collect();
+        more.sort();
+        files.extend(more);
+    }
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        // deb822: a stanza with `Suites: bookworm ...`.
+        for stanza in text.split("\n\n") {
+            let field = |name: &str| {
+                stanza
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix(name))
+                    .map(str::trim)
+            };
+            let suites = field("Suites:").unwrap_or_default();
+            if suites.split_whitespace().any(|s| s == "bookworm") {
+                if let Some(u) = field("URIs:").and_then(|u| u.split_whitespace().next()) {
+                    return Some(u.to_string());
+                }
+            }
+        }
+        // One-line: `deb [options] URI bookworm components`.
+        for l in text.lines().map(str::trim) {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            if words.first() == Some(&"deb") {
+                if let Some(i) = words.iter().position(|w| w.contains("://")) {
+                    if words.get(i + 1) == Some(&"bookworm") {
+                        return Some(words[i].to_string());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A minimal Debian 12 root with systemd, built with debootstrap from this machine's mirror
+/// (into a temporary directory, moved in place when complete).
+fn make_test_root() -> Result<()> {
+    let mirror = apt_mirror().context("no Debian mirror in /etc/apt/sources.list(.d)")?;
+    let tmp = format!("{TEST_ROOT}.tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all("/var/cache/rocemon")?;
+    println!(
+        "setup: debootstrap a Debian 12 root with systemd for the systemd test (about a minute)"
+    );
+    sh(Command::new("debootstrap").args([
+        "--variant=minbase",
+        "--include=systemd,systemd-sysv,dbus",
+        "bookworm",
+        &tmp,
+        &mirror,
+    ]))
+    .context("debootstrap")?;
+    std::fs::rename(&tmp, TEST_ROOT)?;
+    Ok(())
 }
 
 /// Runs setup only when something is missing.
@@ -140,6 +224,9 @@ pub fn setup() -> Result<()> {
             .env("LLVM_PREFIX", "/usr/lib/llvm-22")
             .env("PATH", format!("/usr/lib/llvm-22/bin:{path}")))
         .context("install bpf-linker")?;
+    }
+    if !has_test_root() {
+        make_test_root()?;
     }
     let still = missing();
     if !still.is_empty() {
