@@ -10,7 +10,12 @@
 //! 4. the live path: packets per second through a veth pair without and with rocemon attached
 //!    (XDP native, tc ingress), from a raw-socket sender.
 //!
+//! 5. robustness (`robustness.rs`): `/metrics` under one hostile client, `analyze` on
+//!    captures built to blow it up, and the last fuzzing run's figures.
+//!
 //! Writes `report.json` and `REPORT.md` into the directory given as the first argument.
+
+mod robustness;
 
 use agent_common::{FlowKey, FlowStats, Hook, MAP_FLOWS};
 use anyhow::{bail, Context, Result};
@@ -548,6 +553,9 @@ fn markdown(r: &Value) -> String {
         "| scale: resident memory under 200 MB | {rss:.0} MB | {} |",
         verdict(rss < 200.0)
     );
+    if !r["robustness"].is_null() {
+        robustness::markdown(&r["robustness"], &mut s);
+    }
     s
 }
 
@@ -775,6 +783,15 @@ fn main() -> Result<()> {
         "analyze": if want("analyze") { analyze_bench(tmp.path())? } else { Value::Null },
         "scale": if want("scale") { scale_in_subprocess()? } else { Value::Null },
         "live": if want("live") { live_bench()? } else { Value::Null },
+        "robustness": if want("robustness") {
+            json!({
+                "http": robustness::http_under_attack(BIN, tmp.path())?,
+                "analyze": robustness::analyze_bounds(BIN, tmp.path())?,
+                "fuzz": robustness::fuzz_figures(&out),
+            })
+        } else {
+            Value::Null
+        },
     });
     std::fs::write(
         out.join("report.json"),

@@ -57,6 +57,7 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
     setup::ensure()?;
     ensure_cargo_fuzz()?;
     let mut summary = Vec::new();
+    let mut targets = Vec::new();
     for target in ["parse", "capture"] {
         let corpus = root().join("fuzz/corpus").join(target);
         std::fs::create_dir_all(&corpus)?;
@@ -87,6 +88,7 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
             a.seconds
         );
         summary.push(format!("{target}: {runs} executions"));
+        targets.push(serde_json::json!({"target": target, "executions": runs.parse::<u64>().ok()}));
     }
     // The kernel readers (XDP direct access, tc) against the host parser.
     let mut c = Command::new("cargo");
@@ -94,7 +96,35 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
         .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
         .arg(format!("--fuzz-kernel={}", a.seconds));
     setup::ebpf_env(&mut c);
-    sh(&mut c)?;
+    let out = c.output().context("run the kernel differential fuzzer")?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        eprintln!("{log}");
+        bail!("the kernel differential fuzzer found a difference (above)");
+    }
+    let kernel_runs = log
+        .lines()
+        .find_map(|l| l.strip_prefix("fuzz-kernel: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    if let Some(line) = log.lines().find(|l| l.starts_with("fuzz-kernel: ")) {
+        println!("{line}");
+    }
+    // For the benchmark report (bench/results/REPORT.md, section 5).
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    std::fs::write(
+        root().join("bench/results/fuzz.json"),
+        serde_json::to_string_pretty(&serde_json::json!({
+            "seconds": a.seconds,
+            "date": date,
+            "targets": targets,
+            "kernel_runs": kernel_runs,
+        }))?,
+    )?;
     println!("fuzz: done ({})", summary.join(", "));
     Ok(())
 }

@@ -176,9 +176,13 @@ impl Capture {
     /// should not pay for merging the flow tables to get them.
     fn fold<T>(&self, mut acc: T, mut f: impl FnMut(&mut T, &QueueState)) -> T {
         for w in &self.workers {
-            if let Ok(st) = w.state.lock() {
-                f(&mut acc, &st);
-            }
+            // A worker that panicked leaves its lock poisoned: its counts are still good
+            // (every update is whole), so they are read anyway, never silently dropped.
+            let st = w.state.lock().unwrap_or_else(|e| {
+                log::error!("an AF_XDP queue worker panicked; its counts so far are kept");
+                e.into_inner()
+            });
+            f(&mut acc, &st);
         }
         acc
     }

@@ -90,13 +90,25 @@ pub fn read_capture(
     read_capture_from(File::open(path)?, on_progress, on_frame)
 }
 
-/// Reads every frame of a capture from any reader (files, fuzz inputs).
+/// Reads every frame of a capture from any reader (files, pipes), through a 1 MiB buffer.
 pub fn read_capture_from(
     input: impl std::io::Read,
+    on_progress: impl FnMut(u64),
+    on_frame: impl FnMut(Frame<'_>),
+) -> Result<CaptureSummary, CaptureError> {
+    read_capture_buffered(input, 1 << 20, on_progress, on_frame)
+}
+
+/// [`read_capture_from`] with a first buffer of `buffer` bytes, doubled whenever a record
+/// needs more (up to 16 MiB): small inputs (fuzzing) need no megabyte each.
+pub fn read_capture_buffered(
+    input: impl std::io::Read,
+    buffer: usize,
     mut on_progress: impl FnMut(u64),
     mut on_frame: impl FnMut(Frame<'_>),
 ) -> Result<CaptureSummary, CaptureError> {
-    let mut reader = match create_reader(1 << 20, input) {
+    let mut cap = buffer.max(4096);
+    let mut reader = match create_reader(cap, input) {
         Ok(r) => r,
         Err(PcapError::Eof) => return Err(CaptureError::Empty),
         Err(PcapError::HeaderNotRecognized) => return Err(CaptureError::NotACapture),
@@ -188,7 +200,7 @@ pub fn read_capture_from(
                 break;
             }
             Err(PcapError::BufferTooSmall) => {
-                let cap = reader.data().len().max(1 << 20) * 2;
+                cap *= 2;
                 if cap > MAX_RECORD || !reader.grow(cap) {
                     return Err(CaptureError::Corrupt(
                         "a record larger than 16 MiB (no capture has frames that big)".into(),

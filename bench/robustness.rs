@@ -1,0 +1,277 @@
+//! Robustness figures for the report: the HTTP endpoint under one hostile client, the cost of
+//! `analyze` on captures built to blow it up, and the fuzzers' execution counts (from the last
+//! `cargo xtask fuzz`, which writes `fuzz.json` next to the report). Each against a baseline of
+//! the same run.
+
+use anyhow::{Context, Result};
+use rocemon_testkit::fixtures::{whole, Format};
+use rocemon_testkit::frames::Roce;
+use rocemon_testkit::netns::{connect_from_in, http_request_in, metric_sum, Agent, LoopNs};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const ADDR: &str = "127.0.0.1:9442";
+
+fn basic(user_pass: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(user_pass)
+    )
+}
+
+/// Scrapes every 100 ms for `secs`: (latencies sorted, polls per second, failures).
+fn scrape_for(ns: &str, auth: &str, secs: u64) -> Result<(Vec<f64>, f64, u64)> {
+    let from = Some(Ipv4Addr::new(127, 0, 0, 1));
+    let polls = |body: &str| metric_sum(body, "rocemon_poll_duration_seconds_count", &[]);
+    let (_, first) = http_request_in(ns, from, ADDR, "/metrics", &[("Authorization", auth)])?;
+    let (p0, t0) = (polls(&first), Instant::now());
+    let mut lat = Vec::new();
+    let mut failed = 0;
+    let mut last = first;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        let t = Instant::now();
+        match http_request_in(ns, from, ADDR, "/metrics", &[("Authorization", auth)]) {
+            Ok((200, body)) => {
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                last = body;
+            }
+            _ => failed += 1,
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok((
+        lat,
+        (polls(&last) - p0) / t0.elapsed().as_secs_f64(),
+        failed,
+    ))
+}
+
+fn median(v: &[f64]) -> f64 {
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `/metrics` with basic auth, quiet and then under attack from other addresses: 256
+/// connections that send nothing, re-opened every second, and 32 threads of new wrong
+/// passwords.
+pub fn http_under_attack(bin: &str, dir: &Path) -> Result<Value> {
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        "basic_auth_users:\n  prometheus: $2b$10$w7J3xf6wlQ7ohRCOMt7v6.1iTY7ihpF1/wH3sU.3jAQKTZKZqyN1S\n",
+    )?;
+    let host = LoopNs::new("rbdos")?;
+    let ns = host.0.clone();
+    let mut agent = Agent::start(
+        &ns,
+        bin,
+        &[
+            "run",
+            "--iface",
+            "lo",
+            "--hooks",
+            "tc-ingress",
+            "--poll-interval-ms",
+            "100",
+            "--listen",
+            ADDR,
+            "--web-config",
+            web.to_str().context("path")?,
+        ],
+    )?;
+    let good = basic("prometheus:change-me");
+    let t = Instant::now();
+    while http_request_in(&ns, None, ADDR, "/metrics", &[("Authorization", &good)])
+        .map(|r| r.0)
+        .unwrap_or(0)
+        != 200
+    {
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(30),
+            "the agent never served"
+        );
+        anyhow::ensure!(agent.try_wait().is_none(), "the agent exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (quiet, quiet_polls, quiet_failed) = scrape_for(&ns, &good, 5)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let guesses = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    {
+        let (ns, stop) = (ns.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let held: Vec<_> = (0..256)
+                    .filter_map(|_| {
+                        connect_from_in(&ns, Some(Ipv4Addr::new(127, 0, 0, 2)), ADDR).ok()
+                    })
+                    .collect();
+                std::thread::sleep(Duration::from_secs(1));
+                drop(held);
+            }
+        }));
+    }
+    for i in 0..32u64 {
+        let (ns, stop, guesses) = (ns.clone(), stop.clone(), guesses.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let h = basic(&format!("prometheus:guess-{i}-{n}"));
+                let from = Some(Ipv4Addr::new(127, 0, 0, 3));
+                let _ = http_request_in(&ns, from, ADDR, "/metrics", &[("Authorization", &h)]);
+                guesses.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let started = Instant::now();
+    let (attacked, attacked_polls, attacked_failed) = scrape_for(&ns, &good, 8)?;
+    let attack_s = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    let _ = agent.stop();
+    Ok(json!({
+        "quiet": {"median_ms": median(&quiet), "max_ms": quiet.last().copied().unwrap_or(0.0), "polls_per_second": quiet_polls, "failed": quiet_failed, "scrapes": quiet.len()},
+        "attacked": {"median_ms": median(&attacked), "max_ms": attacked.last().copied().unwrap_or(0.0), "polls_per_second": attacked_polls, "failed": attacked_failed, "scrapes": attacked.len()},
+        "wrong_passwords_per_second": guesses.load(Ordering::Relaxed) as f64 / attack_s,
+        "median_ratio": median(&attacked) / median(&quiet).max(1e-9),
+        "poll_rate_ratio": attacked_polls / quiet_polls.max(1e-9),
+    }))
+}
+
+/// Wall time and peak resident memory of a command (wait4's rusage).
+fn measure(cmd: &mut Command) -> Result<(f64, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let t = Instant::now();
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("spawn")?;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out parameter; we wait for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    anyhow::ensure!(r > 0, "wait4: {}", std::io::Error::last_os_error());
+    let st = std::process::ExitStatus::from_raw(status);
+    anyhow::ensure!(st.success(), "{cmd:?} failed: {st}");
+    Ok((t.elapsed().as_secs_f64(), ru.ru_maxrss as u64 * 1024))
+}
+
+/// Captures built to blow up `analyze`: one million flows of one packet each, and 10,000
+/// flows seen 64 times with 64-second silences between (rate ticks for every flow once cost
+/// flows x ticks).
+fn hostile_captures(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let dst = "10.250.0.1".parse()?;
+    let mut million = Vec::with_capacity(1_000_000);
+    for i in 0..1_000_000u32 {
+        let src = std::net::Ipv4Addr::from(0x0A00_0000 | i).into();
+        let r = Roce::new(src, dst, 0xC000 | (i & 0x3FFF) as u16, i & 0xFF_FFFF, 0x04);
+        million.push((1_700_000_000_000_000_000 + u64::from(i) * 1000, r.frame()));
+    }
+    let a = whole("million_flows", Format::PcapNanos, million, false).write(dir)?;
+    let mut gaps = Vec::with_capacity(640_000);
+    let mut t = 1_700_000_000_000_000_000u64;
+    for _ in 0..64 {
+        for i in 0..10_000u32 {
+            let src = std::net::Ipv4Addr::from(0x0A01_0000 | i).into();
+            gaps.push((t, Roce::new(src, dst, 0xC000, i, 0x04).frame()));
+            t += 1000;
+        }
+        t += 64_000_000_000;
+    }
+    let b = whole("gapped_flows", Format::PcapNanos, gaps, false).write(dir)?;
+    Ok((a, b))
+}
+
+pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
+    let (million, gapped) = hostile_captures(dir)?;
+    let mut rows = Vec::new();
+    for (name, path) in [
+        ("1,000,000 flows of one packet", &million),
+        ("10,000 flows, 64 s silences", &gapped),
+    ] {
+        let (cat_s, _) = measure(Command::new("cat").arg(path))?;
+        let (s, rss) = measure(
+            Command::new(bin)
+                .args(["analyze", "--format", "json"])
+                .arg(path),
+        )?;
+        rows.push(json!({
+            "capture": name,
+            "file_bytes": std::fs::metadata(path)?.len(),
+            "seconds": s,
+            "cat_seconds": cat_s,
+            "max_rss_bytes": rss,
+        }));
+    }
+    Ok(json!({ "rows": rows, "max_flows_default": rocemon::cli::rocemon_defaults::MAX_FLOWS }))
+}
+
+/// The last `cargo xtask fuzz` run's figures, if any.
+pub fn fuzz_figures(out: &Path) -> Value {
+    std::fs::read(out.join("fuzz.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+pub fn markdown(r: &Value, s: &mut String) {
+    use std::fmt::Write as _;
+    let h = &r["http"];
+    let _ = writeln!(s, "\n## 5. Robustness\n\n### `/metrics` under one hostile client (basic auth, bcrypt cost 10)\n\nFrom other addresses: 256 connections that send nothing, re-opened every second, and 32 threads of new wrong passwords ({:.0} per second). A scrape with the right password every 100 ms:\n\n| | scrapes | failed | median | max | polls per second |\n| --- | --- | --- | --- | --- | --- |", h["wrong_passwords_per_second"].as_f64().unwrap_or(0.0));
+    for (label, k) in [("quiet", "quiet"), ("under attack", "attacked")] {
+        let x = &h[k];
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {} | {:.1} ms | {:.1} ms | {:.1} |",
+            x["scrapes"],
+            x["failed"],
+            x["median_ms"].as_f64().unwrap_or(0.0),
+            x["max_ms"].as_f64().unwrap_or(0.0),
+            x["polls_per_second"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nMedian scrape under attack: **{:.2}x** quiet; poll rate **{:.2}x**.",
+        h["median_ratio"].as_f64().unwrap_or(0.0),
+        h["poll_rate_ratio"].as_f64().unwrap_or(0.0)
+    );
+    let a = &r["analyze"];
+    let _ = writeln!(s, "\n### `rocemon analyze` on captures built to blow it up (`--max-flows` {})\n\n| capture | MB | seconds | `cat` seconds | peak RSS |\n| --- | --- | --- | --- | --- |", a["max_flows_default"]);
+    for row in a["rows"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.2} | {:.3} | {:.0} MB |",
+            row["capture"].as_str().unwrap_or(""),
+            row["file_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            row["seconds"].as_f64().unwrap_or(0.0),
+            row["cat_seconds"].as_f64().unwrap_or(0.0),
+            row["max_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
+        );
+    }
+    let f = &r["fuzz"];
+    if f.is_null() {
+        let _ = writeln!(s, "\n### Fuzzing\n\nNo `fuzz.json`: run `cargo xtask fuzz --seconds N` (it writes one next to this report).");
+    } else {
+        let _ = writeln!(s, "\n### Fuzzing (`cargo xtask fuzz --seconds {}`, {})\n\n| target | executions | crashes |\n| --- | --- | --- |", f["seconds"], f["date"].as_str().unwrap_or("?"));
+        for t in f["targets"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                s,
+                "| {} | {} | 0 |",
+                t["target"].as_str().unwrap_or(""),
+                t["executions"]
+            );
+        }
+        let _ = writeln!(s, "| kernel differential (every program, BPF_PROG_TEST_RUN) | {} program runs | 0 differences |", f["kernel_runs"]);
+    }
+}
