@@ -6,24 +6,15 @@
 use anyhow::{Context, Result};
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::Roce;
-use rocemon_testkit::netns::{connect_from_in, http_request_in, metric_sum, Agent, LoopNs};
+use rocemon_testkit::hostile::{basic_auth, Hostile};
+use rocemon_testkit::netns::{http_request_in, metric_sum, Agent, LoopNs};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ADDR: &str = "127.0.0.1:9442";
-
-fn basic(user_pass: &str) -> String {
-    use base64::Engine;
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(user_pass)
-    )
-}
 
 /// Scrapes every 100 ms for `secs`: (latencies sorted, polls per second, failures).
 fn scrape_for(ns: &str, auth: &str, secs: u64) -> Result<(Vec<f64>, f64, u64)> {
@@ -85,7 +76,7 @@ pub fn http_under_attack(bin: &str, dir: &Path) -> Result<Value> {
             web.to_str().context("path")?,
         ],
     )?;
-    let good = basic("prometheus:change-me");
+    let good = basic_auth("prometheus:change-me");
     let t = Instant::now();
     while http_request_in(&ns, None, ADDR, "/metrics", &[("Authorization", &good)])
         .map(|r| r.0)
@@ -100,48 +91,14 @@ pub fn http_under_attack(bin: &str, dir: &Path) -> Result<Value> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let (quiet, quiet_polls, quiet_failed) = scrape_for(&ns, &good, 5)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let guesses = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    {
-        let (ns, stop) = (ns.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let held: Vec<_> = (0..256)
-                    .filter_map(|_| {
-                        connect_from_in(&ns, Some(Ipv4Addr::new(127, 0, 0, 2)), ADDR).ok()
-                    })
-                    .collect();
-                std::thread::sleep(Duration::from_secs(1));
-                drop(held);
-            }
-        }));
-    }
-    for i in 0..32u64 {
-        let (ns, stop, guesses) = (ns.clone(), stop.clone(), guesses.clone());
-        threads.push(std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let h = basic(&format!("prometheus:guess-{i}-{n}"));
-                let from = Some(Ipv4Addr::new(127, 0, 0, 3));
-                let _ = http_request_in(&ns, from, ADDR, "/metrics", &[("Authorization", &h)]);
-                guesses.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    let started = Instant::now();
+    let attack = Hostile::start(&ns, ADDR, 256, 32);
     let (attacked, attacked_polls, attacked_failed) = scrape_for(&ns, &good, 8)?;
-    let attack_s = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
+    let guesses_per_second = attack.stop();
     let _ = agent.stop();
     Ok(json!({
         "quiet": {"median_ms": median(&quiet), "max_ms": quiet.last().copied().unwrap_or(0.0), "polls_per_second": quiet_polls, "failed": quiet_failed, "scrapes": quiet.len()},
         "attacked": {"median_ms": median(&attacked), "max_ms": attacked.last().copied().unwrap_or(0.0), "polls_per_second": attacked_polls, "failed": attacked_failed, "scrapes": attacked.len()},
-        "wrong_passwords_per_second": guesses.load(Ordering::Relaxed) as f64 / attack_s,
+        "wrong_passwords_per_second": guesses_per_second,
         "median_ratio": median(&attacked) / median(&quiet).max(1e-9),
         "poll_rate_ratio": attacked_polls / quiet_polls.max(1e-9),
     }))

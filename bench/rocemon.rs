@@ -660,17 +660,11 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
                 // No socket is bound in a test run: what the program meant to redirect is
                 // counted as redirect failures, by the contract (RoCE, RoCE cut in its
                 // headers or BTH, broken mirror encapsulations), from the host's outcomes.
-                want.capture_redirect_failures = [
-                    Outcome::Roce,
-                    Outcome::RoceExtTruncated,
-                    Outcome::TruncatedBth,
-                    Outcome::BadGre,
-                    Outcome::BadVxlan,
-                    Outcome::TruncatedErspan,
-                ]
-                .iter()
-                .map(|o| want.outcomes[*o as usize])
-                .sum();
+                want.capture_redirect_failures = Outcome::ALL
+                    .iter()
+                    .filter(|o| rocemon_testkit::AFXDP_CAPTURED_OUTCOMES.contains(&o.name()))
+                    .map(|o| want.outcomes[*o as usize])
+                    .sum();
             }
             if got != want {
                 eprintln!("batch {batches}, {}:", hook.name());

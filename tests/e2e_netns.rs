@@ -3,8 +3,8 @@
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
 use rocemon_testkit::netns::{
-    http_get_in, links_alive, metric_labels, metric_sum, pinned_links, run, try_metric_sum,
-    wait_links_gone, Agent, BpfFs, VethPair,
+    http_get_in, link_details, links_alive, metric_labels, metric_sum, pinned_links, run,
+    try_metric_sum, wait_links_gone, Agent, BpfFs, VethPair,
 };
 use rocemon_testkit::{fixtures, require_root, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
@@ -194,12 +194,7 @@ fn hook_case(c: Case) {
         .position(|a| *a == "--xdp-mode")
         .map(|i| c.args[i + 1]);
     if let Some(mode) = xdp_mode {
-        let link = String::from_utf8(
-            run("ip", &["-n", ns, "-d", "link", "show", ifn])
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
+        let link = link_details(ns, ifn).unwrap();
         let first = link.lines().next().unwrap_or_default();
         let want = if mode == "native" {
             " xdp "
@@ -424,12 +419,7 @@ fn hook_case(c: Case) {
     assert!(!own.is_empty(), "{}: the agent holds no BPF link", c.name);
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{}: exit {status}: {stderr}", c.name);
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(
         !link.contains("prog/xdp"),
         "{}: XDP still attached after SIGTERM",
@@ -592,16 +582,30 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
         stderr.contains("zero-copy is not available") && stderr.contains("--afxdp-mode copy"),
         "zero-copy on veth must be a usage error naming the fix, got: {stderr}"
     );
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(
         !link.contains("prog/xdp"),
         "nothing stays attached after the refusal"
     );
+}
+
+/// `rocemon run` with XDP (native) and tc ingress on `ifn`, pinned under `pin`, fast polls.
+fn pinned_args<'a>(ifn: &'a str, pin: &'a str) -> [&'a str; 13] {
+    [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        "xdp,tc-ingress",
+        "--xdp-mode",
+        "native",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--pin-dir",
+        pin,
+    ]
 }
 
 /// Counters survive a restart: maps and links pinned on a bpffs of the test's own (mounted in a
@@ -625,21 +629,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
 
     let pair = VethPair::new("rcpin").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let args = [
-        "run",
-        "--iface",
-        ifn,
-        "--hooks",
-        "xdp,tc-ingress",
-        "--xdp-mode",
-        "native",
-        "--listen",
-        ADDR,
-        "--poll-interval-ms",
-        "100",
-        "--pin-dir",
-        pin,
-    ];
+    let args = pinned_args(ifn, pin);
     // Zero before the first packet is counted (the series appear with their opcode label).
     let packets = |body: &str, hook: &str| {
         try_metric_sum(
@@ -674,12 +664,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     );
 
     // No agent: the pinned programs keep counting into the pinned maps.
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(
         link.contains("prog/xdp"),
         "XDP must stay attached between runs: {link}"
@@ -770,12 +755,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         ),
         1.0
     );
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(link.contains("xdpgeneric"), "XDP now in skb mode: {link}");
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
@@ -829,12 +809,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         "pins left: {:?}",
         std::fs::read_dir(&bpffs).map(|d| d.count())
     );
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(!link.contains("prog/xdp"), "XDP left after detach: {link}");
     // Links are freed once their last reference (the pin) is gone; give the kernel a moment.
     let left = wait_links_gone(&all, Duration::from_secs(5)).unwrap();
@@ -858,26 +833,7 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     let e = tshark::expected(&path).unwrap();
     let pair = VethPair::new("rcrelink").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            ifn,
-            "--hooks",
-            "xdp,tc-ingress",
-            "--xdp-mode",
-            "native",
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "100",
-            "--pin-dir",
-            pin_dir.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
+    let mut agent = Agent::start(ns, BIN, &pinned_args(ifn, pin_dir.to_str().unwrap())).unwrap();
     wait_ready(ns, &mut agent);
     let packets = |b: &str, hook: &str| {
         try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
@@ -926,12 +882,7 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
         .unwrap();
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", &other])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, &other).unwrap();
     assert!(
         !link.contains("prog/xdp"),
         "XDP left on the renamed device: {link}"

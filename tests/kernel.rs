@@ -121,17 +121,11 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
         // the outcome counters rather than through the program's own `captured()`.
         {
             let k = &kernel[Hook::AfXdp as usize];
-            let want: u64 = [
-                Outcome::Roce,
-                Outcome::RoceExtTruncated,
-                Outcome::TruncatedBth,
-                Outcome::BadGre,
-                Outcome::BadVxlan,
-                Outcome::TruncatedErspan,
-            ]
-            .iter()
-            .map(|o| k.outcomes[*o as usize])
-            .sum();
+            let want: u64 = Outcome::ALL
+                .iter()
+                .filter(|o| rocemon_testkit::AFXDP_CAPTURED_OUTCOMES.contains(&o.name()))
+                .map(|o| k.outcomes[*o as usize])
+                .sum();
             assert_eq!(
                 k.capture_redirect_failures, want,
                 "{}: AF_XDP program redirects",

@@ -18,6 +18,23 @@ fn can_run() -> bool {
     require_root("a robustness test (namespaces, BPF)")
 }
 
+/// An agent on the namespace's loopback (tc ingress, 100 ms polls), with `extra` flags.
+fn agent_on_lo(ns: &str, extra: &[&str]) -> anyhow::Result<Agent> {
+    let mut args = vec![
+        "run",
+        "--iface",
+        "lo",
+        "--hooks",
+        "tc-ingress",
+        "--poll-interval-ms",
+        "100",
+        "--listen",
+        ADDR,
+    ];
+    args.extend_from_slice(extra);
+    Agent::start(ns, BIN, &args)
+}
+
 fn wait_ready(ns: &str, agent: &mut Agent) -> String {
     agent
         .wait_metrics(ns, ADDR, Duration::from_secs(30), |_| true)
@@ -103,22 +120,7 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
     }
     let host = LoopNs::new("rchttp").unwrap();
     let ns = host.0.clone();
-    let mut agent = Agent::start(
-        &ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            "lo",
-            "--hooks",
-            "tc-ingress",
-            "--poll-interval-ms",
-            "100",
-            "--listen",
-            ADDR,
-        ],
-    )
-    .unwrap();
+    let mut agent = agent_on_lo(&ns, &[]).unwrap();
     let first = wait_ready(&ns, &mut agent);
     let polls_before = metric_sum(&first, "rocemon_poll_duration_seconds_count", &[]);
 
@@ -204,10 +206,8 @@ fn one_client_cannot_deny_metrics() {
     if !can_run() {
         return;
     }
-    use base64::Engine;
+    use rocemon_testkit::hostile::{basic_auth, Hostile};
     use std::net::Ipv4Addr;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
     let dir = TempDir::new("rocemon-dos").unwrap();
     // The shipped example's user: prometheus / change-me (bcrypt cost 10).
     let web = dir.path().join("web.yml");
@@ -218,31 +218,8 @@ fn one_client_cannot_deny_metrics() {
     .unwrap();
     let host = LoopNs::new("rcdos").unwrap();
     let ns = host.0.clone();
-    let mut agent = Agent::start(
-        &ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            "lo",
-            "--hooks",
-            "tc-ingress",
-            "--poll-interval-ms",
-            "100",
-            "--listen",
-            ADDR,
-            "--web-config",
-            web.to_str().unwrap(),
-        ],
-    )
-    .unwrap();
-    let auth = |user_pass: &str| {
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(user_pass)
-        )
-    };
-    let good = auth("prometheus:change-me");
+    let mut agent = agent_on_lo(&ns, &["--web-config", web.to_str().unwrap()]).unwrap();
+    let good = basic_auth("prometheus:change-me");
     let scrape = |from: u8, a: &str| {
         http_request_in(
             &ns,
@@ -266,47 +243,7 @@ fn one_client_cannot_deny_metrics() {
     };
     let polls_before = metric_sum(&first, "rocemon_poll_duration_seconds_count", &[]);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let attacks = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    // Half-open connections from 127.0.0.2, re-opened every second.
-    {
-        let (ns, stop) = (ns.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let held: Vec<_> = (0..256)
-                    .filter_map(|_| {
-                        connect_from_in(&ns, Some(Ipv4Addr::new(127, 0, 0, 2)), ADDR).ok()
-                    })
-                    .collect();
-                std::thread::sleep(Duration::from_secs(1));
-                drop(held);
-            }
-        }));
-    }
-    // Wrong passwords from 127.0.0.3, each one new (no cache helps), 32 threads.
-    for i in 0..32u64 {
-        let (ns, stop, attacks) = (ns.clone(), stop.clone(), attacks.clone());
-        threads.push(std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                let h = format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD
-                        .encode(format!("prometheus:guess-{i}-{n}"))
-                );
-                let _ = http_request_in(
-                    &ns,
-                    Some(Ipv4Addr::new(127, 0, 0, 3)),
-                    ADDR,
-                    "/metrics",
-                    &[("Authorization", &h)],
-                );
-                attacks.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
+    let attack = Hostile::start(&ns, ADDR, 256, 32);
     // The scraper: every scrape answered, with the metrics.
     let mut latencies = Vec::new();
     let attack_start = Instant::now();
@@ -319,15 +256,11 @@ fn one_client_cannot_deny_metrics() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let (_, body) = scrape(1, &good).unwrap();
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+    let guesses = attack.stop();
     let polls = metric_sum(&body, "rocemon_poll_duration_seconds_count", &[]) - polls_before;
     latencies.sort();
     eprintln!(
-        "under attack ({} wrong-password requests, 256 idle connections re-opened each second): {} scrapes, median {:?}, max {:?}, {polls} polls in {:?}",
-        attacks.load(Ordering::Relaxed),
+        "under attack ({guesses:.0} wrong passwords per second, 256 idle connections re-opened each second): {} scrapes, median {:?}, max {:?}, {polls} polls in {:?}",
         latencies.len(),
         latencies[latencies.len() / 2],
         latencies[latencies.len() - 1],

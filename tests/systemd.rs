@@ -7,7 +7,7 @@
 //! volatile overlay). Then: start (READY), scrape, reload, restart with counts continuing,
 //! stop with the programs still counting, start again, `rocemon detach`.
 
-use rocemon_testkit::netns::{http_get_in, run, try_metric_sum, BpfFs, VethPair};
+use rocemon_testkit::netns::{http_get_in, link_details, try_metric_sum, BpfFs, VethPair};
 use rocemon_testkit::{fixtures, may_run, require_root, require_tshark, tshark, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -241,12 +241,7 @@ fn the_unit_runs_under_a_real_systemd() {
 
     // Stop: the programs stay attached and count; the next start finds it all.
     c.systemctl(&["stop", "rocemon"]);
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(
         link.contains("prog/xdp"),
         "XDP must stay attached while stopped: {link}"
@@ -266,12 +261,7 @@ fn the_unit_runs_under_a_real_systemd() {
         "rocemon detach: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let link = String::from_utf8(
-        run("ip", &["-n", ns, "-d", "link", "show", ifn])
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let link = link_details(ns, ifn).unwrap();
     assert!(!link.contains("prog/xdp"), "XDP left after detach: {link}");
     // The bpffs itself shows the kernel's own `maps.debug` and `progs.debug`: only
     // rocemon's directory must be gone.

@@ -3,10 +3,12 @@
 //! - [`frames`]: a RoCEv2 frame builder written from the specification, not from our parser;
 //! - [`fixtures`]: the deterministic fixture generator (pcap, pcapng, SLL, SLL2, snaplen);
 //! - [`tshark`]: the independent oracle, expected counts computed by tshark's dissector;
-//! - [`netns`]: network namespaces and veth pairs that clean up after themselves.
+//! - [`netns`]: network namespaces and veth pairs that clean up after themselves;
+//! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
 pub mod fixtures;
 pub mod frames;
+pub mod hostile;
 pub mod netns;
 pub mod tshark;
 
@@ -100,3 +102,15 @@ pub fn require_tshark() {
         "tshark is not installed: it is the independent oracle of these tests; run `cargo xtask setup`"
     );
 }
+
+/// The parse outcomes whose frames the AF_XDP capture program hands to its sockets, by name:
+/// RoCE, RoCE cut in its extension headers or BTH, and broken mirror encapsulations. Written
+/// out here, from the README's contract, not taken from the program's own decision.
+pub const AFXDP_CAPTURED_OUTCOMES: [&str; 6] = [
+    "roce",
+    "roce_ext_truncated",
+    "truncated_bth",
+    "bad_gre",
+    "bad_vxlan",
+    "truncated_erspan",
+];

@@ -646,6 +646,17 @@ impl Drop for LoopNs {
     }
 }
 
+/// `ip -d link show IF` inside namespace `ns`: the details, XDP program included.
+pub fn link_details(ns: &str, ifname: &str) -> Result<String> {
+    let out = run("ip", &["-n", ns, "-d", "link", "show", ifname])?;
+    String::from_utf8(out.stdout).context("ip output")
+}
+
+/// Whether an XDP program is attached to `ifname` in `ns` (any mode).
+pub fn xdp_attached(ns: &str, ifname: &str) -> bool {
+    link_details(ns, ifname).is_ok_and(|l| l.contains("prog/xdp"))
+}
+
 /// A BPF link as the kernel reports it (bpftool): its id and the program it runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkInfo {
