@@ -1,6 +1,6 @@
 //! rocemon: RoCEv2 telemetry from XDP and tc, served to Prometheus.
 //!
-//! The agent is a pipeline with clear rooms (see `shared/DESIGN.md`):
+//! The agent is a pipeline with clear rooms (see `docs/DESIGN.md`):
 //!
 //! ```text
 //! sources ------------------> flow table ----> detectors ----> exporters

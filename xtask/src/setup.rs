@@ -1,4 +1,4 @@
-//! `cargo xtask setup`: what shared/TOOLCHAIN.md lists, installed only when missing.
+//! `cargo xtask setup`: what docs/TOOLCHAIN.md lists, installed only when missing.
 
 use crate::sh;
 use anyhow::{bail, Context, Result};
