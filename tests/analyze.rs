@@ -515,3 +515,43 @@ fn max_flows_bounds_the_table_and_keeps_every_total() {
     assert_eq!(u(&all["flows_evicted"]["flows"]), 0);
     assert_eq!(all["flows"].as_array().unwrap().len(), e.flows.len());
 }
+
+/// A capture shorter than the elephant minimum duration (3 s by default) still shows its
+/// elephants: the flows whose mean rate over the capture reaches the entry threshold. Here 1 ms
+/// of traffic: three heavy writers (about 160 MB/s each) among twenty mice.
+#[test]
+fn a_one_millisecond_capture_shows_its_heavy_writers_as_elephants() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    use rocemon_testkit::frames::Roce;
+    let dir = TempDir::new("rocemon-short").unwrap();
+    let (a, b) = ("10.80.0.1".parse().unwrap(), "10.80.0.2".parse().unwrap());
+    let mut frames = Vec::new();
+    let t0 = 1_764_460_800_000_000_000u64;
+    for i in 0..120u64 {
+        // 40 packets of 4 KiB per heavy writer over 1 ms, round robin.
+        let heavy = (i % 3) as u16;
+        let mut r = Roce::new(a, b, 0xC000 + heavy, 0x100 + u32::from(heavy), 0x07);
+        r.payload = 4096;
+        r.psn = (i / 3) as u32;
+        frames.push((t0 + i * 8_000, r.frame()));
+    }
+    for m in 0..20u16 {
+        let mut r = Roce::new(b, a, 0xD000 + m, 0x200 + u32::from(m), 0x04);
+        r.payload = 64;
+        frames.push((t0 + 50_000 * u64::from(m) % 960_000 + 1, r.frame()));
+    }
+    frames.sort_by_key(|f| f.0);
+    let p = whole("short", Format::PcapNanos, frames, true)
+        .write(dir.path())
+        .unwrap();
+    let j = analyze_json(&p);
+    assert!(j["duration_seconds"].as_f64().unwrap() < 0.002);
+    let mut sports: Vec<u64> = j["elephants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| u(&e["sport"]))
+        .collect();
+    sports.sort_unstable();
+    assert_eq!(sports, [0xC000, 0xC001, 0xC002], "{}", j["elephants"]);
+}

@@ -183,6 +183,7 @@ impl Analysis {
                 self.apply(ev);
             }
         }
+        self.short_capture_elephants();
         self.flows.settle();
         let mut views = self.flows.views();
         for v in views.iter_mut() {
@@ -192,6 +193,35 @@ impl Analysis {
             }
         }
         self.ecmp = ecmp::analyze(&views, &self.flows.ifaces, &self.opts.ecmp);
+    }
+
+    /// A capture shorter than the elephant minimum duration cannot show a rate sustained that
+    /// long, so none would ever qualify. Its elephants are the flows whose mean rate over the
+    /// whole capture reaches the entry threshold: an elephant period from its first to its last
+    /// packet. Longer captures use the detector as live mode does.
+    fn short_capture_elephants(&mut self) {
+        let span = self.duration_seconds();
+        if span <= 0.0 || span >= self.opts.elephant.min_duration_seconds {
+            return;
+        }
+        let enter = self.opts.elephant.enter_bps(None);
+        let first = self.first_ts_ns.unwrap_or(0);
+        for e in self.flows.iter() {
+            let mean = e.stats.bytes as f64 / span;
+            if mean < enter || self.elephants.contains_key(&e.key) {
+                continue;
+            }
+            let at = |ns: u64| ns.saturating_sub(first) as f64 / 1e9;
+            self.elephants.insert(
+                e.key,
+                vec![ElephantPeriod {
+                    started_s: at(e.stats.first_seen_ns),
+                    ended_s: Some(at(e.stats.last_seen_ns)),
+                    peak_bytes_per_second: mean,
+                }],
+            );
+            self.peaks.insert(e.key, mean);
+        }
     }
 
     /// Capture span in seconds.
