@@ -555,3 +555,151 @@ fn a_one_millisecond_capture_shows_its_heavy_writers_as_elephants() {
     sports.sort_unstable();
     assert_eq!(sports, [0xC000, 0xC001, 0xC002], "{}", j["elephants"]);
 }
+
+/// `rocemon analyze [args] INPUTS...` with `stdin` as its standard input: (exit code, stdout,
+/// stderr).
+fn analyze_io(args: &[&str], stdin: Option<Vec<u8>>) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .arg("analyze")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rocemon");
+    let mut pipe = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        if let Some(data) = stdin {
+            let _ = pipe.write_all(&data);
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn many_flows_file(dir: &std::path::Path) -> (std::path::PathBuf, Value) {
+    let p = fixtures::many_flows().write(dir).unwrap();
+    let j = analyze_json(&p);
+    (p, j)
+}
+
+#[test]
+fn standard_input_gives_the_same_report() {
+    let dir = TempDir::new("rocemon-stdin").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&p).unwrap()));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+}
+
+fn compressed_gives_the_same_report(ext: &str, compress: fn(&[u8]) -> Vec<u8>) {
+    let dir = TempDir::new("rocemon-z").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let z = dir.path().join(format!("capture.pcap.{ext}"));
+    std::fs::write(&z, compress(&std::fs::read(&p).unwrap())).unwrap();
+    assert_eq!(analyze_json(&z), want, "{ext} file");
+    // Compressed through standard input too.
+    let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&z).unwrap()));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        want,
+        "{ext} on stdin"
+    );
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn gzip_gives_the_same_report() {
+    compressed_gives_the_same_report("gz", gzip);
+}
+
+#[test]
+fn zstd_gives_the_same_report() {
+    compressed_gives_the_same_report("zst", |d| zstd::encode_all(d, 3).unwrap());
+}
+
+#[test]
+fn xz_gives_the_same_report() {
+    compressed_gives_the_same_report("xz", |d| {
+        use std::io::Write;
+        let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        e.write_all(d).unwrap();
+        e.finish().unwrap()
+    });
+}
+
+/// Several files are one capture in timestamp order: the fixture's records dealt alternately
+/// into a pcap and a pcapng file give the report of the whole.
+#[test]
+fn several_files_are_one_capture_in_timestamp_order() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    let dir = TempDir::new("rocemon-multi").unwrap();
+    let fx = fixtures::many_flows();
+    let want = analyze_json(&fx.write(dir.path()).unwrap());
+    let (mut odd, mut even) = (Vec::new(), Vec::new());
+    for (i, (t, _, data)) in fx.records().enumerate() {
+        if i % 3 == 0 { &mut odd } else { &mut even }.push((t, data));
+    }
+    let a_dir = dir.path().join("a");
+    let b_dir = dir.path().join("b");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = whole("part_a", Format::PcapNanos, odd, true)
+        .write(&a_dir)
+        .unwrap();
+    let b = whole("part_b", Format::PcapNg, even, true)
+        .write(&b_dir)
+        .unwrap();
+    let (code, out, err) = analyze_io(
+        &["--format", "json", b.to_str().unwrap(), a.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+}
+
+/// A corrupt compressed stream: exit 2, the compression and the decoder's words named, and
+/// the report of every record before the damage.
+#[test]
+fn a_corrupt_compressed_stream_is_an_error_with_the_counts_so_far() {
+    let dir = TempDir::new("rocemon-zbad").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let z = gzip(&std::fs::read(&p).unwrap());
+    let cut = dir.path().join("cut.pcap.gz");
+    std::fs::write(&cut, &z[..z.len() / 2]).unwrap();
+    let (code, out, err) = analyze_io(&["--format", "json", cut.to_str().unwrap()], None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("corrupt gzip stream"), "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let frames = u(&j["frames"]);
+    assert!(frames > 0 && frames < u(&want["frames"]), "{frames}");
+}
+
+/// A pipe that closes inside a record (its writer died): exit 2 with the counts so far.
+#[test]
+fn a_pipe_that_closes_early_is_an_error_with_the_counts_so_far() {
+    let dir = TempDir::new("rocemon-pipecut").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let bytes = std::fs::read(&p).unwrap();
+    let (code, out, err) = analyze_io(
+        &["--format", "json", "-"],
+        Some(bytes[..bytes.len() / 2 + 7].to_vec()),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("closed inside a record"), "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(u(&j["frames"]) > 0 && u(&j["frames"]) < u(&want["frames"]));
+}

@@ -185,8 +185,11 @@ pub enum OutputFormat {
 
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
-    /// The capture file (pcap or pcapng; Ethernet, Linux cooked SLL or SLL2).
-    pub file: PathBuf,
+    /// Capture files (pcap or pcapng; Ethernet, Linux cooked SLL or SLL2), plain or gzip,
+    /// zstd or xz compressed; `-` reads standard input. Several files are one capture, merged
+    /// in timestamp order.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,

@@ -9,7 +9,7 @@ use rocemon::cli::{
 };
 use rocemon::config::Config;
 use rocemon::error::{exit_status, UsageError};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -85,36 +85,6 @@ fn run(args: RunArgs) -> Result<()> {
 
 fn analyze(args: AnalyzeArgs) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
-    let bad = |reason: String| UsageError::BadCapture {
-        path: args.file.display().to_string(),
-        reason,
-    };
-    let meta = std::fs::metadata(&args.file).map_err(|e| bad(e.to_string()))?;
-    if meta.is_dir() {
-        return Err(bad("it is a directory; give a pcap or pcapng file".into()).into());
-    }
-    if meta.file_type().is_fifo() {
-        // Opening a FIFO waits for its writer: say so, or the wait looks like a hang.
-        log::info!(
-            "{} is a FIFO: waiting for a writer (for example `tcpdump -w {}`)",
-            args.file.display(),
-            args.file.display()
-        );
-    }
-    let size = meta.len();
-    let show = !args.no_progress && std::io::stdout().is_terminal() && size > 16 << 20;
-    let bar = if show {
-        let b = ProgressBar::new(size);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        Some(b)
-    } else {
-        None
-    };
     let mut opts = rocemon::analyze::AnalyzeOptions::default();
     if let Some(path) = &args.config {
         let file = rocemon::config::load_file(path)?;
@@ -135,37 +105,139 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         return Err(UsageError::BadConfig("--max-flows must be at least 1".into()).into());
     }
     opts.max_flows = args.max_flows;
-    let a = rocemon::analyze::analyze_file(&args.file, opts, |n| {
+    if args.files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
+        return Err(UsageError::BadConfig(
+            "standard input (-) can be given once; name the other captures by their files".into(),
+        )
+        .into());
+    }
+    // What each input is, before anything is read.
+    let mut plain_size = None;
+    let mut piped = false;
+    for f in &args.files {
+        if f.as_os_str() == "-" {
+            piped = true;
+            continue;
+        }
+        let bad = |reason: String| UsageError::BadCapture {
+            path: f.display().to_string(),
+            reason,
+        };
+        let meta = std::fs::metadata(f).map_err(|e| bad(e.to_string()))?;
+        if meta.is_dir() {
+            return Err(bad("it is a directory; give a pcap or pcapng file".into()).into());
+        }
+        if meta.file_type().is_fifo() {
+            piped = true;
+            // Opening a FIFO waits for its writer: say so, or the wait looks like a hang.
+            log::info!(
+                "{} is a FIFO: waiting for a writer (for example `tcpdump -w {}`)",
+                f.display(),
+                f.display()
+            );
+        } else if args.files.len() == 1 && meta.is_file() {
+            let mut magic = [0u8; 6];
+            let n = std::fs::File::open(f)
+                .and_then(|mut h| std::io::Read::read(&mut h, &mut magic))
+                .unwrap_or(0);
+            if rocemon::sources::input::Compression::of(&magic[..n])
+                == rocemon::sources::input::Compression::None
+            {
+                plain_size = Some(meta.len());
+            }
+        }
+    }
+    // A progress bar for one large plain file (its size is what the reader goes through).
+    let show = !args.no_progress && std::io::stdout().is_terminal();
+    let bar = match plain_size {
+        Some(size) if show && size > 16 << 20 => {
+            let b = ProgressBar::new(size);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Some(b)
+        }
+        _ => None,
+    };
+    let (a, failed) = rocemon::analyze::analyze_inputs(&args.files, opts, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
         }
-    })
-    .map_err(|e| UsageError::BadCapture {
-        path: args.file.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    });
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    if let Some(e) = &failed {
+        if a.counters.frames == 0 {
+            return Err(UsageError::BadCapture {
+                path: e.path.clone(),
+                reason: e.reason.clone(),
+            }
+            .into());
+        }
+    }
     if a.summary.truncated_tail {
         log::warn!(
-            "{}: the file ends inside a record; counted everything before it",
-            args.file.display()
+            "{}: the capture ends inside a record; counted everything before it",
+            args.files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let report = rocemon::report::build(&a);
     match args.format {
         OutputFormat::Json => {
             // Streamed: a report of a quarter million flows is not built as one string first.
-            use std::io::Write;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            serde_json::to_writer(&mut out, &report)?;
-            writeln!(out)?;
-            out.flush()?;
+            let written = serde_json::to_writer(&mut out, &report)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush());
+            quiet_on_closed_stdout(written)?;
         }
-        OutputFormat::Table => print!("{}", rocemon::report::table(&report, args.top)),
+        OutputFormat::Table => {
+            let text = rocemon::report::table(&report, args.top);
+            quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
+        }
+    }
+    if failed.is_none() && piped && a.summary.truncated_tail {
+        // A file cut inside its last record is a capture that was interrupted; a pipe that
+        // closes inside one means its writer failed.
+        return Err(UsageError::BadCapture {
+            path: "standard input or FIFO".into(),
+            reason: format!(
+                "the stream closed inside a record (did its writer fail?) after {} frames; the report covers them",
+                a.counters.frames
+            ),
+        }
+        .into());
+    }
+    if let Some(e) = failed {
+        // The report above covers what was read before the failure.
+        return Err(UsageError::BadCapture {
+            path: e.path,
+            reason: format!(
+                "{} (after {} frames; the report covers them)",
+                e.reason, a.counters.frames
+            ),
+        }
+        .into());
     }
     Ok(())
+}
+
+/// Output into a pipe whose reader left (`| head`) is no error: stop quietly, as other
+/// command-line tools do.
+fn quiet_on_closed_stdout(r: std::io::Result<()>) -> Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("write the report"),
+    }
 }
 
 fn rdma(args: RdmaArgs) -> Result<()> {

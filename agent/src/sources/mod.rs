@@ -3,6 +3,7 @@
 //! the link events that say when a watched interface comes or goes.
 pub mod afxdp;
 pub mod capture;
+pub mod input;
 pub mod links;
 pub mod rdma;
 pub mod tally;
