@@ -62,6 +62,8 @@ pub struct Analysis {
     pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
     /// Elephants ever seen, by flow, at their peak (for the ECMP views).
     pub ecmp: EcmpReport,
+    /// RoCE traffic over capture time (the HTML report's charts).
+    pub timeline: crate::timeline::Timeline,
     opts: AnalyzeOptions,
     next_tick_ns: u64,
     peaks: BTreeMap<FlowKey, f64>,
@@ -81,6 +83,7 @@ impl Analysis {
             last_ts_ns: 0,
             elephants: BTreeMap::new(),
             ecmp: EcmpReport::default(),
+            timeline: crate::timeline::Timeline::new(),
             opts,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
@@ -161,6 +164,7 @@ impl Analysis {
                 // Unbounded here (a file, not a kernel map); the report lists them all.
                 self.sessions.entry(sk).or_default().record(info, len);
             }
+            self.timeline.record(info, len, f.ts_ns);
             // Captures carry no hook; flows are keyed as if seen at XDP.
             let key = info.flow_key(Hook::Xdp);
             let (ev, created) = self.flows.record(0, key, info, len, f.ts_ns);

@@ -196,6 +196,9 @@ pub struct AnalyzeArgs {
     /// How many flows the table shows (JSON always lists every flow).
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Also write the report as one self-contained HTML page (charts, opens offline).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Never show a progress bar.
     #[arg(long)]
     pub no_progress: bool,

@@ -190,6 +190,13 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         );
     }
     let report = rocemon::report::build(&a);
+    if let Some(path) = &args.html {
+        let inputs: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+        let page = rocemon::report_html::render(&report, &a.timeline, &inputs, args.top.max(20));
+        std::fs::write(path, page)
+            .with_context(|| format!("write the HTML report {}", path.display()))?;
+        log::info!("wrote the HTML report {}", path.display());
+    }
     match args.format {
         OutputFormat::Json => {
             // Streamed: a report of a quarter million flows is not built as one string first.

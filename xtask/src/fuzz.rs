@@ -81,6 +81,9 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
             .unwrap_or_else(|| "?".into());
         if !out.status.success() {
             eprintln!("{log}");
+            if log.contains("failed to build fuzz script") {
+                bail!("fuzz target {target} did not build (above)");
+            }
             bail!("fuzz target {target} found a crash: see fuzz/artifacts/{target}/ and add it to fuzz/regressions/{target}/");
         }
         println!(

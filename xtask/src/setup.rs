@@ -21,6 +21,7 @@ const APT: &[&str] = &[
     "systemd",
     "systemd-container",
     "debootstrap",
+    "chromium",
 ];
 /// The Debian root that `tests/systemd.rs` boots with systemd-nspawn (kept between runs).
 pub const TEST_ROOT: &str = "/var/cache/rocemon/debian-bookworm";

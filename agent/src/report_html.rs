@@ -1,0 +1,398 @@
+//! `rocemon analyze --html FILE`: the report as one self-contained HTML page (inline CSS and
+//! SVG drawn here; no script, font, style or image from anywhere else, so it opens offline and
+//! makes no network request). Sections: totals, RoCE throughput over time by operation class,
+//! CE share and CNP rate over time, elephants on a timeline, top flows, ECMP, PSN/NAK health,
+//! parse outcomes. Every number comes from the same [`Report`] the JSON output prints.
+
+use crate::report::{human_bytes, Report};
+use crate::timeline::{Bucket, Timeline};
+use agent_common::opcode::OpClass;
+use std::fmt::Write as _;
+
+const COLORS: [&str; OpClass::COUNT] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#76b7b2", "#9c755f", "#e15759", "#bab0ac",
+];
+
+/// Escapes text for HTML (element content and attribute values).
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+const W: f64 = 900.0;
+const H: f64 = 220.0;
+const PAD: f64 = 84.0;
+
+/// A line chart: `series` of (name, colour, values per bucket), y from 0 to the maximum.
+fn line_chart(title: &str, unit: &str, dt: f64, series: &[(&str, &str, Vec<f64>)]) -> String {
+    let n = series.iter().map(|s| s.2.len()).max().unwrap_or(0);
+    let max = series
+        .iter()
+        .flat_map(|s| s.2.iter().copied())
+        .fold(0.0f64, f64::max);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<figure><figcaption>{}</figcaption><svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">"#,
+        esc(title),
+        esc(title)
+    );
+    let (x0, y0, x1, y1) = (PAD, H - 24.0, W - 8.0, 8.0);
+    let _ = write!(
+        svg,
+        r##"<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#888"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#888"/>"##
+    );
+    let _ = write!(
+        svg,
+        r#"<text x="2" y="{}" class="ax">{}</text><text x="2" y="{}" class="ax">0</text><text x="{x1}" y="{}" class="ax" text-anchor="end">{:.3} s</text>"#,
+        y1 + 10.0,
+        esc(&axis_label(max, unit)),
+        y0,
+        H - 6.0,
+        n as f64 * dt
+    );
+    if n > 0 && max > 0.0 {
+        let sx = (x1 - x0) / (n.max(2) - 1) as f64;
+        for (name, colour, values) in series {
+            let pts: Vec<String> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| format!("{:.1},{:.1}", x0 + i as f64 * sx, y0 - v / max * (y0 - y1)))
+                .collect();
+            let _ = write!(
+                svg,
+                r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"><title>{}</title></polyline>"#,
+                pts.join(" "),
+                esc(name)
+            );
+            if let [only] = &pts[..] {
+                // One bucket: a line of one point is invisible.
+                let (x, y) = only.split_once(',').unwrap_or(("0", "0"));
+                let _ = write!(svg, r#"<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>"#);
+            }
+        }
+    } else {
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{}" class="ax">no RoCE traffic</text>"#,
+            W / 2.0 - 40.0,
+            H / 2.0
+        );
+    }
+    svg.push_str("</svg><div class=\"legend\">");
+    for (name, colour, _) in series {
+        let _ = write!(
+            svg,
+            r#"<span><i style="background:{colour}"></i>{}</span>"#,
+            esc(name)
+        );
+    }
+    svg.push_str("</div></figure>");
+    svg
+}
+
+/// A bucket width in words.
+fn duration(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.0} µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.0} ms", s * 1e3)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+fn axis_label(max: f64, unit: &str) -> String {
+    match unit {
+        "B/s" => format!("{}/s", human_bytes(max)),
+        "" => format!("{max:.3}"),
+        _ if max >= 1e6 => format!("{:.1} M{unit}", max / 1e6),
+        _ if max >= 1e3 => format!("{:.1} k{unit}", max / 1e3),
+        _ => format!("{max:.0} {unit}"),
+    }
+}
+
+fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut t = String::from("<table><thead><tr>");
+    for h in head {
+        let _ = write!(t, "<th>{}</th>", esc(h));
+    }
+    t.push_str("</tr></thead><tbody>");
+    for r in rows {
+        t.push_str("<tr>");
+        for c in r {
+            let _ = write!(t, "<td>{}</td>", esc(c));
+        }
+        t.push_str("</tr>");
+    }
+    t.push_str("</tbody></table>");
+    t
+}
+
+/// The page for `report` (of `inputs`), with the charts from `timeline`.
+pub fn render(report: &Report, timeline: &Timeline, inputs: &[String], top: usize) -> String {
+    let r = report;
+    let dt = timeline.bucket_seconds();
+    let b: &[Bucket] = timeline.buckets();
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rocemon report: {}</title><style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:980px}}
+h1{{font-size:22px}}h2{{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}}
+table{{border-collapse:collapse;margin:8px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}}
+th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
+.ax{{font-size:11px;fill:#555}}figure{{margin:8px 0}}figcaption{{font-weight:600}}
+.legend span{{margin-right:14px;font-size:12px}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
+.kpi td:last-child{{font-weight:600}}
+</style></head><body>"#,
+        esc(&inputs.join(", "))
+    );
+    let _ = write!(
+        s,
+        "<h1>rocemon report</h1><p>{} over {:.6} s</p>",
+        esc(&inputs.join(", ")),
+        r.duration_seconds
+    );
+    s.push_str("<h2>Totals</h2>");
+    let kpi = |k: &str, v: String| vec![k.to_string(), v];
+    let mut totals = vec![
+        kpi("frames", r.frames.to_string()),
+        kpi("bytes", r.bytes.to_string()),
+        kpi("RoCE packets", r.roce.packets.to_string()),
+        kpi("RoCE bytes", r.roce.bytes.to_string()),
+        kpi("CNPs", r.roce.cnp.to_string()),
+        kpi("ECN CE", r.roce.ecn.ce.to_string()),
+        kpi("BECN", r.roce.becn.to_string()),
+        kpi("flows", r.flows.len().to_string()),
+        kpi("elephants", r.elephants.len().to_string()),
+    ];
+    if r.flows_evicted.flows > 0 {
+        totals.push(kpi(
+            "flows that left the table",
+            r.flows_evicted.flows.to_string(),
+        ));
+    }
+    s.push_str(&table(&["", "count"], &totals).replace("<table>", "<table class=\"kpi\">"));
+
+    // Throughput by operation class.
+    let series: Vec<(&str, &str, Vec<f64>)> = OpClass::ALL
+        .iter()
+        .map(|c| {
+            (
+                c.name(),
+                COLORS[*c as usize],
+                b.iter()
+                    .map(|x| x.bytes_by_class[*c as usize] as f64 / dt)
+                    .collect::<Vec<f64>>(),
+            )
+        })
+        .filter(|(_, _, v)| v.iter().any(|x| *x > 0.0))
+        .collect();
+    s.push_str("<h2>RoCE throughput over time</h2>");
+    s.push_str(&line_chart(
+        &format!(
+            "bytes per second by operation class ({} buckets)",
+            duration(dt)
+        ),
+        "B/s",
+        dt,
+        &series,
+    ));
+    s.push_str("<h2>Congestion over time</h2>");
+    let ce: Vec<f64> = b
+        .iter()
+        .map(|x| {
+            if x.packets == 0 {
+                0.0
+            } else {
+                x.ce as f64 / x.packets as f64
+            }
+        })
+        .collect();
+    s.push_str(&line_chart(
+        "share of RoCE packets marked ECN CE",
+        "",
+        dt,
+        &[("CE share", "#e15759", ce)],
+    ));
+    let cnp: Vec<f64> = b.iter().map(|x| x.cnp as f64 / dt).collect();
+    s.push_str(&line_chart(
+        "CNPs per second",
+        "/s",
+        dt,
+        &[("CNPs", "#f28e2b", cnp)],
+    ));
+
+    // Elephants on the capture's timeline.
+    let _ = write!(s, "<h2>Elephants ({})</h2>", r.elephants.len());
+    if r.elephants.is_empty() {
+        s.push_str("<p>No flow was an elephant.</p>");
+    } else {
+        let span = r.duration_seconds.max(1e-9);
+        let rows = r.elephants.len().min(40);
+        let h = 20.0 * rows as f64 + 20.0;
+        let _ = write!(
+            s,
+            r#"<svg viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="elephants">"#
+        );
+        for (i, e) in r.elephants.iter().take(rows).enumerate() {
+            let y = 4.0 + 20.0 * i as f64;
+            let _ = write!(
+                s,
+                r#"<text x="0" y="{}" class="ax">{} &#8594; {} :{} qp {}</text>"#,
+                y + 12.0,
+                esc(&e.src),
+                esc(&e.dst),
+                e.sport,
+                e.dest_qp
+            );
+            for p in &e.periods {
+                let x = 300.0 + p.started_s / span * (W - 310.0);
+                let end = p.ended_s.unwrap_or(span);
+                let w = ((end - p.started_s) / span * (W - 310.0)).max(2.0);
+                let _ = write!(
+                    s,
+                    r##"<rect x="{x:.1}" y="{y}" width="{w:.1}" height="14" fill="#e15759"><title>{:.3} s to {:.3} s, peak {}/s</title></rect>"##,
+                    p.started_s,
+                    end,
+                    esc(&human_bytes(p.peak_bytes_per_second))
+                );
+            }
+        }
+        s.push_str("</svg>");
+    }
+
+    // Top flows.
+    let n = top.min(r.flows.len());
+    let _ = write!(s, "<h2>Top {n} of {} flows</h2>", r.flows.len());
+    let rows: Vec<Vec<String>> = r
+        .flows
+        .iter()
+        .take(n)
+        .map(|f| {
+            vec![
+                format!("{} → {}", f.src, f.dst),
+                f.sport.to_string(),
+                format!("0x{:x}", f.dest_qp),
+                f.packets.to_string(),
+                f.bytes.to_string(),
+                format!("{}/s", human_bytes(f.mean_bytes_per_second)),
+                f.ecn_ce.to_string(),
+                f.cnp.to_string(),
+                f.psn_gaps.to_string(),
+            ]
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            "flow",
+            "sport",
+            "dest QP",
+            "packets",
+            "bytes",
+            "mean rate",
+            "CE",
+            "CNP",
+            "PSN gaps",
+        ],
+        &rows,
+    ));
+
+    // ECMP.
+    s.push_str("<h2>ECMP</h2>");
+    let e = &r.ecmp;
+    let _ = write!(
+        s,
+        "<p>{} host pairs; {} groups of flows share one outer 5-tuple (no 5-tuple hash can separate them).</p>",
+        e.host_pairs, e.shared_5tuple_groups
+    );
+    if let Some(p) = &e.predicted {
+        let rows: Vec<Vec<String>> = p
+            .members
+            .iter()
+            .map(|m| {
+                vec![
+                    m.member.clone(),
+                    m.flows.to_string(),
+                    m.elephants.to_string(),
+                    if m.colliding { "collision" } else { "" }.to_string(),
+                ]
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "<p>Predicted paths (hash model): imbalance {:.2}</p>",
+            p.imbalance_ratio
+        );
+        s.push_str(&table(&["path", "flows", "elephants", ""], &rows));
+    }
+    let rows: Vec<Vec<String>> = e
+        .source_ports
+        .iter()
+        .take(20)
+        .map(|h| {
+            vec![
+                format!("{} → {}", h.src, h.dst),
+                h.source_ports.to_string(),
+                h.flows.to_string(),
+            ]
+        })
+        .collect();
+    s.push_str("<p>UDP source ports per host pair (fewest first):</p>");
+    s.push_str(&table(&["host pair", "source ports", "flows"], &rows));
+
+    // Health and outcomes.
+    s.push_str("<h2>PSN and NAK health</h2>");
+    let mut rows = vec![
+        kpi("PSN gaps", r.health.psn_gaps.to_string()),
+        kpi("retransmissions", r.health.retransmits.to_string()),
+        kpi("RNR NAKs", r.health.rnr_naks.to_string()),
+    ];
+    rows.extend(
+        r.health
+            .naks
+            .iter()
+            .map(|(k, v)| kpi(&format!("NAK {k}"), v.to_string())),
+    );
+    s.push_str(&table(&["", "count"], &rows));
+    s.push_str("<h2>Parse outcomes</h2>");
+    let mut rows = vec![kpi("RoCE", r.roce.packets.to_string())];
+    rows.extend(
+        r.not_roce
+            .iter()
+            .map(|(k, v)| kpi(&format!("not RoCE: {k}"), v.to_string())),
+    );
+    rows.extend(
+        r.malformed
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| kpi(&format!("malformed: {k}"), v.to_string())),
+    );
+    s.push_str(&table(&["outcome", "frames"], &rows));
+    s.push_str("<p>Made by rocemon analyze.</p></body></html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! `rocemon analyze --html`: the page opens in a real headless browser (Debian's Chromium)
+//! without a network: it renders, logs no console error, requests nothing (the browser's net
+//! log shows no request the page made), and holds the numbers of the JSON report of the same
+//! capture. A screenshot is taken.
+
+use rocemon_testkit::{fixtures, TempDir};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+
+fn chromium(dir: &Path, extra: &[&str], page: &Path) -> std::process::Output {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium is not installed: run `cargo xtask setup` (Debian package chromium)")
+}
+
+#[test]
+fn the_html_report_renders_offline_with_the_json_numbers() {
+    let dir = TempDir::new("rocemon-html").unwrap();
+    let capture = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let page = dir.path().join("report.html");
+    // Every flow an elephant (1 B/s), so the timeline section has bars.
+    let out = Command::new(BIN)
+        .args([
+            "analyze",
+            "--format",
+            "json",
+            "--elephant-bps",
+            "1",
+            "--html",
+        ])
+        .arg(&page)
+        .arg(&capture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+
+    // Self-contained: no script, and nothing fetched from elsewhere.
+    assert!(!html.contains("<script"), "no script needed");
+    for needle in ["http://", "https://", "src=", "url(", "@import", "<link"] {
+        assert!(!html.contains(needle), "the page refers to {needle}");
+    }
+
+    // Rendered by a real browser: the DOM after load, the net log, the console.
+    let netlog = dir.path().join("net.json");
+    let dumped = chromium(
+        dir.path(),
+        &["--dump-dom", &format!("--log-net-log={}", netlog.display())],
+        &page,
+    );
+    assert!(
+        dumped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dumped.stderr)
+    );
+    let dom = String::from_utf8_lossy(&dumped.stdout).into_owned();
+    let log = String::from_utf8_lossy(&dumped.stderr).into_owned();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(":CONSOLE") || l.contains("Uncaught")),
+        "console messages: {log}"
+    );
+    // Requests the page made would have the page as initiator; the browser's own (update
+    // checks and the like) have none ("not an origin").
+    let net: Value = serde_json::from_slice(&std::fs::read(&netlog).unwrap()).unwrap();
+    let from_page: Vec<String> = net["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            let p = &e["params"];
+            let url = p["url"].as_str()?;
+            let initiator = p["initiator"].as_str().unwrap_or("not an origin");
+            (initiator != "not an origin" && !url.starts_with("file://"))
+                .then(|| format!("{url} (from {initiator})"))
+        })
+        .collect();
+    assert!(
+        from_page.is_empty(),
+        "the page made requests: {from_page:?}"
+    );
+
+    // The numbers of the JSON report, in the rendered page.
+    let num = |v: &Value| v.as_u64().unwrap().to_string();
+    for (what, v) in [
+        ("frames", &j["frames"]),
+        ("RoCE packets", &j["roce"]["packets"]),
+        ("CNPs", &j["roce"]["cnp"]),
+        ("ECN CE", &j["roce"]["ecn"]["ce"]),
+        ("PSN gaps", &j["health"]["psn_gaps"]),
+    ] {
+        let cell = format!("<td>{what}</td><td>{}</td>", num(v));
+        assert!(dom.contains(&cell), "{what} = {} not in the page", num(v));
+    }
+    let flows = j["flows"].as_array().unwrap();
+    assert!(dom.contains(&format!("of {} flows", flows.len())));
+    let top = &flows[0];
+    assert!(dom.contains(&format!(
+        "{} → {}",
+        top["src"].as_str().unwrap(),
+        top["dst"].as_str().unwrap()
+    )));
+    let elephants = j["elephants"].as_array().unwrap();
+    assert!(!elephants.is_empty());
+    assert!(dom.contains(&format!("Elephants ({})", elephants.len())));
+    assert_eq!(
+        dom.matches("<rect ").count(),
+        elephants
+            .iter()
+            .map(|e| e["periods"].as_array().unwrap().len())
+            .sum::<usize>(),
+        "one bar per elephant period"
+    );
+    assert!(dom.contains("<polyline"), "the charts have lines");
+
+    // A screenshot, as a person would look at it.
+    let shot = dir.path().join("report.png");
+    let s = chromium(
+        dir.path(),
+        &[
+            "--window-size=1000,2000",
+            &format!("--screenshot={}", shot.display()),
+        ],
+        &page,
+    );
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
+        "screenshot of {} bytes",
+        png.len()
+    );
+    // Keep it for a look after the run.
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report.png");
+    let _ = std::fs::copy(&shot, keep);
+}
