@@ -104,23 +104,29 @@ pub fn http_under_attack(bin: &str, dir: &Path) -> Result<Value> {
     }))
 }
 
-/// Wall time and peak resident memory of a command (wait4's rusage).
-fn measure(cmd: &mut Command) -> Result<(f64, u64)> {
-    use std::os::unix::process::ExitStatusExt;
+/// Wall time and peak resident memory of `program args`, through GNU time: a child spawned
+/// from this (large) process would report this process's resident memory as its own peak.
+fn measure(program: &str, args: &[&std::ffi::OsStr]) -> Result<(f64, u64)> {
     let t = Instant::now();
-    let child = cmd
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(program)
+        .args(args)
         .stdout(std::process::Stdio::null())
-        .spawn()
-        .context("spawn")?;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid out parameter; we wait for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    anyhow::ensure!(r > 0, "wait4: {}", std::io::Error::last_os_error());
-    let st = std::process::ExitStatus::from_raw(status);
-    anyhow::ensure!(st.success(), "{cmd:?} failed: {st}");
-    Ok((t.elapsed().as_secs_f64(), ru.ru_maxrss as u64 * 1024))
+        .output()
+        .context("run /usr/bin/time (Debian package time)")?;
+    let secs = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        out.status.success(),
+        "{program} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kib: u64 = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .context("no peak memory from /usr/bin/time")?;
+    Ok((secs, kib * 1024))
 }
 
 /// Captures built to blow up `analyze`: one million flows of one packet each, and 10,000
@@ -156,12 +162,14 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
         ("1,000,000 flows of one packet", &million),
         ("10,000 flows, 64 s silences", &gapped),
     ] {
-        let (cat_s, _) = measure(Command::new("cat").arg(path))?;
-        let (s, rss) = measure(
-            Command::new(bin)
-                .args(["analyze", "--format", "json"])
-                .arg(path),
-        )?;
+        let (cat_s, _) = measure("cat", &[path.as_os_str()])?;
+        let args: [&std::ffi::OsStr; 4] = [
+            "analyze".as_ref(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            path.as_os_str(),
+        ];
+        let (s, rss) = measure(bin, &args)?;
         rows.push(json!({
             "capture": name,
             "file_bytes": std::fs::metadata(path)?.len(),

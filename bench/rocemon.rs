@@ -787,6 +787,19 @@ fn main() -> Result<()> {
             Value::Null
         },
     });
+    // With --only, the phases not run keep their figures from the last full report.
+    let mut report = report;
+    if only.is_some() {
+        if let Ok(old) = std::fs::read(out.join("report.json")) {
+            if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&old) {
+                for (k, v) in old {
+                    if report[&k].is_null() {
+                        report[&k] = v;
+                    }
+                }
+            }
+        }
+    }
     std::fs::write(
         out.join("report.json"),
         serde_json::to_string_pretty(&report)?,

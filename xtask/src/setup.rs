@@ -22,6 +22,7 @@ const APT: &[&str] = &[
     "systemd-container",
     "debootstrap",
     "chromium",
+    "time",
 ];
 /// The Debian root that `tests/systemd.rs` boots with systemd-nspawn (kept between runs).
 pub const TEST_ROOT: &str = "/var/cache/rocemon/debian-bookworm";
