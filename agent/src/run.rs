@@ -454,12 +454,14 @@ fn poll(
     let report = ecmp::analyze(&views, &table.ifaces, &config.ecmp);
     m.set_flows(table, config.top_k);
     m.set_ecmp(&report, config.top_k);
-    m.poll_duration.observe(started.elapsed().as_secs_f64());
-    drop(m);
+    // The API view of this poll is in place before the metrics lock goes: a client that has
+    // seen this poll's metrics never reads an older API view.
     let view = api::build(table, &report, config, 1000);
     if let Ok(mut a) = shared.api.lock() {
         *a = view;
     }
+    m.poll_duration.observe(started.elapsed().as_secs_f64());
+    drop(m);
 }
 
 /// The host's RC connections from the RDMA resource view, for the predicted ECMP view.
