@@ -8,7 +8,7 @@ use agent_common::RoceInfo;
 use serde::Serialize;
 
 /// Buckets kept at most (the charts' resolution).
-pub const MAX_BUCKETS: usize = 2048;
+pub const MAX_BUCKETS: usize = 512;
 
 /// One time bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
