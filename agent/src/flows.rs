@@ -534,15 +534,11 @@ mod tests {
         assert_eq!(addr(6, &b).to_string(), "fd00::1");
     }
 
+    /// A RoCE packet (the independent frame builder of the tests) and a wire length.
     fn roce(bytes_each: u64) -> (RoceInfo, u64) {
-        let mut f = vec![0u8; 14 + 20 + 8 + 12];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        let tl = (f.len() - 14) as u16;
-        f[16..18].copy_from_slice(&tl.to_be_bytes());
-        f[23] = 17;
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-        f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        let ip = |s: &str| s.parse().unwrap();
+        let f =
+            rocemon_testkit::frames::Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 1, 1, 0x04).frame();
         let info = agent_common::parse(
             &agent_common::SliceReader(&f),
             agent_common::LinkType::Ethernet,

@@ -97,16 +97,11 @@ mod tests {
     use super::*;
 
     fn info(opcode: u8, ecn: u8) -> RoceInfo {
-        let mut f = vec![0u8; 14 + 20 + 8 + 12];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        f[15] = ecn;
-        let tl = (f.len() - 14) as u16;
-        f[16..18].copy_from_slice(&tl.to_be_bytes());
-        f[23] = 17;
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-        f[38..40].copy_from_slice(&20u16.to_be_bytes());
-        f[42] = opcode;
+        let ip = |s: &str| s.parse().unwrap();
+        let mut r =
+            rocemon_testkit::frames::Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 1, 1, opcode);
+        r.ecn = ecn;
+        let f = r.frame();
         agent_common::parse(
             &agent_common::SliceReader(&f),
             agent_common::LinkType::Ethernet,
