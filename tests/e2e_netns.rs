@@ -63,6 +63,7 @@ fn hook_fixtures() -> &'static (Vec<std::path::PathBuf>, tshark::Expected) {
             assert!(fx.replayable);
             let p = fx.write(&dir).unwrap();
             let e = tshark::expected(&p).unwrap();
+            expected.frames += e.frames;
             expected.roce_packets += e.roce_packets;
             expected.roce_bytes += e.roce_bytes;
             expected.cnp += e.cnp;
@@ -413,6 +414,17 @@ fn hook_case(c: Case) {
     }
     assert!(body.contains("rocemon_build_info{"));
     assert!(body.contains("rocemon_poll_duration_seconds_count"));
+    // The kernel's own statistics of the program (rocemon turned them on): at least one run
+    // per frame replayed, and time spent.
+    let program = [("hook", c.hook_label)];
+    let runs = metric_sum(&body, "rocemon_program_runs_total", &program) as u64;
+    assert!(
+        runs >= expected.frames,
+        "{}: {runs} program runs for {} frames",
+        c.name,
+        expected.frames
+    );
+    assert!(metric_sum(&body, "rocemon_program_run_seconds_total", &program) > 0.0);
 
     // This agent's own links (other tests attach theirs in parallel).
     let own = agent.link_ids().unwrap();

@@ -155,6 +155,10 @@ pub struct RunArgs {
     /// Do not pin maps and links: the programs detach and the counts end when rocemon exits.
     #[arg(long)]
     pub no_pin: bool,
+    /// Do not turn on the kernel's BPF run-time statistics (rocemon_program_run_seconds_total
+    /// then counts only where `sysctl kernel.bpf_stats_enabled=1` is set).
+    #[arg(long)]
+    pub no_program_stats: bool,
     /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

@@ -39,6 +39,8 @@ pub struct FileConfig {
     pub rdma: Option<RdmaConfig>,
     /// Pin maps and links so counting goes on across restarts (default true).
     pub pin: Option<bool>,
+    /// Turn on the kernel's BPF run-time statistics (per-program run time and count).
+    pub program_stats: Option<bool>,
     /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
     pub pin_dir: Option<std::path::PathBuf>,
     /// TLS, basic auth (a web configuration file), request timeout, connection bounds.
@@ -91,6 +93,8 @@ pub struct Config {
     pub pin_dir: std::path::PathBuf,
     /// Pin maps and links; false: nothing outlives the process.
     pub pin: bool,
+    /// Turn on the kernel's BPF run-time statistics while the agent runs.
+    pub program_stats: bool,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,
@@ -297,6 +301,7 @@ impl Config {
             afxdp: (capture == CaptureArg::Afxdp).then(|| afxdp_mode.unwrap_or(BindMode::Auto)),
             rdma,
             pin: !args.no_pin && file.pin.unwrap_or(true),
+            program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
             pin_dir: args
                 .pin_dir
                 .clone()

@@ -425,6 +425,23 @@ fn p_attach(
 }
 
 impl Probe {
+    /// The kernel's run count and run time of each attached program: (hook, program name,
+    /// runs, seconds). Both stay 0 unless BPF run-time statistics are on.
+    pub fn program_stats(&self) -> Vec<(Hook, &'static str, u64, f64)> {
+        self.hooks
+            .iter()
+            .filter_map(|h| {
+                let info = self.ebpf.program(h.program())?.info().ok()?;
+                Some((
+                    *h,
+                    h.program(),
+                    info.run_count(),
+                    info.run_time().as_secs_f64(),
+                ))
+            })
+            .collect()
+    }
+
     /// Removes this probe's link pins (pinned mode), so that dropping it detaches the
     /// programs; the pinned maps stay, and the next attach counts on from them.
     pub fn unpin_links(&self) {

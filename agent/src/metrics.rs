@@ -58,6 +58,8 @@ pub struct Metrics {
     attached: IntGaugeVec,
     interface_up: IntGaugeVec,
     attach_errors: IntCounterVec,
+    program_runs: IntCounterVec,
+    program_seconds: prometheus::CounterVec,
     tunnels: IntCounterVec,
     rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
@@ -195,6 +197,13 @@ impl Metrics {
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             interface_up: int_gauge(&r, "rocemon_interface_up", "1 while a watched interface exists and rocemon's programs are attached to it, 0 while it is gone.", &["iface"])?,
             attach_errors: counter(&r, "rocemon_attach_errors_total", "Attempts to attach to a watched interface (after it came back) that failed.", &["iface"])?,
+            program_runs: counter(&r, "rocemon_program_runs_total", "Runs of each rocemon kernel program, as the kernel counts them (BPF run-time statistics on).", &["iface", "hook", "program"])?,
+            program_seconds: {
+                let name = "rocemon_program_run_seconds_total";
+                let c = prometheus::CounterVec::new(Opts::new(name, "Time the kernel spent in each rocemon kernel program (BPF run-time statistics on): divided by rocemon_program_runs_total, the cost per packet."), &["iface", "hook", "program"])?;
+                r.add(Box::new(c.clone()), &[name.to_string()])?;
+                c
+            },
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             session_overflow: counter(&r, "rocemon_session_overflow_packets_total", "Encapsulated RoCEv2 packets whose mirror session found the session map full (counted everywhere but in the per-session series).", HOOK)?,
             redirect_failures: counter(&r, "rocemon_afxdp_redirect_failures_total", "AF_XDP capture: RoCE frames whose receive queue had no socket; the kernel counted them itself and passed them on.", &["iface"])?,
@@ -225,6 +234,27 @@ impl Metrics {
         self.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), kernel.trim()])
             .set(1);
+    }
+
+    /// The kernel's run count and run time of one program (totals since it was loaded).
+    pub fn set_program_stats(
+        &self,
+        iface: &str,
+        hook: Hook,
+        program: &str,
+        runs: u64,
+        seconds: f64,
+    ) {
+        let l = [iface, hook.name(), program];
+        follow(&self.program_runs.with_label_values(&l), runs);
+        let c = self.program_seconds.with_label_values(&l);
+        let seen = c.get();
+        if seconds >= seen {
+            c.inc_by(seconds - seen);
+        } else {
+            c.reset();
+            c.inc_by(seconds);
+        }
     }
 
     /// Whether a watched interface is there with the programs attached.

@@ -85,6 +85,20 @@ pub async fn run(
     // systemd Type=notify: ready once the programs are attached and /metrics serves.
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    // The kernel's per-program run time and count (what each packet costs, in production):
+    // on while this descriptor is open. It needs CAP_SYS_ADMIN; without it the figures come
+    // only where `sysctl kernel.bpf_stats_enabled=1` is set. Costs two clock reads per run.
+    let _stats = if config.program_stats {
+        match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                log::info!("BPF run-time statistics not enabled by rocemon ({e}); rocemon_program_run_seconds_total counts only with `sysctl kernel.bpf_stats_enabled=1`");
+                None
+            }
+        }
+    } else {
+        None
+    };
     // Link changes: a cue to look at the watched interfaces again (also done every poll).
     let links = match crate::sources::links::LinkEvents::open() {
         Ok(l) => Some(l),
@@ -333,6 +347,9 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
     if new.web != config.web {
         kept.push("web");
     }
+    if new.program_stats != config.program_stats {
+        kept.push("program_stats");
+    }
     if !kept.is_empty() {
         log::warn!(
             "reload: {} changed but need a restart to apply (systemctl restart rocemon); the rest is applied",
@@ -400,6 +417,9 @@ fn poll(
             }
         }
         m.set_capture_queues(&p.iface, &p.capture_queues());
+        for (hook, program, runs, seconds) in p.program_stats() {
+            m.set_program_stats(&p.iface, hook, program, runs, seconds);
+        }
         match p.read_flows() {
             Ok((flows, errors)) => {
                 if let Some(created) = created {
