@@ -601,6 +601,14 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     );
 }
 
+/// A temporary directory with a bpffs of the test's own in it, and the pin directory on it.
+fn own_bpffs(prefix: &str) -> (TempDir, BpfFs, std::path::PathBuf) {
+    let dir = TempDir::new(prefix).unwrap();
+    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let pin_dir = fs.path().join("rocemon");
+    (dir, fs, pin_dir)
+}
+
 /// `rocemon run` with XDP (native) and tc ingress on `ifn`, pinned under `pin`, fast polls.
 fn pinned_args<'a>(ifn: &'a str, pin: &'a str) -> [&'a str; 13] {
     [
@@ -630,10 +638,8 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         return;
     }
     require_tshark();
-    let dir = TempDir::new("rocemon-pin").unwrap();
-    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let (dir, fs, pin_dir) = own_bpffs("rocemon-pin");
     let bpffs = fs.path().to_path_buf();
-    let pin_dir = bpffs.join("rocemon");
     let pin = pin_dir.to_str().unwrap();
     let fx = fixtures::rc_ipv4();
     let path = fx.write(dir.path()).unwrap();
@@ -838,9 +844,7 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
         return;
     }
     require_tshark();
-    let dir = TempDir::new("rocemon-relink").unwrap();
-    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
-    let pin_dir = fs.path().join("rocemon");
+    let (dir, _fs, pin_dir) = own_bpffs("rocemon-relink");
     let path = fixtures::rc_ipv4().write(dir.path()).unwrap();
     let e = tshark::expected(&path).unwrap();
     let pair = VethPair::new("rcrelink").unwrap();

@@ -369,6 +369,19 @@ fn the_shipped_example_configuration_is_valid_and_errors_name_the_key() {
     }
 }
 
+/// `systemd-analyze verify` passes on `unit` (and its drop-ins) without a word.
+fn verify_unit(unit: &Path, what: &str) {
+    let out = Command::new("systemd-analyze")
+        .args(["verify", unit.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify, {what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn the_shipped_systemd_unit_verifies_and_rates_ok() {
     if Command::new("systemd-analyze")
@@ -385,15 +398,7 @@ fn the_shipped_systemd_unit_verifies_and_rates_ok() {
     let unit = std::fs::read_to_string(format!("{REPO}/packaging/rocemon.service")).unwrap();
     let path = dir.path().join("rocemon.service");
     std::fs::write(&path, unit.replace("/usr/local/bin/rocemon", BIN)).unwrap();
-    let out = Command::new("systemd-analyze")
-        .args(["verify", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "systemd-analyze verify: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    verify_unit(&path, "the unit");
     let out = Command::new("systemd-analyze")
         .args([
             "security",
@@ -420,15 +425,7 @@ fn the_shipped_systemd_unit_verifies_and_rates_ok() {
         dropin.join("afxdp.conf"),
     )
     .unwrap();
-    let out = Command::new("systemd-analyze")
-        .args(["verify", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "systemd-analyze verify with the AF_XDP drop-in: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    verify_unit(&path, "the unit with the AF_XDP drop-in");
 }
 
 /// Logs: JSON lines on request; syslog priority prefixes when stderr is the journal
