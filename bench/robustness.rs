@@ -59,23 +59,8 @@ pub fn http_under_attack(bin: &str, dir: &Path) -> Result<Value> {
     )?;
     let host = LoopNs::new("rbdos")?;
     let ns = host.0.clone();
-    let mut agent = Agent::start(
-        &ns,
-        bin,
-        &[
-            "run",
-            "--iface",
-            "lo",
-            "--hooks",
-            "tc-ingress",
-            "--poll-interval-ms",
-            "100",
-            "--listen",
-            ADDR,
-            "--web-config",
-            web.to_str().context("path")?,
-        ],
-    )?;
+    let web_config = web.to_str().context("path")?;
+    let mut agent = Agent::on_loopback(&ns, bin, ADDR, &["--web-config", web_config])?;
     let good = basic_auth("prometheus:change-me");
     let t = Instant::now();
     while http_request_in(&ns, None, ADDR, "/metrics", &[("Authorization", &good)])

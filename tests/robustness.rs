@@ -18,21 +18,9 @@ fn can_run() -> bool {
     require_root("a robustness test (namespaces, BPF)")
 }
 
-/// An agent on the namespace's loopback (tc ingress, 100 ms polls), with `extra` flags.
+/// An agent on the namespace's loopback, with `extra` flags.
 fn agent_on_lo(ns: &str, extra: &[&str]) -> anyhow::Result<Agent> {
-    let mut args = vec![
-        "run",
-        "--iface",
-        "lo",
-        "--hooks",
-        "tc-ingress",
-        "--poll-interval-ms",
-        "100",
-        "--listen",
-        ADDR,
-    ];
-    args.extend_from_slice(extra);
-    Agent::start(ns, BIN, &args)
+    Agent::on_loopback(ns, BIN, ADDR, extra)
 }
 
 fn wait_ready(ns: &str, agent: &mut Agent) -> String {

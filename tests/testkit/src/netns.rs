@@ -253,6 +253,24 @@ impl Agent {
         Ok(Agent { child: Some(child) })
     }
 
+    /// rocemon on the loopback of namespace `ns` (tc ingress, 100 ms polls, listening on
+    /// `addr`), with `extra` flags: a host of its own for the HTTP tests and benchmarks.
+    pub fn on_loopback(ns: &str, bin: &str, addr: &str, extra: &[&str]) -> Result<Agent> {
+        let mut args = vec![
+            "run",
+            "--iface",
+            "lo",
+            "--hooks",
+            "tc-ingress",
+            "--poll-interval-ms",
+            "100",
+            "--listen",
+            addr,
+        ];
+        args.extend_from_slice(extra);
+        Agent::start(ns, bin, &args)
+    }
+
     /// Waits until `GET /metrics` answers 200 at `addr` inside `ns` with a body that `ready`
     /// accepts; fails when the agent exits first or `timeout` passes. Returns the body.
     pub fn wait_metrics(
