@@ -619,7 +619,6 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
             if f.len() < 14 {
                 continue;
             }
-            let parsed = parse(&SliceReader(&f), LinkType::Ethernet);
             for (hook, ebpf) in &objects {
                 let hook = *hook;
                 let xdp = matches!(hook, Hook::Xdp | Hook::AfXdp);
@@ -647,7 +646,7 @@ fn fuzz_kernel(secs: u64) -> Result<()> {
                         r.retval
                     );
                 }
-                host[hook as usize].record(&parsed, f.len() as u64, 0);
+                rocemon::testrun::record_as_kernel(&mut host[hook as usize], &f, 0);
                 runs += 1;
             }
         }

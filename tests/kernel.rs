@@ -5,7 +5,7 @@
 use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
 use rocemon::loader;
 use rocemon::sources::tally::{self, Tally};
-use rocemon::testrun::test_run;
+use rocemon::testrun::{record_as_kernel, test_run};
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{require_root, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
@@ -86,9 +86,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     fx.name,
                     hook.name()
                 );
-                let p = parse(&SliceReader(&data), LinkType::Ethernet);
-                let t = &mut host[hook as usize];
-                t.record(&p, data.len() as u64, 0);
+                record_as_kernel(&mut host[hook as usize], &data, 0);
             }
         }
         let mut host_flows: BTreeMap<FlowKey, FlowStats> = BTreeMap::new();
@@ -139,6 +137,14 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
             }
         }
         for hook in Hook::ALL {
+            let (k, h) = (&kernel[hook as usize], &host[hook as usize].counters);
+            assert_eq!(
+                (k.slow_path_frames, k.slow_path_unreachable),
+                (h.slow_path_frames, 0),
+                "{}: {}: frames through the slow program (the fast path must answer the rest)",
+                fx.name,
+                hook.name()
+            );
             assert_eq!(
                 kernel[hook as usize],
                 host[hook as usize].counters,
@@ -285,11 +291,7 @@ fn full_flow_map_keeps_global_counters_exact() {
             test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
             XDP_PASS
         );
-        host.record(
-            &parse(&SliceReader(&data), LinkType::Ethernet),
-            data.len() as u64,
-            0,
-        );
+        record_as_kernel(&mut host, &data, 0);
     }
     let k = loader::read_counters(&ebpf).unwrap();
     assert_eq!(
@@ -324,9 +326,11 @@ fn every_program_verifies_within_half_the_kernel_budget() {
     for h in Hook::ALL {
         let mut ebpf = loader::load_object(1024).unwrap();
         loader::load_programs(&mut ebpf, &[h]).unwrap();
-        let p = ebpf.program(h.program()).unwrap();
-        let n = p.info().unwrap().verified_instruction_count().unwrap_or(0);
-        costs.push((h.program(), n));
+        for name in [h.program(), h.slow_path().2] {
+            let p = ebpf.program(name).unwrap();
+            let n = p.info().unwrap().verified_instruction_count().unwrap_or(0);
+            costs.push((name, n));
+        }
     }
     eprintln!("verified instructions: {costs:?}");
     for (name, n) in costs {

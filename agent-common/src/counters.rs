@@ -46,6 +46,17 @@ impl Hook {
         }
     }
 
+    /// Where this hook's slow program sits: (program array, slot, program name). The kernel
+    /// tail-calls the slot as a constant; the loader fills it.
+    pub const fn slow_path(self) -> (&'static str, u32, &'static str) {
+        match self {
+            Hook::Xdp => (crate::MAP_XDP_SLOW, 0, crate::PROG_XDP_SLOW),
+            Hook::AfXdp => (crate::MAP_XDP_SLOW, 1, crate::PROG_AFXDP_SLOW),
+            Hook::TcIngress => (crate::MAP_TC_SLOW, 0, crate::PROG_TC_INGRESS_SLOW),
+            Hook::TcEgress => (crate::MAP_TC_SLOW, 1, crate::PROG_TC_EGRESS_SLOW),
+        }
+    }
+
     pub const fn direction(self) -> &'static str {
         match self {
             Hook::Xdp | Hook::TcIngress | Hook::AfXdp => "ingress",
@@ -97,6 +108,13 @@ pub struct HookCounters {
     /// AF_XDP capture only: frames meant for a socket that found none bound on their receive
     /// queue. The kernel program counts them itself and passes them on, so nothing is lost.
     pub capture_redirect_failures: u64,
+    /// Kernel only: frames the fast path handed to the general parser (the slow program,
+    /// through a tail call): tunnels, QinQ, IP options and fragments, extension headers,
+    /// frames cut short. Every other frame was counted by the fast path alone.
+    pub slow_path_frames: u64,
+    /// Kernel only: frames whose tail call to the slow program failed (its program array
+    /// slot empty). Counted in `frames` and `frame_bytes` but under no outcome; never expected.
+    pub slow_path_unreachable: u64,
 }
 
 impl Default for HookCounters {
@@ -125,6 +143,8 @@ impl HookCounters {
         tunnel_packets: [0; 8],
         session_overflow: 0,
         capture_redirect_failures: 0,
+        slow_path_frames: 0,
+        slow_path_unreachable: 0,
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -240,6 +260,8 @@ counter_fields! {
     tunnel_packets: array,
     session_overflow: scalar,
     capture_redirect_failures: scalar,
+    slow_path_frames: scalar,
+    slow_path_unreachable: scalar,
 }
 
 /// The counters where two blocks differ: `(field[index], a, b)`.
@@ -274,7 +296,7 @@ mod tests {
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
-            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 2)
+            8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 4)
         );
     }
 

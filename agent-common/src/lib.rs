@@ -10,6 +10,8 @@
 //!   UDP, BTH, extension headers) with offsets, lengths and big-endian getters.
 //! - [`opcode`]: the BTH opcode table (names, transport, operation class, extension headers).
 //! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
+//! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
+//!   what [`parse`] would, or hands the frame on.
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
@@ -17,6 +19,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod counters;
+pub mod fast;
 pub mod flow;
 pub mod headers;
 pub mod opcode;
@@ -53,6 +56,16 @@ pub const MAP_XSKS: &str = "XSKS";
 pub const MAX_CAPTURE_QUEUES: u32 = 64;
 /// Name of the per-CPU hash of [`SessionKey`] -> [`SessionStats`].
 pub const MAP_SESSIONS: &str = "SESSIONS";
+/// The slow programs: the general parser, reached by a tail call when the fast path hands a
+/// frame on (see [`fast`]). Each lives in a program array of its program type.
+pub const PROG_XDP_SLOW: &str = "rocemon_xdp_slow";
+pub const PROG_TC_INGRESS_SLOW: &str = "rocemon_tc_ingress_slow";
+pub const PROG_TC_EGRESS_SLOW: &str = "rocemon_tc_egress_slow";
+pub const PROG_AFXDP_SLOW: &str = "rocemon_xdp_afxdp_slow";
+/// Program array of the XDP slow programs (XDP and AF_XDP hooks).
+pub const MAP_XDP_SLOW: &str = "XDP_SLOW";
+/// Program array of the tc slow programs (ingress and egress).
+pub const MAP_TC_SLOW: &str = "TC_SLOW";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

@@ -246,14 +246,14 @@ impl RoceInfo {
 }
 
 /// Where the UDP header starts and what the IP layer said.
-struct L3 {
-    l4: usize,
+pub(crate) struct L3 {
+    pub(crate) l4: usize,
     /// Bytes of IP payload the IP header announces (for the UDP length check).
-    payload_len: usize,
-    ip_version: u8,
-    ecn: u8,
-    src: [u8; 16],
-    dst: [u8; 16],
+    pub(crate) payload_len: usize,
+    pub(crate) ip_version: u8,
+    pub(crate) ecn: u8,
+    pub(crate) src: [u8; 16],
+    pub(crate) dst: [u8; 16],
 }
 
 /// Parses one frame. Never panics, never reads outside the reader.

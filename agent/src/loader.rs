@@ -11,7 +11,7 @@ use agent_common::{
     MAP_SESSIONS, MAP_XSKS,
 };
 use anyhow::{Context, Result};
-use aya::maps::{PerCpuArray, PerCpuHashMap, XskMap};
+use aya::maps::{PerCpuArray, PerCpuHashMap, ProgramArray, XskMap};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::{SchedClassifierLink, TcAttachType};
 use aya::programs::xdp::XdpLink;
@@ -150,15 +150,31 @@ fn tc_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier
     Ok(p)
 }
 
-/// Loads the programs for `hooks` (the verifier runs here) without attaching them.
+/// Loads the programs for `hooks` (the verifier runs here) without attaching them: each hook's
+/// fast entry program and its slow program, whose program-array slot is filled here, before
+/// anything is attached (an empty slot would leave the frames it serves unparsed).
 pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
     for h in hooks {
-        let name = h.program();
-        match h {
-            Hook::Xdp | Hook::AfXdp => xdp_prog(ebpf, name)?.load(),
-            Hook::TcIngress | Hook::TcEgress => tc_prog(ebpf, name)?.load(),
+        let (array, slot, slow) = h.slow_path();
+        for name in [h.program(), slow] {
+            match h {
+                Hook::Xdp | Hook::AfXdp => xdp_prog(ebpf, name)?.load(),
+                Hook::TcIngress | Hook::TcEgress => tc_prog(ebpf, name)?.load(),
+            }
+            .with_context(|| format!("load {name} (the {} hook)", h.name()))?;
         }
-        .with_context(|| format!("load {name} (the {} hook)", h.name()))?;
+        let fd = ebpf
+            .program(slow)
+            .with_context(|| format!("{slow} missing from the object"))?
+            .fd()?
+            .try_clone()
+            .with_context(|| format!("duplicate the fd of {slow}"))?;
+        let mut jump = ProgramArray::try_from(
+            ebpf.map_mut(array)
+                .with_context(|| format!("{array} map missing"))?,
+        )?;
+        jump.set(slot, &fd, 0)
+            .with_context(|| format!("put {slow} into {array}[{slot}]"))?;
     }
     Ok(())
 }

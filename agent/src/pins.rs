@@ -17,15 +17,24 @@
 
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
-    MAP_SESSIONS, SESSION_MAP_ENTRIES,
+    MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
 };
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// Where pins go unless configured otherwise.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rocemon";
-/// The maps that carry counts across restarts (the rest is per process: scratch, logs).
-pub const PINNED_MAPS: [&str; 3] = [MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS];
+/// The maps that carry counts across restarts (the rest is per process: scratch, logs), and
+/// the program arrays of the slow programs: the kernel empties a program array when its last
+/// user reference closes, so without a pin the pinned links' fast programs would lose their
+/// slow path when the agent exits.
+pub const PINNED_MAPS: [&str; 5] = [
+    MAP_COUNTERS,
+    MAP_FLOWS,
+    MAP_SESSIONS,
+    MAP_XDP_SLOW,
+    MAP_TC_SLOW,
+];
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
 /// A name for the shapes of everything pinned: sizes of the shared types and map sizes.

@@ -1,0 +1,210 @@
+//! The fast path: the frame shapes that carry almost all RoCE, parsed at constant offsets.
+//!
+//! Ethernet with no tag or one tag, then IPv4 with a 20-byte header (no options, not a
+//! fragment) or IPv6 straight to UDP, then UDP to 4791 and the BTH with its extension headers.
+//! Each shape is one instantiation of [`ip`] with its offsets as constants, so the kernel
+//! reads every header with direct packet access at a fixed offset (Katran's
+//! `process_packet(is_ipv6)`, Cilium's per-family programs) and the verifier sees a handful of
+//! straight paths instead of the general parser's tree.
+//!
+//! [`parse_fast`] answers only when it is sure: `Some(result)` is exactly what [`parse`] says
+//! for the frame (the host tests check that on every fixture and on random frames), and
+//! `None` sends the frame to the general parser (the kernel's slow program, reached by a tail
+//! call): QinQ, IPv4 options and fragments, IPv6 extension headers, mirror and tunnel
+//! encapsulations, and every frame cut short or malformed. Common non-RoCE traffic (ARP, TCP,
+//! UDP to other ports) is answered here too, so it costs next to nothing.
+//!
+//! [`parse`]: crate::parse::parse
+
+use crate::headers::be16;
+use crate::headers::bth::{self, Bth};
+use crate::headers::encap::{Tunnel, PROTO_GRE, VXLAN_PORT};
+use crate::headers::ethernet::{self, is_vlan};
+use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
+use crate::headers::ipv4::{self, Ipv4Header};
+use crate::headers::ipv6::{self, Ipv6Header};
+use crate::headers::udp::{self, UdpHeader};
+use crate::headers::{be24, be32};
+use crate::opcode::ext_layout;
+use crate::parse::{Aeth, Deth, Outcome, RoceInfo, L3};
+use crate::reader::PacketReader;
+use crate::ROCEV2_UDP_PORT;
+
+/// The answer of the fast path: `None` means "ask the general parser".
+pub type FastResult = Option<Result<RoceInfo, Outcome>>;
+
+/// Bytes of a frame the fast path may read (the deepest: one tag, IPv6, UDP, BTH and the
+/// longest extension headers). A reader that can see this much of a frame (or the whole
+/// frame) answers every read the same way as one over the whole frame, which is what the
+/// kernel checks before it trusts its direct view of a multi-buffer or non-linear frame.
+pub const FAST_PATH_BYTES: usize = 128;
+
+/// IP protocol numbers the fast path knows are neither UDP nor a tunnel nor an IPv6
+/// extension header: TCP and ICMPv6 (the frames a RoCE host sees next to RoCE).
+const PROTO_TCP: u8 = 6;
+const PROTO_ICMPV6: u8 = 58;
+
+/// Parses an Ethernet frame of a common shape, or says it is not one (see the module doc).
+#[inline(always)]
+pub fn parse_fast<R: PacketReader>(r: &R) -> FastResult {
+    let ethertype = be16(r.read(ethernet::ETHERTYPE_OFFSET)?);
+    match ethertype {
+        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0),
+        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0),
+        t if is_vlan(t) => {
+            let inner = be16(r.read(ethernet::LEN + 2)?);
+            const TAGGED: usize = ethernet::LEN + ethernet::VLAN_TAG_LEN;
+            match inner {
+                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1),
+                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1),
+                t if is_vlan(t) => None,
+                _ => Some(Err(Outcome::NotIp)),
+            }
+        }
+        _ => Some(Err(Outcome::NotIp)),
+    }
+}
+
+/// One IP family at one L2 length: every offset below is a constant.
+#[inline(always)]
+fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(r: &R, vlan_tags: u8) -> FastResult {
+    let (l3, proto) = if V6 {
+        let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
+        if h.version() != 6 {
+            return None;
+        }
+        let l3 = L3 {
+            l4: L3_OFF + ipv6::LEN,
+            payload_len: h.payload_len(),
+            ip_version: 6,
+            ecn: h.ecn(),
+            src: h.src(),
+            dst: h.dst(),
+        };
+        (l3, h.next_header())
+    } else {
+        let h = Ipv4Header(r.read::<{ ipv4::MIN_LEN }>(L3_OFF)?);
+        // Version 4, IHL 5 (no options), a total length that holds the header, not a
+        // fragment: anything else is the general parser's.
+        if h.0[0] != 0x45 || h.total_len() < ipv4::MIN_LEN || h.fragment_offset() != 0 {
+            return None;
+        }
+        let (s, d) = (h.src(), h.dst());
+        let l3 = L3 {
+            // Stated, not derived from the IHL: the offsets stay compile-time constants.
+            l4: L3_OFF + ipv4::MIN_LEN,
+            payload_len: h.total_len() - ipv4::MIN_LEN,
+            ip_version: 4,
+            ecn: h.ecn(),
+            src: [s[0], s[1], s[2], s[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            dst: [d[0], d[1], d[2], d[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        };
+        (l3, h.protocol())
+    };
+    match proto {
+        ipv4::PROTO_UDP => {}
+        PROTO_GRE => return None,
+        PROTO_TCP => return Some(Err(Outcome::NotUdp)),
+        PROTO_ICMPV6 if V6 => return Some(Err(Outcome::NotUdp)),
+        // IPv6 extension headers (or ESP/AH) and other protocols: IPv4 answers at once,
+        // IPv6 lets the general parser walk the chain.
+        _ if V6 => return None,
+        _ => return Some(Err(Outcome::NotUdp)),
+    }
+    let u = UdpHeader(r.read::<{ udp::LEN }>(l3.l4)?);
+    match u.dst_port() {
+        ROCEV2_UDP_PORT => {}
+        VXLAN_PORT => return None,
+        _ => return Some(Err(Outcome::UdpOtherPort)),
+    }
+    Some(roce(r, &l3, u, Tunnel::default(), vlan_tags))
+}
+
+/// The RoCEv2 part of a frame once its UDP header (to port 4791) is read: the BTH and the
+/// extension headers its opcode has. The same steps as the end of [`parse`](crate::parse::parse),
+/// written out again on purpose: sharing one function changed how LLVM laid out the general
+/// parser's slow program, which then failed the verifier (an undefined register read on an
+/// error path) or the 512-byte stack. The tests hold the two to the same answers.
+#[inline(always)]
+fn roce<R: PacketReader>(
+    r: &R,
+    l3: &L3,
+    u: UdpHeader,
+    tunnel: Tunnel,
+    vlan_tags: u8,
+) -> Result<RoceInfo, Outcome> {
+    let mut udp_len = u.length();
+    if udp_len < udp::LEN {
+        return Err(Outcome::BadUdpLength);
+    }
+    // The datagram as far as this IP packet carries it (a first fragment, or a UDP length
+    // that overstates the IP payload, is cut to what the IP header announces).
+    if udp_len > l3.payload_len {
+        udp_len = l3.payload_len;
+    }
+    if udp_len < udp::LEN + bth::LEN {
+        return Err(Outcome::TruncatedBth);
+    }
+    let bth_off = l3.l4 + udp::LEN;
+    let b = Bth::from_bytes(
+        r.read::<{ bth::LEN }>(bth_off)
+            .ok_or(Outcome::TruncatedBth)?,
+    );
+
+    let mut info = RoceInfo {
+        outcome: Outcome::Roce,
+        ip_version: l3.ip_version,
+        ecn: l3.ecn,
+        src: l3.src,
+        dst: l3.dst,
+        sport: u.src_port(),
+        udp_len: udp_len as u16,
+        vlan_tags,
+        tunnel,
+        bth: b,
+        reth_dma_len: None,
+        aeth: None,
+        deth: None,
+    };
+    let layout = ext_layout(b.opcode);
+    let ext_off = bth_off + bth::LEN;
+    if udp_len < udp::LEN + bth::LEN + layout.len as usize
+        || r.len() < ext_off + layout.len as usize
+    {
+        info.outcome = Outcome::RoceExtTruncated;
+        return Ok(info);
+    }
+    if let Some(at) = layout.deth {
+        match r.read::<DETH_LEN>(ext_off + at as usize) {
+            Some(d) => {
+                info.deth = Some(Deth {
+                    qkey: be32([d[0], d[1], d[2], d[3]]),
+                    src_qp: be24([d[5], d[6], d[7]]),
+                })
+            }
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    if let Some(at) = layout.reth {
+        match r.read::<RETH_LEN>(ext_off + at as usize) {
+            Some(e) => info.reth_dma_len = Some(be32([e[12], e[13], e[14], e[15]])),
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    if let Some(at) = layout.aeth {
+        match r.read::<AETH_LEN>(ext_off + at as usize) {
+            Some(a) => {
+                info.aeth = Some(Aeth {
+                    syndrome: a[0],
+                    msn: be24([a[1], a[2], a[3]]),
+                })
+            }
+            None => info.outcome = Outcome::RoceExtTruncated,
+        }
+    }
+    Ok(info)
+}
+
+#[cfg(test)]
+#[path = "fast_tests.rs"]
+mod tests;
