@@ -17,7 +17,7 @@
 
 mod robustness;
 
-use agent_common::{FlowKey, FlowStats, Hook, MAP_FLOWS};
+use agent_common::{FlowKey, FlowStats, Hook, SliceReader, MAP_FLOWS};
 use anyhow::{bail, Context, Result};
 use aya::maps::{PerCpuHashMap, PerCpuValues};
 use aya::util::nr_cpus;
@@ -26,7 +26,7 @@ use rocemon::loader;
 use rocemon::metrics::Metrics;
 use rocemon::testrun::test_run;
 use rocemon_testkit::fixtures::{whole, Format};
-use rocemon_testkit::frames::{Roce, TPID_8021AD, TPID_8021Q};
+use rocemon_testkit::frames::{self, Roce, TPID_8021AD, TPID_8021Q};
 use rocemon_testkit::netns::{http_get_in, metric_sum, run, Agent, VethPair};
 use rocemon_testkit::Rng;
 use serde_json::{json, Value};
@@ -41,7 +41,9 @@ fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
 }
 
-/// The frames the kernel benchmark runs: several opcodes, IPv4 and IPv6, VLAN and QinQ.
+/// The frames the kernel benchmark runs: several opcodes, IPv4 and IPv6, VLAN; the non-RoCE
+/// frames a RoCE host sees next to RoCE (UDP to another port, ARP); and the rare shapes the
+/// slow program parses (QinQ, IPv4 options, a VXLAN tunnel, an ERSPAN mirror).
 fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
     let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), 0xC001, 0x11, 0x0A);
     w.payload = 1024;
@@ -60,6 +62,30 @@ fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("RC ACK IPv4 802.1Q", ack.frame()),
         ("CNP IPv4", cnp.frame()),
         ("UD SEND_ONLY IPv6 QinQ", ud.frame()),
+        ("UDP 53 IPv4 (not RoCE)", {
+            let u = frames::udp(40000, 53, &[0u8; 40]);
+            frames::ethernet(
+                &[],
+                frames::ETH_IPV4,
+                &frames::ipv4([10, 1, 0, 1], [10, 1, 0, 9], 0, 17, 0, &u),
+            )
+        }),
+        (
+            "ARP (not IP)",
+            frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28]),
+        ),
+        ("RC WRITE_ONLY IPv4 options", {
+            let mut o = w.clone();
+            o.ipv4_options = 8;
+            o.frame()
+        }),
+        (
+            "RC SEND_ONLY in VXLAN",
+            frames::tunnel::vxlan(&s6.frame(), 77),
+        ),
+        ("RC WRITE_ONLY in ERSPAN III", {
+            frames::tunnel::erspan3(&w.frame(), 12, 1, true)
+        }),
     ]
 }
 
@@ -123,12 +149,17 @@ fn kernel_bench() -> Result<Value> {
             let xdp_base = ns(agent_common::PROG_BASELINE_XDP)?;
             let tc = ns(agent_common::PROG_TC_INGRESS)?;
             let tc_base = ns(agent_common::PROG_BASELINE_TC)?;
+            let path = if agent_common::fast::parse_fast(&SliceReader(&frame)).is_some() {
+                "fast"
+            } else {
+                "slow"
+            };
             rows.push(json!({
-                "flows_in_map": n, "frame": label, "bytes": frame.len(),
+                "flows_in_map": n, "frame": label, "bytes": frame.len(), "path": path,
                 "xdp_ns": xdp, "xdp_baseline_ns": xdp_base, "xdp_ratio": xdp / xdp_base,
                 "tc_ns": tc, "tc_baseline_ns": tc_base, "tc_ratio": tc / tc_base,
             }));
-            eprintln!("kernel: {n:>6} flows {label:<26} xdp {xdp:>5.0} ns (baseline {xdp_base:>4.0}, x{:.2})  tc {tc:>5.0} ns (baseline {tc_base:>4.0}, x{:.2})", xdp / xdp_base, tc / tc_base);
+            eprintln!("kernel: {n:>6} flows {label:<28} {path} xdp {xdp:>5.0} ns (baseline {xdp_base:>4.0}, x{:.2})  tc {tc:>5.0} ns (baseline {tc_base:>4.0}, x{:.2})", xdp / xdp_base, tc / tc_base);
         }
     }
     Ok(json!({ "repeat": REPEAT, "rows": rows }))
@@ -576,7 +607,7 @@ fn skb_harness_refuses(frame: &[u8]) -> bool {
 /// after each batch the whole counter block, the session map and the flow map of every
 /// program must equal the host's counts of the same frames.
 fn fuzz_kernel(secs: u64) -> Result<()> {
-    use agent_common::{parse, FlowKey, FlowStats, LinkType, Outcome, SliceReader};
+    use agent_common::{FlowKey, FlowStats, Outcome};
     use rocemon::sources::tally::Tally;
     use std::collections::BTreeMap;
     const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
