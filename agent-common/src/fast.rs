@@ -28,6 +28,7 @@ use crate::headers::{be24, be32};
 use crate::opcode::ext_layout;
 use crate::parse::{Aeth, Deth, Outcome, RoceInfo, L3};
 use crate::reader::PacketReader;
+use crate::record::PacketRecord;
 use crate::ROCEV2_UDP_PORT;
 
 /// The answer of the fast path: `None` means "ask the general parser".
@@ -47,27 +48,72 @@ const PROTO_ICMPV6: u8 = 58;
 /// Parses an Ethernet frame of a common shape, or says it is not one (see the module doc).
 #[inline(always)]
 pub fn parse_fast<R: PacketReader>(r: &R) -> FastResult {
-    let ethertype = be16(r.read(ethernet::ETHERTYPE_OFFSET)?);
-    match ethertype {
-        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0),
-        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0),
+    let mut rec = PacketRecord::default();
+    if parse_fast_into(r, &mut rec) {
+        Some(rec.load())
+    } else {
+        None
+    }
+}
+
+/// [`parse_fast`] writing its answer into `out` (the kernel passes its per-CPU record, so the
+/// parse result never sits in the entry program's stack frame). Returns whether it answered.
+#[inline(always)]
+pub fn parse_fast_into<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
+    let Some(ethertype) = r.read(ethernet::ETHERTYPE_OFFSET) else {
+        return false;
+    };
+    match be16(ethertype) {
+        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0, out),
+        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0, out),
         t if is_vlan(t) => {
-            let inner = be16(r.read(ethernet::LEN + 2)?);
+            let Some(inner) = r.read(ethernet::LEN + 2) else {
+                return false;
+            };
             const TAGGED: usize = ethernet::LEN + ethernet::VLAN_TAG_LEN;
-            match inner {
-                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1),
-                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1),
-                t if is_vlan(t) => None,
-                _ => Some(Err(Outcome::NotIp)),
+            match be16(inner) {
+                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1, out),
+                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1, out),
+                t if is_vlan(t) => false,
+                _ => {
+                    out.store(&Err(Outcome::NotIp));
+                    true
+                }
             }
         }
-        _ => Some(Err(Outcome::NotIp)),
+        _ => {
+            out.store(&Err(Outcome::NotIp));
+            true
+        }
+    }
+}
+
+/// One IP family at one L2 length, its answer stored in `out`.
+///
+/// Not inlined: in BPF each shape is then a subprogram with its own stack frame (the parse
+/// result lives there), so the entry program's frame plus the counting function's stays under
+/// the 512-byte limit.
+#[inline(never)]
+fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
+    r: &R,
+    vlan_tags: u8,
+    out: &mut PacketRecord,
+) -> bool {
+    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags) {
+        Some(p) => {
+            out.store(&p);
+            true
+        }
+        None => false,
     }
 }
 
 /// One IP family at one L2 length: every offset below is a constant.
 #[inline(always)]
-fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(r: &R, vlan_tags: u8) -> FastResult {
+fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
+    r: &R,
+    vlan_tags: u8,
+) -> FastResult {
     let (l3, proto) = if V6 {
         let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
         if h.version() != 6 {

@@ -12,6 +12,7 @@
 //! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
+//! - [`record`]: the parse result as one flat record (how the kernel hands it to counting).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
@@ -26,6 +27,7 @@ pub mod opcode;
 pub mod parse;
 pub mod psn;
 pub mod reader;
+pub mod record;
 pub mod session;
 
 pub use counters::{Hook, HookCounters};

@@ -256,6 +256,14 @@ pub(crate) struct L3 {
     pub(crate) dst: [u8; 16],
 }
 
+/// [`parse`] writing its result into `out`. Not inlined: in BPF the general parser is then a
+/// subprogram with its own stack frame (its result lives there), so the slow program's frame
+/// plus the counting function's stays under the 512-byte limit.
+#[inline(never)]
+pub fn parse_into<R: PacketReader>(r: &R, link: LinkType, out: &mut crate::record::PacketRecord) {
+    out.store(&parse(r, link));
+}
+
 /// Parses one frame. Never panics, never reads outside the reader.
 #[inline(always)]
 pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome> {

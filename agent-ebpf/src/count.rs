@@ -3,18 +3,108 @@
 //! in `rocemon::sources::tally`).
 
 use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
-use agent_common::{Hook, HookCounters, Outcome, RoceInfo, SessionKey, SessionStats};
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
+use agent_common::{
+    fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
+    Outcome, PacketReader, RoceInfo, SessionKey, SessionStats,
+};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns, macros::map, maps::PerCpuArray,
+};
+
+/// The parse result of the frame being counted, handed from a parse path to
+/// [`rocemon_count`] (a global function takes only scalars) as a flat record: a `Result`
+/// moved through memory carries undefined bytes the verifier refuses.
+#[map]
+static PARSED: PerCpuArray<PacketRecord> = PerCpuArray::with_max_entries(1, 0);
 
 /// Which program counts a frame (for the kernel-only counters).
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Path {
-    Fast,
-    Slow,
+    Fast = 0,
+    Slow = 1,
     /// The AF_XDP program meant to hand this frame to a socket and found none.
-    RedirectFailed,
+    RedirectFailed = 2,
     /// The AF_XDP slow program, same.
-    SlowRedirectFailed,
+    SlowRedirectFailed = 3,
+}
+
+impl Path {
+    #[inline(always)]
+    fn from_u32(v: u32) -> Path {
+        match v {
+            0 => Path::Fast,
+            1 => Path::Slow,
+            2 => Path::RedirectFailed,
+            _ => Path::SlowRedirectFailed,
+        }
+    }
+}
+
+/// This CPU's parse record.
+#[inline(always)]
+pub fn record() -> Option<&'static mut PacketRecord> {
+    let slot = PARSED.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot; BPF programs do not preempt each other on a CPU.
+    Some(unsafe { &mut *slot })
+}
+
+/// The fast path: parses a frame of a common shape straight into this CPU's record. Returns
+/// the record when the fast path answered (the caller counts it with [`counted`]), `None`
+/// when the frame belongs to the slow program.
+#[inline(always)]
+pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut PacketRecord> {
+    let r = r?;
+    let rec = record()?;
+    if parse_fast_into(&r, rec) {
+        Some(rec)
+    } else {
+        None
+    }
+}
+
+/// Counts the frame whose parse result is in this CPU's record (a failed flow update is
+/// counted in `flow_update_errors`; the agent logs it when the counter first moves: no logging
+/// on the packet path).
+#[inline(always)]
+pub fn counted(hook: Hook, frame_len: u64, path: Path) {
+    rocemon_count(hook as u32, frame_len, path as u32);
+}
+
+/// The slow path: the general parser, its result written into this CPU's record. `None`
+/// only if the record cannot be had (then the frame is counted as unreachable).
+#[inline(always)]
+pub fn slow<R: PacketReader>(
+    r: &R,
+    hook: Hook,
+    frame_len: u64,
+) -> Option<&'static mut PacketRecord> {
+    let Some(rec) = record() else {
+        unreachable(hook, frame_len);
+        return None;
+    };
+    parse_into(r, LinkType::Ethernet, rec);
+    Some(rec)
+}
+
+/// The counting sequence as a global BPF function: the verifier checks it once, on its own,
+/// instead of once at the end of every parse path (BTF marks it global; it takes only
+/// scalars and finds the parse result in [`PARSED`]).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
+    let hook = match hook {
+        0 => Hook::Xdp,
+        1 => Hook::TcIngress,
+        2 => Hook::TcEgress,
+        _ => Hook::AfXdp,
+    };
+    let Some(slot) = PARSED.get_ptr(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot, written by the caller just before.
+    let p = unsafe { (*slot).load() };
+    parsed(&p, hook, frame_len, Path::from_u32(path)) as u32
 }
 
 /// This CPU's counter block of a hook.
@@ -37,13 +127,12 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 }
 
 /// Counts one parsed frame: the hook's counter block, its mirror session and its flow.
-/// Returns true when a flow update failed for the first time on this CPU (so the caller logs
-/// once, not per packet).
+/// Returns true when a flow update failed.
 // Keys and values are passed by reference on purpose: by value they would be copied onto the
 // 512-byte BPF stack once more.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-pub fn parsed(parsed: &Result<RoceInfo, Outcome>, hook: Hook, frame_len: u64, path: Path) -> bool {
+fn parsed(parsed: &Result<RoceInfo, Outcome>, hook: Hook, frame_len: u64, path: Path) -> bool {
     let Some(c) = block(hook) else {
         return false;
     };
@@ -76,7 +165,7 @@ pub fn parsed(parsed: &Result<RoceInfo, Outcome>, hook: Hook, frame_len: u64, pa
     }
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         c.flow_update_errors += 1;
-        return c.flow_update_errors == 1;
+        return true;
     };
     // SAFETY: this CPU's scratch slot; zeroed in place (no stack copy), then filled.
     let ev = unsafe {
@@ -100,7 +189,7 @@ pub fn parsed(parsed: &Result<RoceInfo, Outcome>, hook: Hook, frame_len: u64, pa
         return false;
     }
     c.flow_update_errors += 1;
-    c.flow_update_errors == 1
+    true
 }
 
 /// Adds a packet to its mirror session's counters (a new session is inserted; a full map is

@@ -17,8 +17,8 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    fast::parse_fast, parse, parse::captured, FlowKey, FlowStats, Hook, HookCounters, LinkType,
-    SessionKey, SessionStats, FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
+    FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
+    MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
@@ -27,7 +27,6 @@ use aya_ebpf::{
     maps::{LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, ProgramArray, XskMap},
     programs::{TcContext, XdpContext},
 };
-use aya_log_ebpf::warn;
 use count::Path;
 use direct::DirectReader;
 
@@ -80,10 +79,8 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(p) = xdp_direct(&ctx, len).and_then(|r| parse_fast(&r)) {
-        if count::parsed(&p, Hook::Xdp, len, Path::Fast) {
-            warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
-        }
+    if count::fast(xdp_direct(&ctx, len)).is_some() {
+        count::counted(Hook::Xdp, len, Path::Fast);
         return xdp_action::XDP_PASS;
     }
     // SAFETY: a tail call with the program's own context; on return it failed.
@@ -96,9 +93,8 @@ pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_slow(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    let p = parse(&xdp::XdpReader::new(&ctx, len), LinkType::Ethernet);
-    if count::parsed(&p, Hook::Xdp, len, Path::Slow) {
-        warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
+    if count::slow(&xdp::XdpReader::new(&ctx, len), Hook::Xdp, len).is_some() {
+        count::counted(Hook::Xdp, len, Path::Slow);
     }
     xdp_action::XDP_PASS
 }
@@ -127,10 +123,8 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
-    if let Some(p) = r.and_then(|r| parse_fast(&r)) {
-        if count::parsed(&p, hook, len, Path::Fast) {
-            warn!(ctx, "rocemon: flow map update failed (first on this CPU)");
-        }
+    if count::fast(r).is_some() {
+        count::counted(hook, len, Path::Fast);
         return TC_ACT_PIPE;
     }
     // SAFETY: as in rocemon_xdp; the slot is a constant per hook.
@@ -141,9 +135,9 @@ fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
 
 #[inline(always)]
 fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
-    let p = parse(&tc::TcReader::new(ctx), LinkType::Ethernet);
-    if count::parsed(&p, hook, tc::wire_len(ctx), Path::Slow) {
-        warn!(ctx, "rocemon: flow map update failed (first on this CPU)");
+    let len = tc::wire_len(ctx);
+    if count::slow(&tc::TcReader::new(ctx), hook, len).is_some() {
+        count::counted(hook, len, Path::Slow);
     }
     TC_ACT_PIPE
 }
@@ -157,8 +151,8 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(p) = xdp_direct(&ctx, len).and_then(|r| parse_fast(&r)) {
-        let wanted = captured(&p);
+    if let Some(rec) = count::fast(xdp_direct(&ctx, len)) {
+        let wanted = rec.captured();
         if wanted {
             if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
                 return action;
@@ -169,9 +163,7 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
         } else {
             Path::Fast
         };
-        if count::parsed(&p, Hook::AfXdp, len, path) {
-            warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
-        }
+        count::counted(Hook::AfXdp, len, path);
         return xdp_action::XDP_PASS;
     }
     // SAFETY: as in rocemon_xdp.
@@ -184,8 +176,10 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    let p = parse(&xdp::XdpReader::new(&ctx, len), LinkType::Ethernet);
-    let wanted = captured(&p);
+    let Some(rec) = count::slow(&xdp::XdpReader::new(&ctx, len), Hook::AfXdp, len) else {
+        return xdp_action::XDP_PASS;
+    };
+    let wanted = rec.captured();
     if wanted {
         if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
             return action;
@@ -196,9 +190,7 @@ pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     } else {
         Path::Slow
     };
-    if count::parsed(&p, Hook::AfXdp, len, path) {
-        warn!(&ctx, "rocemon: flow map update failed (first on this CPU)");
-    }
+    count::counted(Hook::AfXdp, len, path);
     xdp_action::XDP_PASS
 }
 

@@ -1,0 +1,322 @@
+//! The parse result as one flat record of plain integers and flag bits.
+//!
+//! `Result<RoceInfo, Outcome>` with its `Option` fields is the parser's natural answer, but a
+//! BPF program cannot move it through memory: the bytes of a `None` or of the `Ok` side of an
+//! `Err` are undefined, LLVM copies them anyway, and the verifier refuses a program that reads
+//! an undefined register. The kernel hands a parse result from the parse paths to the global
+//! counting function in this shape instead: [`PacketRecord::store`] writes only defined values
+//! (absent fields as 0 with their flag clear), [`PacketRecord::load`] rebuilds the result.
+
+use crate::headers::bth::Bth;
+use crate::headers::encap::{Tunnel, TunnelKind};
+use crate::parse::{Aeth, Deth, Outcome, RoceInfo};
+
+const OK: u8 = 1;
+const HAS_RETH: u8 = 2;
+const HAS_AETH: u8 = 4;
+const HAS_DETH: u8 = 8;
+
+const SE: u8 = 1;
+const MIG_REQ: u8 = 2;
+const FECN: u8 = 4;
+const BECN: u8 = 8;
+const ACK_REQ: u8 = 16;
+
+/// One parse result. `#[repr(C)]`, 80 bytes, no implicit padding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct PacketRecord {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub reth_dma_len: u32,
+    pub aeth_msn: u32,
+    pub deth_qkey: u32,
+    pub deth_src_qp: u32,
+    pub tunnel_id: u32,
+    pub dest_qp: u32,
+    pub psn: u32,
+    /// [`Outcome`] discriminant (the error, or the RoCE outcome).
+    pub outcome: u32,
+    pub sport: u16,
+    pub udp_len: u16,
+    pub pkey: u16,
+    pub ip_version: u8,
+    pub ecn: u8,
+    pub vlan_tags: u8,
+    /// [`TunnelKind`] discriminant.
+    pub tunnel_kind: u8,
+    pub opcode: u8,
+    /// SE, MigReq, FECN, BECN, AckReq bits.
+    pub bth_flags: u8,
+    pub pad_count: u8,
+    pub tver: u8,
+    pub aeth_syndrome: u8,
+    /// OK, HAS_RETH, HAS_AETH, HAS_DETH bits.
+    pub flags: u8,
+}
+
+/// The outcome with discriminant `i`. A compare and the value itself, not a table lookup or a
+/// modulus: the verifier then knows the range of what counters index with (a value loaded
+/// from a table is unknown to it, and LLVM drops the masks it believes redundant).
+#[inline(always)]
+fn outcome_of(i: u32) -> Outcome {
+    if (i as usize) < Outcome::COUNT {
+        // SAFETY: `Outcome` is `#[repr(u32)]` with the discriminants 0..COUNT (tested).
+        unsafe { core::mem::transmute::<u32, Outcome>(i) }
+    } else {
+        Outcome::NotIp
+    }
+}
+
+/// The tunnel kind with discriminant `i` (as [`outcome_of`]).
+#[inline(always)]
+fn tunnel_kind_of(i: u8) -> TunnelKind {
+    if (i as usize) < TunnelKind::ALL.len() {
+        // SAFETY: `TunnelKind` is `#[repr(u8)]` with the discriminants 0..ALL.len() (tested).
+        unsafe { core::mem::transmute::<u8, TunnelKind>(i) }
+    } else {
+        TunnelKind::None
+    }
+}
+
+#[inline(always)]
+const fn bit(on: bool, b: u8) -> u8 {
+    if on {
+        b
+    } else {
+        0
+    }
+}
+
+impl PacketRecord {
+    /// Writes a parse result. On `Err` only the outcome and the flags are written: nothing
+    /// else is read back.
+    #[inline(always)]
+    pub fn store(&mut self, parsed: &Result<RoceInfo, Outcome>) {
+        let info = match parsed {
+            Err(o) => {
+                self.outcome = *o as u32;
+                self.flags = 0;
+                return;
+            }
+            Ok(info) => info,
+        };
+        let mut flags = OK;
+        self.outcome = info.outcome as u32;
+        self.src = info.src;
+        self.dst = info.dst;
+        self.reth_dma_len = match info.reth_dma_len {
+            Some(v) => {
+                flags |= HAS_RETH;
+                v
+            }
+            None => 0,
+        };
+        (self.aeth_syndrome, self.aeth_msn) = match info.aeth {
+            Some(a) => {
+                flags |= HAS_AETH;
+                (a.syndrome, a.msn)
+            }
+            None => (0, 0),
+        };
+        (self.deth_qkey, self.deth_src_qp) = match info.deth {
+            Some(d) => {
+                flags |= HAS_DETH;
+                (d.qkey, d.src_qp)
+            }
+            None => (0, 0),
+        };
+        self.tunnel_id = info.tunnel.id;
+        self.tunnel_kind = info.tunnel.kind as u8;
+        let b = &info.bth;
+        self.dest_qp = b.dest_qp;
+        self.psn = b.psn;
+        self.pkey = b.pkey;
+        self.opcode = b.opcode;
+        self.bth_flags = bit(b.se, SE)
+            | bit(b.mig_req, MIG_REQ)
+            | bit(b.fecn, FECN)
+            | bit(b.becn, BECN)
+            | bit(b.ack_req, ACK_REQ);
+        self.pad_count = b.pad_count;
+        self.tver = b.tver;
+        self.sport = info.sport;
+        self.udp_len = info.udp_len;
+        self.ip_version = info.ip_version;
+        self.ecn = info.ecn;
+        self.vlan_tags = info.vlan_tags;
+        self.flags = flags;
+    }
+
+    /// Whether the AF_XDP capture mode hands this frame to userspace (as
+    /// [`crate::parse::captured`] on the result).
+    #[inline(always)]
+    pub fn captured(&self) -> bool {
+        self.flags & OK != 0 || outcome_of(self.outcome).captured()
+    }
+
+    /// The parse result [`store`](Self::store) wrote. Values no store writes (which only a
+    /// corrupted record holds) map to the nearest valid ones instead of failing.
+    #[inline(always)]
+    pub fn load(&self) -> Result<RoceInfo, Outcome> {
+        let outcome = outcome_of(self.outcome);
+        if self.flags & OK == 0 {
+            return Err(outcome);
+        }
+        let f = self.flags;
+        let kind = tunnel_kind_of(self.tunnel_kind);
+        Ok(RoceInfo {
+            outcome,
+            ip_version: self.ip_version,
+            ecn: self.ecn,
+            src: self.src,
+            dst: self.dst,
+            sport: self.sport,
+            udp_len: self.udp_len,
+            vlan_tags: self.vlan_tags,
+            tunnel: Tunnel {
+                kind,
+                id: self.tunnel_id,
+            },
+            bth: Bth {
+                opcode: self.opcode,
+                se: self.bth_flags & SE != 0,
+                mig_req: self.bth_flags & MIG_REQ != 0,
+                pad_count: self.pad_count,
+                tver: self.tver,
+                pkey: self.pkey,
+                fecn: self.bth_flags & FECN != 0,
+                becn: self.bth_flags & BECN != 0,
+                dest_qp: self.dest_qp,
+                ack_req: self.bth_flags & ACK_REQ != 0,
+                psn: self.psn,
+            },
+            reth_dma_len: if f & HAS_RETH != 0 {
+                Some(self.reth_dma_len)
+            } else {
+                None
+            },
+            aeth: if f & HAS_AETH != 0 {
+                Some(Aeth {
+                    syndrome: self.aeth_syndrome,
+                    msn: self.aeth_msn,
+                })
+            } else {
+                None
+            },
+            deth: if f & HAS_DETH != 0 {
+                Some(Deth {
+                    qkey: self.deth_qkey,
+                    src_qp: self.deth_src_qp,
+                })
+            } else {
+                None
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse, LinkType, SliceReader};
+    use proptest::prelude::*;
+    use rocemon_testkit::fixtures;
+
+    fn round_trip(p: &Result<RoceInfo, Outcome>) -> Result<RoceInfo, Outcome> {
+        let mut r = PacketRecord::default();
+        r.store(p);
+        r.load()
+    }
+
+    #[test]
+    fn layout_has_no_implicit_padding() {
+        assert_eq!(
+            core::mem::size_of::<PacketRecord>(),
+            32 + 8 * 4 + 3 * 2 + 10
+        );
+    }
+
+    #[test]
+    fn discriminants_are_contiguous() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as u32, i as u32);
+            assert_eq!(outcome_of(i as u32), *o);
+        }
+        for (i, k) in TunnelKind::ALL.iter().enumerate() {
+            assert_eq!(*k as u8, i as u8);
+            assert_eq!(tunnel_kind_of(i as u8), *k);
+        }
+        assert_eq!(outcome_of(Outcome::COUNT as u32), Outcome::NotIp);
+        assert_eq!(tunnel_kind_of(200), TunnelKind::None);
+    }
+
+    #[test]
+    fn captured_agrees_with_the_result() {
+        let mut r = PacketRecord::default();
+        for o in Outcome::ALL {
+            let p = Err(o);
+            r.store(&p);
+            assert_eq!(r.captured(), crate::parse::captured(&p), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn every_outcome_round_trips() {
+        for o in Outcome::ALL {
+            assert_eq!(round_trip(&Err(o)), Err(o));
+        }
+    }
+
+    #[test]
+    fn every_shipped_fixture_frame_round_trips() {
+        for fx in fixtures::all() {
+            let link = match fx.link {
+                fixtures::Link::Ethernet => LinkType::Ethernet,
+                fixtures::Link::Sll => LinkType::LinuxSll,
+                fixtures::Link::Sll2 => LinkType::LinuxSll2,
+            };
+            for (_, _, frame) in fx.records() {
+                let p = parse(&SliceReader(&frame), link);
+                assert_eq!(round_trip(&p), p, "{}", fx.name);
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_after_a_packet_reads_back_as_the_error() {
+        let mut r = PacketRecord::default();
+        let mut f = vec![0u8; 80];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[17] = 66;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&46u16.to_be_bytes());
+        let ok = parse(&SliceReader(&f), LinkType::Ethernet);
+        assert!(ok.is_ok());
+        r.store(&ok);
+        r.store(&Err(Outcome::NotIp));
+        assert_eq!(r.load(), Err(Outcome::NotIp));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        #[test]
+        fn arbitrary_frames_round_trip(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let p = parse(&SliceReader(&data), LinkType::Ethernet);
+            prop_assert_eq!(round_trip(&p), p);
+        }
+
+        #[test]
+        fn any_record_loads_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 80)) {
+            let mut r = PacketRecord::default();
+            // SAFETY: PacketRecord is plain integers: every bit pattern is valid.
+            unsafe {
+                core::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut r as *mut PacketRecord).cast::<u8>(), 80);
+            }
+            let _ = r.load();
+        }
+    }
+}
