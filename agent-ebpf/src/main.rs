@@ -79,8 +79,8 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if count::fast(xdp_direct(&ctx, len)).is_some() {
-        count::counted(Hook::Xdp, len, Path::Fast);
+    if let Some(rec) = count::fast(xdp_direct(&ctx, len)) {
+        count::counted_inline(rec, Hook::Xdp, len, Path::Fast);
         return xdp_action::XDP_PASS;
     }
     // SAFETY: a tail call with the program's own context; on return it failed.
@@ -123,8 +123,8 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
-    if count::fast(r).is_some() {
-        count::counted(hook, len, Path::Fast);
+    if let Some(rec) = count::fast(r) {
+        count::counted_inline(rec, hook, len, Path::Fast);
         return TC_ACT_PIPE;
     }
     // SAFETY: as in rocemon_xdp; the slot is a constant per hook.
