@@ -32,8 +32,6 @@ pub struct Probe {
     pub xdp_mode: Option<&'static str>,
     pub hooks: Vec<Hook>,
     pub ebpf: Ebpf,
-    /// Reads the programs' aya-log records (rare events only); kept alive with the object.
-    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     /// AF_XDP capture mode: the sockets and their counts. Declared after `ebpf`, so the
     /// program is detached before the sockets close.
     capture: Option<Capture>,
@@ -196,14 +194,6 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
     };
     let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
     let mut ebpf = load_object_pinned(o.flow_entries, pins.as_ref())?;
-    let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            // The programs log only rare events; missing logs are not worth failing for.
-            log::debug!("aya-log not initialised: {e}");
-            None
-        }
-    };
     load_programs(&mut ebpf, o.hooks)?;
     let mut capture = None;
     if o.hooks.contains(&Hook::AfXdp) {
@@ -283,7 +273,6 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
         xdp_mode,
         hooks: o.hooks.to_vec(),
         ebpf,
-        logger,
         capture,
         _pinned: pinned,
         pins,
@@ -471,13 +460,6 @@ impl Probe {
     /// Whether this probe pinned its links and the pins are gone now (removed under it).
     pub fn pins_removed(&self) -> bool {
         self.pins.as_ref().is_some_and(|p| !p.links_pinned())
-    }
-
-    /// Forwards pending records of the programs' aya-log ring buffer to the log crate.
-    pub fn flush_logs(&mut self) {
-        if let Some(l) = &mut self.logger {
-            l.flush();
-        }
     }
 
     /// The counter blocks of every hook, summed over CPUs (and AF_XDP queues).

@@ -65,6 +65,8 @@ pub struct Metrics {
     build_info: IntGaugeVec,
     session_overflow: IntCounterVec,
     redirect_failures: IntCounterVec,
+    slow_path_frames: IntCounterVec,
+    slow_path_unreachable: IntCounterVec,
     session_packets: IntCounterVec,
     session_bytes: IntCounterVec,
     session_ce: IntCounterVec,
@@ -206,6 +208,8 @@ impl Metrics {
             },
             build_info: int_gauge(&r, "rocemon_build_info", "Build and kernel version; always 1.", &["version", "kernel"])?,
             session_overflow: counter(&r, "rocemon_session_overflow_packets_total", "Encapsulated RoCEv2 packets whose mirror session found the session map full (counted everywhere but in the per-session series).", HOOK)?,
+            slow_path_frames: counter(&r, "rocemon_slow_path_frames_total", "Frames the kernel fast path handed to the slow program (tunnels and mirror sessions, QinQ, IPv4 options and fragments, IPv6 extension headers, malformed frames).", HOOK)?,
+            slow_path_unreachable: counter(&r, "rocemon_slow_path_unreachable_total", "Frames whose tail call to the slow program failed (its program array slot empty): counted in frames, under no outcome. Never expected.", HOOK)?,
             redirect_failures: counter(&r, "rocemon_afxdp_redirect_failures_total", "AF_XDP capture: RoCE frames whose receive queue had no socket; the kernel counted them itself and passed them on.", &["iface"])?,
             session_packets: counter(&r, "rocemon_session_packets_total", "RoCEv2 packets by mirror session or tunnel id (ERSPAN session, VXLAN VNI, GRE key); at most 256 sessions per interface.", SESSION)?,
             session_bytes: counter(&r, "rocemon_session_bytes_total", "Wire bytes of the mirrored (outer) frames by session.", SESSION)?,
@@ -364,6 +368,26 @@ impl Metrics {
         self.session_overflow
             .with_label_values(&l)
             .inc_by(d(cur.session_overflow, prev.session_overflow));
+        self.slow_path_frames
+            .with_label_values(&l)
+            .inc_by(d(cur.slow_path_frames, prev.slow_path_frames));
+        self.slow_path_unreachable
+            .with_label_values(&l)
+            .inc_by(d(cur.slow_path_unreachable, prev.slow_path_unreachable));
+        // The kernel does not log on the packet path: say here when a failure counter first
+        // moves (once per interface and hook while the agent runs).
+        if cur.flow_update_errors > 0 && prev.flow_update_errors == 0 {
+            log::warn!(
+                "{iface} {hn}: the flow map refused {} flow updates (map full of busy flows or out of memory); global counters stay exact, per-flow figures miss them (rocemon_map_update_errors_total)",
+                cur.flow_update_errors
+            );
+        }
+        if cur.slow_path_unreachable > 0 && prev.slow_path_unreachable == 0 {
+            log::warn!(
+                "{iface} {hn}: {} frames could not reach the slow program (empty program array slot); they are counted as frames only (rocemon_slow_path_unreachable_total)",
+                cur.slow_path_unreachable
+            );
+        }
         if hook == Hook::AfXdp {
             self.redirect_failures.with_label_values(&[iface]).inc_by(d(
                 cur.capture_redirect_failures,

@@ -395,7 +395,6 @@ fn poll(
         let Some(p) = p else {
             continue;
         };
-        p.flush_logs();
         let mut created = None;
         match p.read_counters() {
             Ok(blocks) => {
