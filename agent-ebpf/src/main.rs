@@ -215,7 +215,8 @@ static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
 #[map]
 static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-#[xdp]
+/// `frags` like rocemon's own XDP programs: attached the same way (jumbo MTU veths need it).
+#[xdp(frags)]
 pub fn rocemon_baseline_xdp(_ctx: XdpContext) -> u32 {
     bump_baseline();
     xdp_action::XDP_PASS

@@ -1,0 +1,79 @@
+//! The live phase's yardstick: the one-counter program (`rocemon_baseline_xdp` /
+//! `rocemon_baseline_tc`) attached to the same veth the same way as rocemon's programs, so that
+//! rocemon is compared with the cheapest program that counts, not with "no program" (attaching
+//! any XDP program changes veth's receive path).
+
+use anyhow::{bail, Context, Result};
+use aya::programs::{xdp::XdpMode, SchedClassifier, TcAttachType, Xdp};
+use rocemon::loader;
+use std::os::fd::AsRawFd;
+
+/// The count-only program attached in a namespace; dropping it detaches.
+pub struct Attached {
+    ebpf: aya::Ebpf,
+    program: &'static str,
+}
+
+impl Attached {
+    /// Attaches the count-only program to `iface` in namespace `ns`: XDP in native mode, or
+    /// tc ingress (TCX), as the agent attaches its own.
+    pub fn new(ns: &str, iface: &str, tc: bool) -> Result<Attached> {
+        let (ns, iface) = (ns.to_string(), iface.to_string());
+        let program = if tc {
+            agent_common::PROG_BASELINE_TC
+        } else {
+            agent_common::PROG_BASELINE_XDP
+        };
+        // The interface name resolves in the thread's namespace; the link outlives the thread.
+        let ebpf = std::thread::spawn(move || -> Result<aya::Ebpf> {
+            let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
+            // SAFETY: a valid fd; affects this thread only.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns: {}", std::io::Error::last_os_error());
+            }
+            let mut ebpf = loader::load_object(1024)?;
+            let p = ebpf.program_mut(program).context("baseline program")?;
+            if tc {
+                let p: &mut SchedClassifier = p.try_into()?;
+                p.load()?;
+                p.attach(&iface, TcAttachType::Ingress)?;
+            } else {
+                let p: &mut Xdp = p.try_into()?;
+                p.load()?;
+                p.attach(&iface, XdpMode::Driver)?;
+            }
+            Ok(ebpf)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("attach thread panicked"))??;
+        Ok(Attached { ebpf, program })
+    }
+
+    /// The kernel's run count and run time of the program (BPF statistics on).
+    pub fn runs(&self) -> Result<(u64, f64)> {
+        let info = self
+            .ebpf
+            .program(self.program)
+            .context("baseline program")?
+            .info()?;
+        Ok((info.run_count(), info.run_time().as_secs_f64()))
+    }
+}
+
+/// `kernel.bpf_stats_enabled` on while it lives, as it was afterwards.
+pub struct Stats(String);
+
+impl Stats {
+    pub fn on() -> Result<Stats> {
+        const P: &str = "/proc/sys/kernel/bpf_stats_enabled";
+        let was = std::fs::read_to_string(P)?.trim().to_string();
+        std::fs::write(P, "1")?;
+        Ok(Stats(was))
+    }
+}
+
+impl Drop for Stats {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", &self.0);
+    }
+}
