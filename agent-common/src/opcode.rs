@@ -99,7 +99,7 @@ const OPERATION_NAMES: [Option<&str>; 32] = [
 
 /// The transport of an opcode, `Reserved` when the transport does not define the operation.
 #[inline(always)]
-pub const fn transport(opcode: u8) -> Transport {
+const fn compute_transport(opcode: u8) -> Transport {
     let op = opcode & 0x1F;
     match opcode >> 5 {
         0 if op <= 0x17 || op == 0x1C || op == 0x1D => Transport::Rc,
@@ -129,7 +129,7 @@ const fn transport_prefix(t: Transport) -> &'static str {
 /// the CNP; `None` for reserved and vendor opcodes. Kept as two parts so that `no_std` code
 /// never formats strings; [`name`] joins them on the host.
 #[inline(always)]
-pub const fn name_parts(opcode: u8) -> Option<(&'static str, &'static str)> {
+pub fn name_parts(opcode: u8) -> Option<(&'static str, &'static str)> {
     let t = transport(opcode);
     match t {
         Transport::Cnp => Some(("", "CNP")),
@@ -154,8 +154,8 @@ pub fn name(opcode: u8) -> String {
 
 /// The operation class of an opcode.
 #[inline(always)]
-pub const fn class(opcode: u8) -> OpClass {
-    match transport(opcode) {
+const fn compute_class(opcode: u8) -> OpClass {
+    match compute_transport(opcode) {
         Transport::Cnp | Transport::Vendor | Transport::Reserved => OpClass::Other,
         _ => match opcode & 0x1F {
             0x00..=0x05 | 0x16 | 0x17 => OpClass::Send,
@@ -192,8 +192,8 @@ const fn is_request(op: u8) -> bool {
 /// [AtomicETH] [AETH] [AtomicAckETH] [ImmDt] [IETH]. Reserved, vendor and CNP opcodes have
 /// none (the CNP's 16 reserved bytes are payload).
 #[inline(always)]
-pub const fn ext_layout(opcode: u8) -> ExtLayout {
-    let t = transport(opcode);
+const fn compute_ext_layout(opcode: u8) -> ExtLayout {
+    let t = compute_transport(opcode);
     let op = opcode & 0x1F;
     let mut l = ExtLayout {
         deth: None,
@@ -244,9 +244,149 @@ pub const fn ext_layout(opcode: u8) -> ExtLayout {
     l
 }
 
+/// Everything the packet path needs about an opcode, one byte each, computed at compile time
+/// from the rules above: one table load per question instead of the chains of compares the
+/// rules compile to (BPF has no jump tables), which the kernel programs ask several times per
+/// packet (class, transport, sequencing, extension headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    /// [`OpClass`] discriminant.
+    pub class: u8,
+    /// [`Transport`] index (as in [`TRANSPORTS`]).
+    pub transport: u8,
+    /// Offsets of the DETH, RETH and AETH after the BTH, [`NO_EXT`] when absent.
+    pub deth: u8,
+    pub reth: u8,
+    pub aeth: u8,
+    /// Total length of the extension headers.
+    pub len: u8,
+}
+
+/// "No such extension header" in [`OpInfo`].
+pub const NO_EXT: u8 = 0xFF;
+
+/// The transports in [`OpInfo::transport`] order.
+pub const TRANSPORTS: [Transport; 8] = [
+    Transport::Rc,
+    Transport::Uc,
+    Transport::Rd,
+    Transport::Ud,
+    Transport::Cnp,
+    Transport::Xrc,
+    Transport::Vendor,
+    Transport::Reserved,
+];
+
+const fn transport_index(t: Transport) -> u8 {
+    match t {
+        Transport::Rc => 0,
+        Transport::Uc => 1,
+        Transport::Rd => 2,
+        Transport::Ud => 3,
+        Transport::Cnp => 4,
+        Transport::Xrc => 5,
+        Transport::Vendor => 6,
+        Transport::Reserved => 7,
+    }
+}
+
+const fn ext_offset(o: Option<u8>) -> u8 {
+    match o {
+        Some(v) => v,
+        None => NO_EXT,
+    }
+}
+
+/// The opcode table.
+pub const OP_INFO: [OpInfo; 256] = {
+    let mut t = [OpInfo {
+        class: 0,
+        transport: 0,
+        deth: NO_EXT,
+        reth: NO_EXT,
+        aeth: NO_EXT,
+        len: 0,
+    }; 256];
+    let mut i = 0;
+    while i < 256 {
+        let op = i as u8;
+        let l = compute_ext_layout(op);
+        t[i] = OpInfo {
+            class: compute_class(op) as u8,
+            transport: transport_index(compute_transport(op)),
+            deth: ext_offset(l.deth),
+            reth: ext_offset(l.reth),
+            aeth: ext_offset(l.aeth),
+            len: l.len,
+        };
+        i += 1;
+    }
+    t
+};
+
+/// One entry of the table, read as memory LLVM may not look into: otherwise it folds the
+/// range checks below away (it knows every value of a constant table), and the BPF verifier,
+/// which does not, sees an unbounded index.
+#[inline(always)]
+fn field(b: &u8) -> u8 {
+    // SAFETY: a valid reference into a constant table.
+    unsafe { core::ptr::read_volatile(b) }
+}
+
+/// The transport of an opcode.
+#[inline(always)]
+pub fn transport(opcode: u8) -> Transport {
+    TRANSPORTS[(field(&OP_INFO[opcode as usize].transport) & 7) as usize]
+}
+
+/// The operation class of an opcode, rebuilt with a compare (see [`field`]).
+#[inline(always)]
+pub fn class(opcode: u8) -> OpClass {
+    let c = field(&OP_INFO[opcode as usize].class);
+    if (c as usize) < OpClass::COUNT {
+        // SAFETY: `OpClass` is `#[repr(u8)]` with the discriminants 0..COUNT (tested).
+        unsafe { core::mem::transmute::<u8, OpClass>(c) }
+    } else {
+        OpClass::Other
+    }
+}
+
+/// The extension headers of an opcode (see the rules in `compute_ext_layout`).
+#[inline(always)]
+pub fn ext_layout(opcode: u8) -> ExtLayout {
+    let i = &OP_INFO[opcode as usize];
+    ExtLayout {
+        deth: ext_at(field(&i.deth)),
+        reth: ext_at(field(&i.reth)),
+        aeth: ext_at(field(&i.aeth)),
+        len: field(&i.len),
+    }
+}
+
+#[inline(always)]
+const fn ext_at(v: u8) -> Option<u8> {
+    if v == NO_EXT {
+        None
+    } else {
+        Some(v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_answers_as_the_rules() {
+        for (i, c) in OpClass::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        for op in 0..=255u8 {
+            assert_eq!(transport(op), compute_transport(op), "{op:#x}");
+            assert_eq!(class(op), compute_class(op), "{op:#x}");
+            assert_eq!(ext_layout(op), compute_ext_layout(op), "{op:#x}");
+        }
+    }
 
     #[test]
     fn ranges_per_transport_match_protocol_md() {

@@ -54,7 +54,7 @@ pub struct PsnEvent {
 
 /// Whether the opcode carries the flow's request sequence.
 #[inline(always)]
-pub const fn is_sequenced(opcode: u8) -> bool {
+pub fn is_sequenced(opcode: u8) -> bool {
     matches!(
         transport(opcode),
         Transport::Rc | Transport::Uc | Transport::Xrc
