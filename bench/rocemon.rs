@@ -921,7 +921,8 @@ fn main() -> Result<()> {
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("bench/results"));
+        // `cargo bench` runs in agent/: default to the repository's bench/results.
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/results")));
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the benchmarks load BPF programs and create namespaces: run `cargo xtask bench` as root");

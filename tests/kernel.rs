@@ -313,11 +313,12 @@ fn full_flow_map_keeps_global_counters_exact() {
     }
 }
 
-/// The verifier's budget is one million instructions per program; each program must verify
-/// in under half of it, so a change that doubles the cost fails here, with the numbers, before
-/// it makes a program unloadable.
+/// The verifier's budget is one million instructions per program; rocemon's own is 100,000
+/// each (the fast/slow split keeps the entries near 15,000 and the slow programs under
+/// 50,000), so a change that multiplies the paths the verifier explores fails here, with the
+/// numbers, long before it makes a program unloadable.
 #[test]
-fn every_program_verifies_within_half_the_kernel_budget() {
+fn every_program_verifies_within_100000_instructions() {
     if skip() {
         return;
     }
@@ -334,6 +335,6 @@ fn every_program_verifies_within_half_the_kernel_budget() {
     }
     eprintln!("verified instructions: {costs:?}");
     for (name, n) in costs {
-        assert!(n > 0 && n < 500_000, "{name}: {n} verified instructions");
+        assert!(n > 0 && n < 100_000, "{name}: {n} verified instructions");
     }
 }

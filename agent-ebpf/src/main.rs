@@ -17,7 +17,7 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
+    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
     MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
