@@ -142,8 +142,9 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
             payload_len: h.total_len() - ipv4::MIN_LEN,
             ip_version: 4,
             ecn: h.ecn(),
-            src: [s[0], s[1], s[2], s[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            dst: [d[0], d[1], d[2], d[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            // Built as integers: two word stores each instead of sixteen byte stores.
+            src: (u32::from_le_bytes(s) as u128).to_le_bytes(),
+            dst: (u32::from_le_bytes(d) as u128).to_le_bytes(),
         };
         (l3, h.protocol())
     };
