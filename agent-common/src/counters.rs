@@ -4,6 +4,7 @@
 //! atomics); `analyze` keeps one block for a capture. Both call [`HookCounters::record`], so a
 //! frame is counted the same way wherever it is seen.
 
+use crate::packet::RocePacket;
 use crate::parse::{Outcome, RoceInfo};
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, NAK_SLOTS};
 
@@ -150,34 +151,46 @@ impl HookCounters {
     /// Counts one frame of `frame_len` wire bytes.
     #[inline(always)]
     pub fn record(&mut self, parsed: &Result<RoceInfo, Outcome>, frame_len: u64) {
+        match parsed {
+            Ok(info) => self.record_roce(info, frame_len),
+            Err(o) => self.record_other(*o, frame_len),
+        }
+    }
+
+    /// Counts a frame that is not RoCE (or is malformed) under its outcome.
+    #[inline(always)]
+    pub fn record_other(&mut self, outcome: Outcome, frame_len: u64) {
         self.frames += 1;
         self.frame_bytes += frame_len;
-        match parsed {
-            Ok(info) => {
-                self.outcomes[(info.outcome as usize) & (OUTCOME_SLOTS - 1)] += 1;
-                let op = info.bth.opcode as usize;
-                self.opcode_packets[op] += 1;
-                self.opcode_bytes[op] += frame_len;
-                self.ecn_packets[(info.ecn & 0x03) as usize] += 1;
-                if info.is_cnp() {
-                    self.cnp_packets += 1;
-                }
-                self.tunnel_packets[(info.tunnel.kind as usize) & 7] += 1;
-                if info.bth.becn {
-                    self.becn_packets += 1;
-                }
-                if info.bth.fecn {
-                    self.fecn_packets += 1;
-                }
-                if let Some(s) = ack_syndrome(info) {
-                    if let Some(slot) = nak_slot(s) {
-                        self.naks[slot % NAK_SLOTS] += 1;
-                    } else if is_rnr_nak(s) {
-                        self.rnr_naks += 1;
-                    }
-                }
+        self.outcomes[(outcome as usize) & (OUTCOME_SLOTS - 1)] += 1;
+    }
+
+    /// Counts a RoCE packet, from the parse result or the kernel's flat record.
+    #[inline(always)]
+    pub fn record_roce<P: RocePacket>(&mut self, p: &P, frame_len: u64) {
+        self.frames += 1;
+        self.frame_bytes += frame_len;
+        self.outcomes[(p.outcome() as usize) & (OUTCOME_SLOTS - 1)] += 1;
+        let op = p.opcode() as usize;
+        self.opcode_packets[op] += 1;
+        self.opcode_bytes[op] += frame_len;
+        self.ecn_packets[(p.ecn() & 0x03) as usize] += 1;
+        if p.is_cnp() {
+            self.cnp_packets += 1;
+        }
+        self.tunnel_packets[(p.tunnel_kind() as usize) & 7] += 1;
+        if p.becn() {
+            self.becn_packets += 1;
+        }
+        if p.fecn() {
+            self.fecn_packets += 1;
+        }
+        if let Some(s) = ack_syndrome(p) {
+            if let Some(slot) = nak_slot(s) {
+                self.naks[slot % NAK_SLOTS] += 1;
+            } else if is_rnr_nak(s) {
+                self.rnr_naks += 1;
             }
-            Err(o) => self.outcomes[(*o as usize) & (OUTCOME_SLOTS - 1)] += 1,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Flow keys and per-flow statistics, and the one function that updates them.
 
 use crate::opcode::{class, OpClass};
-use crate::parse::RoceInfo;
+use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
 
 /// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP), plus
@@ -56,33 +56,34 @@ impl FlowStats {
     /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
     /// did to the PSN sequence (for the global counters).
     #[inline(always)]
-    pub fn record(&mut self, info: &RoceInfo, frame_len: u64, now_ns: u64) -> PsnEvent {
+    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64, now_ns: u64) -> PsnEvent {
         if self.packets == 0 {
             self.first_seen_ns = now_ns;
         }
         self.packets += 1;
         self.bytes += frame_len;
-        if info.ecn == 3 {
+        let (opcode, psn) = (p.opcode(), p.psn());
+        if p.ecn() == 3 {
             self.ecn_ce += 1;
         }
-        if info.is_cnp() {
+        if p.is_cnp() {
             self.cnp += 1;
         }
-        if info.bth.becn {
+        if p.becn() {
             self.becn += 1;
         }
-        self.class_packets[(class(info.bth.opcode) as usize) % OpClass::COUNT] += 1;
+        self.class_packets[(class(opcode) as usize) % OpClass::COUNT] += 1;
         self.last_seen_ns = now_ns;
-        self.last_psn = info.bth.psn;
-        self.last_opcode = info.bth.opcode;
-        if let Some(s) = ack_syndrome(info) {
+        self.last_psn = psn;
+        self.last_opcode = opcode;
+        if let Some(s) = ack_syndrome(p) {
             if let Some(slot) = nak_slot(s) {
                 self.naks[slot % NAK_SLOTS] += 1;
             } else if is_rnr_nak(s) {
                 self.rnr_naks += 1;
             }
         }
-        let ev = self.psn.observe(info.bth.opcode, info.bth.psn);
+        let ev = self.psn.observe(opcode, psn);
         self.psn_gaps += ev.gap as u64;
         if ev.retransmit {
             self.retransmits += 1;
@@ -132,7 +133,7 @@ unsafe impl aya::Pod for FlowStats {}
 mod tests {
     use super::*;
     use crate::headers::bth::Bth;
-    use crate::parse::Outcome;
+    use crate::parse::{Outcome, RoceInfo};
 
     fn info(opcode: u8, ecn: u8, psn: u32) -> RoceInfo {
         RoceInfo {

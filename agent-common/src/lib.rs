@@ -13,6 +13,7 @@
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
 //! - [`record`]: the parse result as one flat record (how the kernel hands it to counting).
+//! - [`packet`]: `RocePacket`, what counting reads of a packet (parse result or record).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
@@ -24,6 +25,7 @@ pub mod fast;
 pub mod flow;
 pub mod headers;
 pub mod opcode;
+pub mod packet;
 pub mod parse;
 pub mod psn;
 pub mod reader;
@@ -33,6 +35,7 @@ pub mod session;
 pub use counters::{Hook, HookCounters};
 pub use flow::{FlowKey, FlowStats};
 pub use opcode::OpClass;
+pub use packet::RocePacket;
 pub use parse::{parse, LinkType, Outcome, OutcomeKind, RoceInfo};
 pub use reader::{PacketReader, PrefixReader, SliceReader};
 pub use session::{SessionKey, SessionStats, SESSION_MAP_ENTRIES};

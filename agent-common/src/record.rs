@@ -148,6 +148,42 @@ impl PacketRecord {
         self.flags = flags;
     }
 
+    /// Whether this record holds a RoCE packet (else only [`Self::outcome`] means anything).
+    #[inline(always)]
+    pub fn is_roce(&self) -> bool {
+        self.flags & OK != 0
+    }
+
+    /// The frame's outcome.
+    #[inline(always)]
+    pub fn outcome(&self) -> Outcome {
+        outcome_of(self.outcome)
+    }
+
+    #[inline(always)]
+    pub fn becn(&self) -> bool {
+        self.bth_flags & BECN != 0
+    }
+
+    #[inline(always)]
+    pub fn fecn(&self) -> bool {
+        self.bth_flags & FECN != 0
+    }
+
+    #[inline(always)]
+    pub fn tunnel_kind(&self) -> TunnelKind {
+        tunnel_kind_of(self.tunnel_kind)
+    }
+
+    #[inline(always)]
+    pub fn aeth_syndrome(&self) -> Option<u8> {
+        if self.flags & HAS_AETH != 0 {
+            Some(self.aeth_syndrome)
+        } else {
+            None
+        }
+    }
+
     /// Whether the AF_XDP capture mode hands this frame to userspace (as
     /// [`crate::parse::captured`] on the result).
     #[inline(always)]

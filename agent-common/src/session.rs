@@ -9,7 +9,7 @@
 
 use crate::counters::Hook;
 use crate::headers::encap::TunnelKind;
-use crate::parse::RoceInfo;
+use crate::packet::RocePacket;
 
 /// Sessions tracked per interface.
 pub const SESSION_MAP_ENTRIES: u32 = 256;
@@ -29,15 +29,16 @@ pub struct SessionKey {
 impl SessionKey {
     /// The session a RoCE packet arrived in, if it came encapsulated.
     #[inline(always)]
-    pub fn of(info: &RoceInfo, hook: Hook) -> Option<SessionKey> {
-        if info.tunnel.kind as u8 == TunnelKind::None as u8 {
+    pub fn of<P: RocePacket>(p: &P, hook: Hook) -> Option<SessionKey> {
+        let kind = p.tunnel_kind();
+        if kind as u8 == TunnelKind::None as u8 {
             return None;
         }
         Some(SessionKey {
             hook: hook as u8,
-            kind: info.tunnel.kind as u8,
+            kind: kind as u8,
             _pad: [0; 2],
-            id: info.tunnel.id,
+            id: p.tunnel_id(),
         })
     }
 
@@ -81,14 +82,14 @@ pub struct SessionStats {
 
 impl SessionStats {
     #[inline(always)]
-    pub fn record(&mut self, info: &RoceInfo, frame_len: u64) {
-        self.add(Self::flags(info), frame_len);
+    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64) {
+        self.add(Self::flags(p), frame_len);
     }
 
     /// A packet's CE (bit 0) and CNP (bit 1) flags, as [`SessionStats::add`] takes them.
     #[inline(always)]
-    pub fn flags(info: &RoceInfo) -> u64 {
-        u64::from(info.ecn & 3 == 3) | (u64::from(info.is_cnp()) << 1)
+    pub fn flags<P: RocePacket>(p: &P) -> u64 {
+        u64::from(p.ecn() & 3 == 3) | (u64::from(p.is_cnp()) << 1)
     }
 
     /// Counts one packet from its flags (no branches: cheap for the verifier).

@@ -5,7 +5,7 @@
 use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
-    Outcome, PacketReader, RoceInfo, SessionKey, SessionStats,
+    PacketReader, RocePacket, SessionKey, SessionStats,
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns, macros::map, maps::PerCpuArray,
@@ -68,8 +68,7 @@ pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut PacketRecord> 
 /// subprograms wrote the record, so the entry programs verify at about 56,000 instructions.
 #[inline(always)]
 pub fn counted_inline(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) {
-    let p = rec.load();
-    parsed(&p, hook, frame_len, path);
+    parsed(rec, hook, frame_len, path);
 }
 
 /// Counts the frame whose parse result is in this CPU's record (a failed flow update is
@@ -112,8 +111,8 @@ pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
         return 0;
     };
     // SAFETY: this CPU's slot, written by the caller just before.
-    let p = unsafe { (*slot).load() };
-    parsed(&p, hook, frame_len, Path::from_u32(path)) as u32
+    let rec = unsafe { &*slot };
+    parsed(rec, hook, frame_len, Path::from_u32(path)) as u32
 }
 
 /// This CPU's counter block of a hook.
@@ -141,27 +140,29 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 // 512-byte BPF stack once more.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn parsed(parsed: &Result<RoceInfo, Outcome>, hook: Hook, frame_len: u64, path: Path) -> bool {
+fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     let Some(c) = block(hook) else {
         return false;
     };
-    c.record(parsed, frame_len);
     if matches!(path, Path::Slow | Path::SlowRedirectFailed) {
         c.slow_path_frames += 1;
     }
     if matches!(path, Path::RedirectFailed | Path::SlowRedirectFailed) {
         c.capture_redirect_failures += 1;
     }
-    let Ok(info) = parsed else {
+    if !rec.is_roce() {
+        c.record_other(rec.outcome(), frame_len);
         return false;
-    };
+    }
+    let info = rec;
+    c.record_roce(info, frame_len);
     if let Some(sk) = SessionKey::of(info, hook) {
         let ce_cnp = SessionStats::flags(info);
         if !session(sk.to_bits(), ce_cnp, frame_len) {
             c.session_overflow += 1;
         }
     }
-    let key = info.flow_key(hook);
+    let key = RocePacket::flow_key(info, hook);
     // The coarse clock (jiffy resolution) is enough for first/last seen and rates over polls,
     // and cheaper per packet than bpf_ktime_get_ns.
     // SAFETY: the helper has no preconditions.
