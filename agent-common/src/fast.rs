@@ -168,12 +168,10 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
 }
 
 /// The RoCEv2 part of a frame once its UDP header (to port 4791) is read: the BTH and the
-/// extension headers its opcode has. The same steps as the end of [`parse`](crate::parse::parse),
-/// written out again on purpose: sharing one function changed how LLVM laid out the general
-/// parser's slow program, which then failed the verifier (an undefined register read on an
-/// error path) or the 512-byte stack. The tests hold the two to the same answers.
+/// extension headers its opcode has. Shared by the fast path and the general parser
+/// ([`parse`](crate::parse::parse)), so both end the same way.
 #[inline(always)]
-fn roce<R: PacketReader>(
+pub(crate) fn roce<R: PacketReader>(
     r: &R,
     l3: &L3,
     u: UdpHeader,

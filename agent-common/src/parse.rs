@@ -6,15 +6,14 @@
 
 use crate::counters::Hook;
 use crate::flow::FlowKey;
-use crate::headers::bth::{self, Bth};
+use crate::headers::bth::Bth;
 use crate::headers::encap::{self, Tunnel};
 use crate::headers::ethernet::{self, is_vlan};
-use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
 use crate::headers::ipv4::{self, Ipv4Header};
 use crate::headers::ipv6::{self, Ipv6Header};
 use crate::headers::udp::{self, UdpHeader};
-use crate::headers::{be16, be24, be32, sll};
-use crate::opcode::{ext_layout, OPCODE_CNP};
+use crate::headers::{be16, sll};
+use crate::opcode::OPCODE_CNP;
 use crate::reader::PacketReader;
 use crate::ROCEV2_UDP_PORT;
 
@@ -342,76 +341,7 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
     if u.dst_port() != ROCEV2_UDP_PORT {
         return Err(Outcome::UdpOtherPort);
     }
-    let mut udp_len = u.length();
-    if udp_len < udp::LEN {
-        return Err(Outcome::BadUdpLength);
-    }
-    // The datagram as far as this IP packet carries it (a first fragment, or a UDP length
-    // that overstates the IP payload, is cut to what the IP header announces).
-    if udp_len > l3.payload_len {
-        udp_len = l3.payload_len;
-    }
-    if udp_len < udp::LEN + bth::LEN {
-        return Err(Outcome::TruncatedBth);
-    }
-    let bth_off = l3.l4 + udp::LEN;
-    let b = Bth::from_bytes(
-        r.read::<{ bth::LEN }>(bth_off)
-            .ok_or(Outcome::TruncatedBth)?,
-    );
-
-    let mut info = RoceInfo {
-        outcome: Outcome::Roce,
-        ip_version: l3.ip_version,
-        ecn: l3.ecn,
-        src: l3.src,
-        dst: l3.dst,
-        sport: u.src_port(),
-        udp_len: udp_len as u16,
-        vlan_tags,
-        tunnel,
-        bth: b,
-        reth_dma_len: None,
-        aeth: None,
-        deth: None,
-    };
-    let layout = ext_layout(b.opcode);
-    let ext_off = bth_off + bth::LEN;
-    if udp_len < udp::LEN + bth::LEN + layout.len as usize
-        || r.len() < ext_off + layout.len as usize
-    {
-        info.outcome = Outcome::RoceExtTruncated;
-        return Ok(info);
-    }
-    if let Some(at) = layout.deth {
-        match r.read::<DETH_LEN>(ext_off + at as usize) {
-            Some(d) => {
-                info.deth = Some(Deth {
-                    qkey: be32([d[0], d[1], d[2], d[3]]),
-                    src_qp: be24([d[5], d[6], d[7]]),
-                })
-            }
-            None => info.outcome = Outcome::RoceExtTruncated,
-        }
-    }
-    if let Some(at) = layout.reth {
-        match r.read::<RETH_LEN>(ext_off + at as usize) {
-            Some(e) => info.reth_dma_len = Some(be32([e[12], e[13], e[14], e[15]])),
-            None => info.outcome = Outcome::RoceExtTruncated,
-        }
-    }
-    if let Some(at) = layout.aeth {
-        match r.read::<AETH_LEN>(ext_off + at as usize) {
-            Some(a) => {
-                info.aeth = Some(Aeth {
-                    syndrome: a[0],
-                    msn: be24([a[1], a[2], a[3]]),
-                })
-            }
-            None => info.outcome = Outcome::RoceExtTruncated,
-        }
-    }
-    Ok(info)
+    crate::fast::roce(r, &l3, u, tunnel, vlan_tags)
 }
 
 #[inline(always)]
