@@ -1,0 +1,93 @@
+//! Analyze phase: `rocemon analyze` over one million frames against `cat` and tshark.
+
+use super::*;
+
+/// One million frames of mixed opcodes over 10,000 flows.
+pub(crate) fn big_capture(dir: &Path) -> Result<PathBuf> {
+    let mut rng = Rng(0xB16_CA97);
+    let ops: [u8; 8] = [0x06, 0x07, 0x08, 0x0A, 0x04, 0x11, 0x0C, 0x10];
+    let flows: Vec<Roce> = (0..10_000u32)
+        .map(|i| {
+            let a = ip(&format!(
+                "10.{}.{}.{}",
+                10 + i / 65536,
+                (i / 256) % 256,
+                i % 256
+            ));
+            Roce::new(
+                a,
+                ip("10.250.0.1"),
+                0xC000 | (rng.below(0x4000) as u16),
+                0x100 + i,
+                0x07,
+            )
+        })
+        .collect();
+    let mut frames = Vec::with_capacity(1_000_000);
+    for k in 0..1_000_000u64 {
+        let mut r = flows[rng.below(flows.len() as u64) as usize].clone();
+        r.opcode = ops[rng.below(ops.len() as u64) as usize];
+        r.psn = k as u32 & 0xFF_FFFF;
+        r.payload = [0usize, 64, 256, 1024][rng.below(4) as usize];
+        r.dma_len = r.payload as u32;
+        r.ecn = rng.below(4) as u8;
+        frames.push((1_700_000_000_000_000_000 + k * 1000, r.frame()));
+    }
+    whole("bench_1m", Format::PcapNanos, frames, false).write(dir)
+}
+
+pub(crate) fn time_cmd(cmd: &mut Command) -> Result<f64> {
+    let t = Instant::now();
+    let out = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
+    let file = big_capture(dir)?;
+    let size = std::fs::metadata(&file)?.len();
+    let cat = || {
+        time_cmd(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("cat {} > /dev/null", file.display())),
+        )
+    };
+    cat()?; // warm the page cache
+    let cat_s = median((0..3).map(|_| cat()).collect::<Result<_>>()?);
+    let ours_s = median(
+        (0..3)
+            .map(|_| {
+                time_cmd(
+                    Command::new(BIN)
+                        .args(["analyze", "--format", "json", "--no-progress"])
+                        .arg(&file),
+                )
+            })
+            .collect::<Result<_>>()?,
+    );
+    let tshark_s = time_cmd(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([
+        "-T",
+        "fields",
+        "-e",
+        "infiniband.bth.opcode",
+    ]))?;
+    let frames = 1_000_000f64;
+    eprintln!(
+        "analyze: rocemon {ours_s:.2} s ({:.0} frames/s), tshark {tshark_s:.2} s, cat {cat_s:.3} s",
+        frames / ours_s
+    );
+    let _ = std::fs::remove_file(&file);
+    Ok(json!({
+        "frames": 1_000_000, "file_bytes": size,
+        "rocemon_seconds": ours_s, "rocemon_frames_per_second": frames / ours_s,
+        "tshark_seconds": tshark_s, "tshark_frames_per_second": frames / tshark_s,
+        "cat_seconds": cat_s,
+        "speedup_vs_tshark": tshark_s / ours_s, "ratio_vs_cat": ours_s / cat_s,
+    }))
+}

@@ -1,0 +1,159 @@
+//! The kernel differential fuzzer (`--fuzz-kernel=SECS`): mutated frames through every
+//! program in batches with fresh maps; every counter, session and flow must equal the host's.
+
+use super::*;
+
+/// Whether the kernel's skb test harness refuses `frame` (it pulls the IP header named by
+/// the EtherType before running the program: Linux `bpf_prog_test_run_skb`). The stack never
+/// hands such runts to tc; any other refusal is a failure.
+pub(crate) fn skb_harness_refuses(frame: &[u8]) -> bool {
+    match u16::from_be_bytes([frame[12], frame[13]]) {
+        0x0800 => frame.len() < 14 + 20,
+        0x86DD => frame.len() < 14 + 40,
+        _ => false,
+    }
+}
+
+/// Differential fuzzing of the kernel programs: mutated fixture frames through every program
+/// (XDP, tc ingress, tc egress, the AF_XDP capture program; BPF_PROG_TEST_RUN) for `secs`,
+/// in batches with fresh maps, each batch smaller than the flow map so nothing is evicted:
+/// after each batch the whole counter block, the session map and the flow map of every
+/// program must equal the host's counts of the same frames.
+pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
+    use agent_common::{FlowKey, FlowStats, Outcome};
+    use rocemon::sources::tally::Tally;
+    use std::collections::BTreeMap;
+    const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
+    loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu()?;
+    let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
+        .into_iter()
+        .filter(|f| f.link == rocemon_testkit::fixtures::Link::Ethernet)
+        .flat_map(|f| f.records().map(|r| r.2).collect::<Vec<_>>())
+        .collect();
+    let mut rng = Rng(0xF022);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let (mut runs, mut refused, mut batches, mut flows_compared) = (0u64, 0u64, 0u64, 0usize);
+    let comparable = |s: &FlowStats| FlowStats {
+        first_seen_ns: 0,
+        last_seen_ns: 0,
+        ..*s
+    };
+    while Instant::now() < end {
+        // Fresh maps: one object per program, as the agent has one per interface.
+        let mut objects = Vec::new();
+        for h in Hook::ALL {
+            let mut o = loader::load_object(65_536)?;
+            loader::load_programs(&mut o, &[h])?;
+            objects.push((h, o));
+        }
+        let mut host = Hook::ALL.map(|h| Tally::new(h, usize::MAX));
+        for _ in 0..BATCH {
+            let mut f = seeds[rng.below(seeds.len() as u64) as usize].clone();
+            for _ in 0..rng.below(6) {
+                let i = rng.below(f.len() as u64) as usize;
+                f[i] ^= rng.next_u64() as u8;
+            }
+            match rng.below(4) {
+                0 => f.truncate(14 + rng.below(f.len() as u64) as usize),
+                1 => f.extend((0..rng.below(64)).map(|_| rng.next_u64() as u8)),
+                _ => {}
+            }
+            f.truncate(1500);
+            if f.len() < 14 {
+                continue;
+            }
+            for (hook, ebpf) in &objects {
+                let hook = *hook;
+                let xdp = matches!(hook, Hook::Xdp | Hook::AfXdp);
+                let p = ebpf.program(hook.program()).context("program")?;
+                let r = match test_run(p.fd()?, &f, 1) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let einval = e.chain().any(|c| c.to_string().contains("os error 22"));
+                        if !xdp && einval && skb_harness_refuses(&f) {
+                            refused += 1;
+                            continue;
+                        }
+                        return Err(e.context(format!(
+                            "{} refused a {}-byte frame the harness should run",
+                            hook.name(),
+                            f.len()
+                        )));
+                    }
+                };
+                let want = if xdp { 2 } else { 3 };
+                if r.retval != want {
+                    bail!(
+                        "{} returned {} for a fuzzed frame: traffic must never be dropped",
+                        hook.name(),
+                        r.retval
+                    );
+                }
+                rocemon::testrun::record_as_kernel(&mut host[hook as usize], &f, 0);
+                runs += 1;
+            }
+        }
+        batches += 1;
+        for (hook, ebpf) in &objects {
+            let i = *hook as usize;
+            let mut want = host[i].counters;
+            let got = loader::read_counters(ebpf)?[i];
+            if *hook == Hook::AfXdp {
+                // No socket is bound in a test run: what the program meant to redirect is
+                // counted as redirect failures, by the contract (RoCE, RoCE cut in its
+                // headers or BTH, broken mirror encapsulations), from the host's outcomes.
+                want.capture_redirect_failures = Outcome::ALL
+                    .iter()
+                    .filter(|o| rocemon_testkit::AFXDP_CAPTURED_OUTCOMES.contains(&o.name()))
+                    .map(|o| want.outcomes[*o as usize])
+                    .sum();
+            }
+            if got != want {
+                eprintln!("batch {batches}, {}:", hook.name());
+                for (name, k, h) in agent_common::counters::differences(&got, &want) {
+                    eprintln!("  {name}: kernel {k}, host {h}");
+                }
+                bail!(
+                    "kernel {} counters differ from the host's after fuzzing",
+                    hook.name()
+                );
+            }
+            if loader::read_sessions(ebpf)? != host[i].sessions {
+                bail!(
+                    "kernel {} mirror sessions differ from the host's after fuzzing",
+                    hook.name()
+                );
+            }
+            let (flows, errors) = loader::read_flows(ebpf)?;
+            if errors != 0 {
+                bail!("{}: {errors} flow map read errors", hook.name());
+            }
+            let got: BTreeMap<FlowKey, FlowStats> =
+                flows.iter().map(|(k, s)| (*k, comparable(s))).collect();
+            let want: BTreeMap<FlowKey, FlowStats> = host[i]
+                .flows
+                .iter()
+                .map(|(k, s)| (*k, comparable(s)))
+                .collect();
+            if got != want {
+                let missing = want.keys().filter(|k| !got.contains_key(k)).count();
+                let differ = want
+                    .iter()
+                    .filter(|(k, s)| got.get(k).is_some_and(|g| g != *s))
+                    .count();
+                bail!(
+                    "kernel {} flow map differs from the host's after fuzzing: {} flows vs {}, {missing} missing, {differ} with other counts",
+                    hook.name(),
+                    got.len(),
+                    want.len()
+                );
+            }
+            flows_compared += got.len();
+        }
+    }
+    eprintln!(
+        "fuzz-kernel: {runs} program runs in {batches} batches over {secs} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness); every counter, session and flow ({flows_compared} flows) equal to the host's"
+    );
+    Ok(())
+}

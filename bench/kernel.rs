@@ -1,0 +1,136 @@
+//! Kernel phase: each program through BPF_PROG_TEST_RUN on plain RoCE, non-RoCE and rare
+//! frames with 1 to 100,000 flows in the map, against the one-counter program; and the
+//! verifier's instruction count of every program.
+
+use super::*;
+
+/// The frames the kernel benchmark runs: several opcodes, IPv4 and IPv6, VLAN; the non-RoCE
+/// frames a RoCE host sees next to RoCE (UDP to another port, ARP); and the rare shapes the
+/// slow program parses (QinQ, IPv4 options, a VXLAN tunnel, an ERSPAN mirror).
+pub(crate) fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), 0xC001, 0x11, 0x0A);
+    w.payload = 1024;
+    w.dma_len = 1024;
+    let mut s6 = Roce::new(ip("fd00::1"), ip("fd00::2"), 0xC002, 0x12, 0x04);
+    s6.payload = 256;
+    let mut ack = Roce::new(ip("10.1.0.2"), ip("10.1.0.1"), 0xC001, 0x13, 0x11);
+    ack.vlans = vec![(TPID_8021Q, 100)];
+    let cnp = Roce::cnp(ip("10.1.0.2"), ip("10.1.0.1"), 0xC001, 0x14);
+    let mut ud = Roce::new(ip("fd00::1"), ip("fd00::3"), 0xC003, 0x15, 0x64);
+    ud.vlans = vec![(TPID_8021AD, 10), (TPID_8021Q, 20)];
+    ud.payload = 512;
+    vec![
+        ("RC WRITE_ONLY IPv4 1 KiB", w.frame()),
+        ("RC SEND_ONLY IPv6", s6.frame()),
+        ("RC ACK IPv4 802.1Q", ack.frame()),
+        ("CNP IPv4", cnp.frame()),
+        ("UD SEND_ONLY IPv6 QinQ", ud.frame()),
+        ("UDP 53 IPv4 (not RoCE)", {
+            let u = frames::udp(40000, 53, &[0u8; 40]);
+            frames::ethernet(
+                &[],
+                frames::ETH_IPV4,
+                &frames::ipv4([10, 1, 0, 1], [10, 1, 0, 9], 0, 17, 0, &u),
+            )
+        }),
+        (
+            "ARP (not IP)",
+            frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28]),
+        ),
+        ("RC WRITE_ONLY IPv4 options", {
+            let mut o = w.clone();
+            o.ipv4_options = 8;
+            o.frame()
+        }),
+        (
+            "RC SEND_ONLY in VXLAN",
+            frames::tunnel::vxlan(&s6.frame(), 77),
+        ),
+        ("RC WRITE_ONLY in ERSPAN III", {
+            frames::tunnel::erspan3(&w.frame(), 12, 1, true)
+        }),
+    ]
+}
+
+/// Fills the flow map with `n` flows that none of the benchmark frames belong to.
+pub(crate) fn populate(ebpf: &mut aya::Ebpf, n: usize) -> Result<()> {
+    let cpus = nr_cpus().map_err(|(_, e)| e)?;
+    let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS")?;
+    let mut flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
+    for i in 0..n as u32 {
+        let mut k = FlowKey {
+            ip_version: 4,
+            sport: (i % 0x4000) as u16 | 0xC000,
+            dest_qp: 0x10000 + i,
+            ..FlowKey::default()
+        };
+        k.src[..4].copy_from_slice(&[10, 200, (i >> 8) as u8, i as u8]);
+        k.dst[..4].copy_from_slice(&[10, 201, 0, 1]);
+        let s = FlowStats {
+            packets: 10 + i as u64 % 1000,
+            bytes: 1000 * (10 + i as u64 % 1000),
+            ..FlowStats::default()
+        };
+        flows.insert(k, PerCpuValues::try_from(vec![s; cpus])?, 0)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn kernel_bench() -> Result<Value> {
+    const REPEAT: u32 = 200_000;
+    let mut rows = Vec::new();
+    for n in [1usize, 10_000, 100_000] {
+        let mut ebpf = loader::load_object(131_072)?;
+        loader::load_programs(&mut ebpf, &[Hook::Xdp, Hook::TcIngress])?;
+        for name in [
+            agent_common::PROG_BASELINE_XDP,
+            agent_common::PROG_BASELINE_TC,
+        ] {
+            let p = ebpf.program_mut(name).context("baseline program")?;
+            match p {
+                aya::programs::Program::Xdp(x) => x.load()?,
+                aya::programs::Program::SchedClassifier(c) => c.load()?,
+                _ => bail!("unexpected baseline program type"),
+            }
+        }
+        populate(&mut ebpf, n.saturating_sub(1))?;
+        for (label, frame) in bench_frames() {
+            let ns = |prog: &str| -> Result<f64> {
+                let p = ebpf.program(prog).context("program")?;
+                let fd = p.fd()?;
+                let runs: Vec<f64> = (0..5)
+                    .map(|_| test_run(fd, &frame, REPEAT).map(|r| r.duration_ns as f64))
+                    .collect::<Result<_>>()?;
+                Ok(median(runs))
+            };
+            let xdp = ns(agent_common::PROG_XDP)?;
+            let xdp_base = ns(agent_common::PROG_BASELINE_XDP)?;
+            let tc = ns(agent_common::PROG_TC_INGRESS)?;
+            let tc_base = ns(agent_common::PROG_BASELINE_TC)?;
+            let path = if agent_common::fast::parse_fast(&SliceReader(&frame)).is_some() {
+                "fast"
+            } else {
+                "slow"
+            };
+            rows.push(json!({
+                "flows_in_map": n, "frame": label, "bytes": frame.len(), "path": path,
+                "xdp_ns": xdp, "xdp_baseline_ns": xdp_base, "xdp_ratio": xdp / xdp_base,
+                "tc_ns": tc, "tc_baseline_ns": tc_base, "tc_ratio": tc / tc_base,
+            }));
+            eprintln!("kernel: {n:>6} flows {label:<28} {path} xdp {xdp:>5.0} ns (baseline {xdp_base:>4.0}, x{:.2})  tc {tc:>5.0} ns (baseline {tc_base:>4.0}, x{:.2})", xdp / xdp_base, tc / tc_base);
+        }
+    }
+    // What the verifier checked, per program (the budget: 100,000 each).
+    let mut verified = serde_json::Map::new();
+    for h in Hook::ALL {
+        let mut ebpf = loader::load_object(1024)?;
+        loader::load_programs(&mut ebpf, &[h])?;
+        for name in [h.program(), h.slow_path().2] {
+            let p = ebpf.program(name).context("program")?;
+            let n = p.info()?.verified_instruction_count().unwrap_or(0);
+            verified.insert(name.to_string(), json!(n));
+        }
+    }
+    eprintln!("kernel: verified instructions {verified:?}");
+    Ok(json!({ "repeat": REPEAT, "rows": rows, "verified_instructions": verified }))
+}

@@ -1,0 +1,193 @@
+//! Live phase: replayed RoCE through a veth pair with rocemon, with the count-only program
+//! attached the same way, and with nothing; AF_XDP delivery.
+
+use super::*;
+
+/// Sends `frame` from `ns`/`ifname` with a raw packet socket for `secs`; returns frames sent.
+pub(crate) fn blast(ns: &str, ifname: &str, frame: Vec<u8>, secs: f64) -> Result<u64> {
+    let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    std::thread::spawn(move || -> Result<u64> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
+        // SAFETY: valid fd; affects this thread only.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns: {}", std::io::Error::last_os_error());
+        }
+        let cname = std::ffi::CString::new(ifname)?;
+        // SAFETY: plain libc calls with checked results.
+        unsafe {
+            let idx = libc::if_nametoindex(cname.as_ptr());
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+            if fd < 0 || idx == 0 {
+                bail!("raw socket: {}", std::io::Error::last_os_error());
+            }
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_ifindex = idx as i32;
+            sll.sll_halen = 6;
+            let end = Instant::now() + Duration::from_secs_f64(secs);
+            let mut sent = 0u64;
+            while Instant::now() < end {
+                for _ in 0..256 {
+                    let r = libc::sendto(
+                        fd,
+                        frame.as_ptr() as *const _,
+                        frame.len(),
+                        0,
+                        &sll as *const _ as *const libc::sockaddr,
+                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                    );
+                    if r > 0 {
+                        sent += 1;
+                    }
+                }
+            }
+            libc::close(fd);
+            Ok(sent)
+        }
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("sender panicked"))?
+}
+
+pub(crate) fn rx_packets(ns: &str, ifname: &str) -> Result<u64> {
+    let out = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            ns,
+            "cat",
+            &format!("/sys/class/net/{ifname}/statistics/rx_packets"),
+        ],
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
+}
+
+pub(crate) fn live_bench() -> Result<Value> {
+    let pair = VethPair::new("rcbench")?;
+    let mut f = Roce::new(ip("10.77.0.2"), ip("10.77.0.1"), 0xC001, 0x11, 0x07);
+    f.payload = 64;
+    let frame = f.frame();
+    let measure = |pair: &VethPair| -> Result<f64> {
+        let before = rx_packets(&pair.ns_a, &pair.a_if)?;
+        let t = Instant::now();
+        blast(&pair.ns_b, &pair.b_if, frame.clone(), 3.0)?;
+        let secs = t.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_millis(200));
+        Ok((rx_packets(&pair.ns_a, &pair.a_if)? - before) as f64 / secs)
+    };
+    let mut rows = Vec::new();
+    let base = measure(&pair)?;
+    let _stats = baseline::Stats::on()?;
+    for (name, hooks, mode, tc, program) in [
+        ("xdp native", "xdp", "native", false, agent_common::PROG_XDP),
+        (
+            "tc ingress",
+            "tc-ingress",
+            "auto",
+            true,
+            agent_common::PROG_TC_INGRESS,
+        ),
+    ] {
+        // The yardstick: the count-only program attached the same way.
+        let count_only = baseline::Attached::new(&pair.ns_a, &pair.a_if, tc)?;
+        let (r0, t0) = count_only.runs()?;
+        let pps_count_only = measure(&pair)?;
+        let (r1, t1) = count_only.runs()?;
+        drop(count_only);
+        let ns_count_only = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
+        let addr = "127.0.0.1:9442";
+        let agent = Agent::start(
+            &pair.ns_a,
+            BIN,
+            &[
+                "run",
+                "--no-pin",
+                "--iface",
+                &pair.a_if,
+                "--hooks",
+                hooks,
+                "--xdp-mode",
+                mode,
+                "--listen",
+                addr,
+            ],
+        )?;
+        std::thread::sleep(Duration::from_secs(2));
+        let cost = || -> Result<(f64, f64)> {
+            let (_, body) = http_get_in(&pair.ns_a, addr, "/metrics")?;
+            let l = [("program", program)];
+            Ok((
+                metric_sum(&body, "rocemon_program_runs_total", &l),
+                metric_sum(&body, "rocemon_program_run_seconds_total", &l),
+            ))
+        };
+        let (a0, s0) = cost()?;
+        let with = measure(&pair)?;
+        std::thread::sleep(Duration::from_millis(1200));
+        let (a1, s1) = cost()?;
+        let again = measure(&pair)?;
+        agent.stop()?;
+        let ns_rocemon = (s1 - s0) * 1e9 / (a1 - a0).max(1.0);
+        let without = measure(&pair)?;
+        let with = (with + again) / 2.0;
+        let without = (base + without) / 2.0;
+        eprintln!(
+            "live: {name}: {with:.0} pps with rocemon, {pps_count_only:.0} with the count-only program (x{:.2}), {without:.0} without any (x{:.2}); kernel run time {ns_rocemon:.0} ns vs {ns_count_only:.0} ns (x{:.2})",
+            with / pps_count_only,
+            with / without,
+            ns_rocemon / ns_count_only
+        );
+        rows.push(
+            json!({"hook": name, "pps_with": with, "pps_count_only": pps_count_only,
+            "pps_without": without, "ratio": with / without,
+            "ratio_vs_count_only": with / pps_count_only,
+            "run_ns": ns_rocemon, "run_ns_count_only": ns_count_only,
+            "run_ns_ratio": ns_rocemon / ns_count_only}),
+        );
+    }
+    // AF_XDP capture: the frames redirected are gone from the stack, so the figure is what
+    // the sockets delivered to userspace (and what the kernel dropped), against the rate the
+    // stack received without rocemon.
+    let addr = "127.0.0.1:9442";
+    let agent = Agent::start(
+        &pair.ns_a,
+        BIN,
+        &[
+            "run",
+            "--iface",
+            &pair.a_if,
+            "--capture",
+            "afxdp",
+            "--xdp-mode",
+            "native",
+            "--listen",
+            addr,
+            "--poll-interval-ms",
+            "200",
+        ],
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    let sums = || -> Result<(f64, f64)> {
+        let (_, body) = http_get_in(&pair.ns_a, addr, "/metrics")?;
+        Ok((
+            metric_sum(&body, "rocemon_afxdp_frames_total", &[]),
+            metric_sum(&body, "rocemon_afxdp_dropped_frames_total", &[]),
+        ))
+    };
+    let (f0, d0) = sums()?;
+    let t = Instant::now();
+    blast(&pair.ns_b, &pair.b_if, frame.clone(), 3.0)?;
+    let secs = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(600));
+    let (f1, d1) = sums()?;
+    agent.stop()?;
+    let (delivered, dropped) = ((f1 - f0) / secs, (d1 - d0) / secs);
+    eprintln!(
+        "live: afxdp copy: {delivered:.0} frames/s delivered to userspace, {dropped:.0}/s dropped; the stack alone received {base:.0} pps (x{:.2})",
+        delivered / base
+    );
+    rows.push(json!({"hook": "afxdp copy (frames delivered to userspace)", "pps_with": delivered, "pps_without": base, "ratio": delivered / base, "dropped_per_second": dropped}));
+    Ok(json!({ "frame_bytes": frame.len(), "rows": rows }))
+}

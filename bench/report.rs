@@ -1,0 +1,203 @@
+//! The report: machine facts and the Markdown page with the verdicts against the targets.
+
+use super::*;
+
+pub(crate) fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    json!({ "cpu": cpu, "cpus": nr_cpus().unwrap_or(0), "kernel": kernel, "rocemon": env!("CARGO_PKG_VERSION") })
+}
+
+pub(crate) fn markdown(r: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let m = &r["machine"];
+    let _ = writeln!(s, "# rocemon benchmark report\n\nMeasured by `cargo xtask bench` on {} ({} CPUs), kernel {}, rocemon {}, {}.\nEvery figure is compared with a baseline measured in the same run.\n", m["cpu"].as_str().unwrap_or("?"), m["cpus"], m["kernel"].as_str().unwrap_or("?"), m["rocemon"].as_str().unwrap_or("?"), r["date"].as_str().unwrap_or("?"));
+    let _ = writeln!(s, "## 1. Kernel per-packet cost (BPF_PROG_TEST_RUN, {} repeats, median of 5)\n\nTargets: plain RoCE (fast path) at most 4x the one-counter baseline and under 50 ns; the non-RoCE frames at most 1.5x; the rare shapes (slow program) reported.\n\n| flows in map | frame | path | XDP ns | baseline ns | ratio | tc ns | baseline ns | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |", r["kernel"]["repeat"]);
+    for row in r["kernel"]["rows"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} |",
+            row["flows_in_map"],
+            row["frame"].as_str().unwrap_or(""),
+            row["path"].as_str().unwrap_or(""),
+            row["xdp_ns"].as_f64().unwrap_or(0.0),
+            row["xdp_baseline_ns"].as_f64().unwrap_or(0.0),
+            row["xdp_ratio"].as_f64().unwrap_or(0.0),
+            row["tc_ns"].as_f64().unwrap_or(0.0),
+            row["tc_baseline_ns"].as_f64().unwrap_or(0.0),
+            row["tc_ratio"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let a = &r["analyze"];
+    let _ = writeln!(s, "\n## 2. Capture analysis (1,000,000 frames, 10,000 flows, {:.0} MB)\n\nTarget: at least 100x tshark and within 3x of reading the file.\n\n| tool | seconds | frames/s |\n| --- | --- | --- |\n| rocemon analyze --format json | {:.2} | {:.0} |\n| tshark -T fields -e infiniband.bth.opcode | {:.2} | {:.0} |\n| cat FILE > /dev/null | {:.3} | |\n\nrocemon is **{:.1}x** faster than tshark and takes **{:.1}x** the time of reading the file.", a["file_bytes"].as_f64().unwrap_or(0.0) / 1e6, a["rocemon_seconds"].as_f64().unwrap_or(0.0), a["rocemon_frames_per_second"].as_f64().unwrap_or(0.0), a["tshark_seconds"].as_f64().unwrap_or(0.0), a["tshark_frames_per_second"].as_f64().unwrap_or(0.0), a["cat_seconds"].as_f64().unwrap_or(0.0), a["speedup_vs_tshark"].as_f64().unwrap_or(0.0), a["ratio_vs_cat"].as_f64().unwrap_or(0.0));
+    let c = &r["scale"];
+    let _ = writeln!(s, "\n## 3. Agent at scale ({} flows in the kernel map)\n\nTarget: a scrape under 100 ms and resident memory under 200 MB.\n\n| poll (maps -> flow table -> detectors -> metrics) | of which map reads | /metrics render | /metrics size | RSS | CPU at one poll per second |\n| --- | --- | --- | --- | --- | --- |\n| {:.1} ms | {:.1} ms | {:.2} ms | {} bytes | {:.1} MB | {:.1}% |", c["flows"], c["poll_ms"].as_f64().unwrap_or(0.0), c["map_read_ms"].as_f64().unwrap_or(0.0), c["metrics_render_ms"].as_f64().unwrap_or(0.0), c["metrics_bytes"], c["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6, c["cpu_share_at_1s_poll"].as_f64().unwrap_or(0.0) * 100.0);
+    let _ = writeln!(s, "\n## 4. Live path ({}-byte RoCE frames through a veth pair, raw-socket sender)\n\nTargets: rocemon's packet rate at least 0.9x and its kernel run time (BPF statistics) at most 3x the count-only program attached the same way.\n\n| hook | pps with rocemon | pps with count-only | ratio | pps without a program | ratio | run ns rocemon | run ns count-only | ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |", r["live"]["frame_bytes"]);
+    for row in r["live"]["rows"].as_array().into_iter().flatten() {
+        let f = |k: &str| {
+            row[k]
+                .as_f64()
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        let n = |k: &str| {
+            row[k]
+                .as_f64()
+                .map(|v| format!("{v:.0}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row["hook"].as_str().unwrap_or(""),
+            n("pps_with"),
+            n("pps_count_only"),
+            f("ratio_vs_count_only"),
+            n("pps_without"),
+            f("ratio"),
+            n("run_ns"),
+            n("run_ns_count_only"),
+            f("run_ns_ratio")
+        );
+    }
+    // Against the targets, computed from this run.
+    let rows = r["kernel"]["rows"].as_array().cloned().unwrap_or_default();
+    let worst = |k: &str| {
+        rows.iter()
+            .filter_map(|x| x[k].as_f64())
+            .fold(0.0, f64::max)
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    let _ = writeln!(
+        s,
+        "\n## Against the targets\n\n| target | this run | verdict |\n| --- | --- | --- |"
+    );
+    // Plain RoCE on the fast path, the common non-RoCE frames, and the rare shapes (reported).
+    let class = |x: &Value| {
+        let label = x["frame"].as_str().unwrap_or("");
+        if label.contains("(not ") {
+            "other"
+        } else if x["path"] == "slow" {
+            "rare"
+        } else {
+            "roce"
+        }
+    };
+    let worst_of = |cls: &str, k: &str| {
+        rows.iter()
+            .filter(|x| class(x) == cls)
+            .filter_map(|x| x[k].as_f64())
+            .fold(0.0, f64::max)
+    };
+    let (xr, tr, xn, tn) = (
+        worst_of("roce", "xdp_ratio"),
+        worst_of("roce", "tc_ratio"),
+        worst_of("roce", "xdp_ns"),
+        worst_of("roce", "tc_ns"),
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: plain RoCE at most 4x the count-only program | worst XDP x{xr:.1}, tc x{tr:.1} | {} |",
+        verdict(xr <= 4.0 && tr <= 4.0)
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: plain RoCE under 50 ns per packet (the count-only program alone costs {:.0}-{:.0} ns here) | worst XDP {xn:.0} ns, tc {tn:.0} ns | {} |",
+        rows.iter().filter_map(|x| x["xdp_baseline_ns"].as_f64()).fold(f64::MAX, f64::min),
+        worst("xdp_baseline_ns"),
+        verdict(xn < 50.0 && tn < 50.0)
+    );
+    let (ox, ot) = (
+        worst_of("other", "xdp_ratio"),
+        worst_of("other", "tc_ratio"),
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: non-RoCE frames at most 1.5x | worst XDP x{ox:.2}, tc x{ot:.2} | {} |",
+        verdict(ox <= 1.5 && ot <= 1.5)
+    );
+    let _ = writeln!(
+        s,
+        "| kernel: rare shapes (slow program; reported) | worst XDP x{:.1}, tc x{:.1} | - |",
+        worst_of("rare", "xdp_ratio"),
+        worst_of("rare", "tc_ratio")
+    );
+    if let Some(v) = r["kernel"]["verified_instructions"].as_object() {
+        let most = v.values().filter_map(Value::as_u64).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| kernel: every program under 100,000 verified instructions | most {most} ({}) | {} |",
+            v.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            verdict(most < 100_000)
+        );
+    }
+    for row in r["live"]["rows"].as_array().into_iter().flatten() {
+        if let (Some(p), Some(n)) = (
+            row["ratio_vs_count_only"].as_f64(),
+            row["run_ns_ratio"].as_f64(),
+        ) {
+            let hook = row["hook"].as_str().unwrap_or("");
+            let _ = writeln!(
+                s,
+                "| live {hook}: packet rate at least 0.9x the count-only program | x{p:.2} | {} |",
+                verdict(p >= 0.9)
+            );
+            let _ = writeln!(
+                s,
+                "| live {hook}: kernel run time at most 3x the count-only program | x{n:.2} | {} |",
+                verdict(n <= 3.0)
+            );
+        } else if let Some(p) = row["ratio"].as_f64() {
+            if row["hook"].as_str().unwrap_or("").starts_with("afxdp") {
+                let _ = writeln!(
+                    s,
+                    "| live AF_XDP copy mode: at least 0.8x of what the stack alone receives | x{p:.2} | {} |",
+                    verdict(p >= 0.8)
+                );
+            }
+        }
+    }
+    let sp = a["speedup_vs_tshark"].as_f64().unwrap_or(0.0);
+    let rc = a["ratio_vs_cat"].as_f64().unwrap_or(0.0);
+    let _ = writeln!(
+        s,
+        "| analyze: at least 100x tshark | {sp:.0}x | {} |",
+        verdict(sp >= 100.0)
+    );
+    let _ = writeln!(
+        s,
+        "| analyze: within 3x of reading the file | {rc:.1}x | {} |",
+        verdict(rc <= 3.0)
+    );
+    let render = c["metrics_render_ms"].as_f64().unwrap_or(0.0);
+    let rss = c["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+    let _ = writeln!(
+        s,
+        "| scale: a scrape under 100 ms | {render:.2} ms | {} |",
+        verdict(render < 100.0)
+    );
+    let _ = writeln!(
+        s,
+        "| scale: resident memory under 200 MB | {rss:.0} MB | {} |",
+        verdict(rss < 200.0)
+    );
+    if !r["robustness"].is_null() {
+        robustness::markdown(&r["robustness"], &mut s);
+    }
+    s
+}
