@@ -834,6 +834,91 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     assert!(left.is_empty(), "links left after detach: {left:?}");
 }
 
+/// The slow program outlives the agent too: the program arrays that hold it are pinned with
+/// the maps (the kernel empties a program array when its last user reference closes, which
+/// would leave the pinned fast programs without their slow path). Mirror and tunnel frames
+/// sent while no agent runs are counted by the slow program: the next agent shows them all,
+/// through the slow path and none unreachable, equal to tshark.
+#[test]
+fn the_slow_path_keeps_counting_while_no_agent_runs() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let (dir, _fs, pin_dir) = own_bpffs("rocemon-slowpin");
+    let pin = pin_dir.to_str().unwrap();
+    let fx = fixtures::tunnels();
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    // The frames the fast path hands on, by the host's own fast path.
+    let slow = fx
+        .records()
+        .filter(|(_, _, f)| agent_common::fast::parse_fast(&agent_common::SliceReader(f)).is_none())
+        .count() as u64;
+    assert!(slow > 0, "the tunnel fixture must exercise the slow path");
+
+    let pair = VethPair::new("rcslow").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    // The namespaces' own IPv6 (MLD reports carry a hop-by-hop header: slow path) would add
+    // frames that are not the fixture's.
+    for (n, i) in [(&pair.ns_a, &pair.a_if), (&pair.ns_b, &pair.b_if)] {
+        for key in [
+            "net.ipv6.conf.all.disable_ipv6=1".to_string(),
+            format!("net.ipv6.conf.{i}.disable_ipv6=1"),
+        ] {
+            run("ip", &["netns", "exec", n, "sysctl", "-qw", &key]).unwrap();
+        }
+    }
+    let args = pinned_args(ifn, pin);
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    wait_ready(ns, &mut agent);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+
+    // No agent: only the pinned links, maps and program arrays are left.
+    pair.replay_from_b(&path).unwrap();
+
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    let sum = |b: &str, m: &str, hook: &str| {
+        try_metric_sum(b, m, &[("hook", hook), ("iface", ifn.as_str())]).unwrap_or(0.0) as u64
+    };
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            sum(b, "rocemon_packets_total", "xdp") >= e.roce_packets
+                && sum(b, "rocemon_packets_total", "tc_ingress") >= e.roce_packets
+        })
+        .unwrap();
+    for hook in ["xdp", "tc_ingress"] {
+        assert_eq!(
+            sum(&body, "rocemon_packets_total", hook),
+            e.roce_packets,
+            "{hook}: RoCE packets counted while no agent ran"
+        );
+        assert_eq!(
+            sum(&body, "rocemon_slow_path_frames_total", hook),
+            slow,
+            "{hook}: frames through the slow program"
+        );
+        assert_eq!(
+            sum(&body, "rocemon_slow_path_unreachable_total", hook),
+            0,
+            "{hook}: the slow program must stay reachable"
+        );
+    }
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    let out = std::process::Command::new(BIN)
+        .args(["detach", "--pin-dir", pin])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!pin_dir.exists(), "pins left after detach");
+}
+
 /// An interface that goes away and comes back under the same name (deleted and re-created:
 /// a driver reset, a re-created VF) is attached again and counted over the pinned maps (the
 /// counts continue); while it is gone the agent says so. An MTU change keeps counting, and an
