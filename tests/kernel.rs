@@ -338,3 +338,73 @@ fn every_program_verifies_within_100000_instructions() {
         assert!(n > 0 && n < 100_000, "{name}: {n} verified instructions");
     }
 }
+
+/// The load-time switches: with PSN tracking and session counters off, the programs count
+/// everything else exactly as before, no PSN event and no session, and the verifier has less
+/// to check (the switched-off code is pruned).
+#[test]
+fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
+    if skip() {
+        return;
+    }
+    loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
+    let off = loader::Switches {
+        psn_tracking: false,
+        session_counters: false,
+    };
+    let mut ebpf = loader::load_object_with(65_536, off).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    let mut frames = 0;
+    for fx in [fixtures::psn_health(), fixtures::tunnels()] {
+        for (_, _, data) in fx.records() {
+            let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+            assert_eq!(
+                test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
+                XDP_PASS
+            );
+            record_as_kernel(&mut host, &data, 0);
+            frames += 1;
+        }
+    }
+    assert!(frames > 100);
+    // What the switches leave out, the host counted: the fixtures do exercise it.
+    assert!(host.counters.psn_gaps > 0 && host.counters.retransmits > 0);
+    assert!(!host.sessions.is_empty());
+    let mut want = host.counters;
+    want.psn_gaps = 0;
+    want.retransmits = 0;
+    let k = loader::read_counters(&ebpf).unwrap();
+    assert_eq!(
+        k[Hook::Xdp as usize],
+        want,
+        "everything else counted as before"
+    );
+    assert!(loader::read_sessions(&ebpf).unwrap().is_empty());
+    let (flows, _) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!(flows.len(), host.flows.len());
+    for (key, got) in &flows {
+        assert_eq!((got.psn_gaps, got.retransmits), (0, 0), "{key:?}");
+        assert_eq!(got.packets, host.flows[key].packets, "{key:?}");
+    }
+    // Pruned: fewer instructions to verify than with both switches on.
+    let count = |e: &aya::Ebpf, name: &str| {
+        e.program(name)
+            .unwrap()
+            .info()
+            .unwrap()
+            .verified_instruction_count()
+            .unwrap_or(0)
+    };
+    let mut on = loader::load_object(65_536).unwrap();
+    loader::load_programs(&mut on, &[Hook::Xdp]).unwrap();
+    for name in [agent_common::PROG_XDP, agent_common::PROG_XDP_SLOW] {
+        assert!(
+            count(&ebpf, name) < count(&on, name),
+            "{name}: {} verified with the switches off, {} on",
+            count(&ebpf, name),
+            count(&on, name)
+        );
+    }
+}

@@ -57,6 +57,19 @@ impl FlowStats {
     /// did to the PSN sequence (for the global counters).
     #[inline(always)]
     pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64, now_ns: u64) -> PsnEvent {
+        self.record_with(p, frame_len, now_ns, true)
+    }
+
+    /// [`FlowStats::record`], with PSN tracking on or off (a load-time switch of the kernel
+    /// programs: hosts that do not want PSN health skip its per-packet work).
+    #[inline(always)]
+    pub fn record_with<P: RocePacket>(
+        &mut self,
+        p: &P,
+        frame_len: u64,
+        now_ns: u64,
+        track_psn: bool,
+    ) -> PsnEvent {
         if self.packets == 0 {
             self.first_seen_ns = now_ns;
         }
@@ -82,6 +95,9 @@ impl FlowStats {
             } else if is_rnr_nak(s) {
                 self.rnr_naks += 1;
             }
+        }
+        if !track_psn {
+            return PsnEvent::default();
         }
         let ev = self.psn.observe(opcode, psn);
         self.psn_gaps += ev.gap as u64;

@@ -71,6 +71,9 @@ pub const PROG_AFXDP_SLOW: &str = "rocemon_xdp_afxdp_slow";
 pub const MAP_XDP_SLOW: &str = "XDP_SLOW";
 /// Program array of the tc slow programs (ingress and egress).
 pub const MAP_TC_SLOW: &str = "TC_SLOW";
+/// Load-time switches of the kernel programs (globals the loader sets; 1 on, 0 off).
+pub const SWITCH_TRACK_PSN: &str = "ROCEMON_TRACK_PSN";
+pub const SWITCH_SESSIONS: &str = "ROCEMON_SESSIONS";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

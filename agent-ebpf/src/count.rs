@@ -17,6 +17,22 @@ use aya_ebpf::{
 #[map]
 static PARSED: PerCpuArray<PacketRecord> = PerCpuArray::with_max_entries(1, 0);
 
+/// Load-time switches, set by the loader (`EbpfLoader::set_global`) before the verifier runs:
+/// the code a switch turns off is pruned and never runs. PSN tracking (gaps, retransmissions
+/// per flow) and mirror-session counters.
+#[no_mangle]
+static ROCEMON_TRACK_PSN: u8 = 1;
+#[no_mangle]
+static ROCEMON_SESSIONS: u8 = 1;
+
+/// A switch, read where the code it guards starts (a plain read is folded by LLVM; read
+/// early it costs spills).
+#[inline(always)]
+fn on(switch: &u8) -> bool {
+    // SAFETY: a valid reference to a static the loader may have rewritten.
+    unsafe { core::ptr::read_volatile(switch) != 0 }
+}
+
 /// Which program counts a frame (for the kernel-only counters).
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -156,10 +172,12 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     }
     let info = rec;
     c.record_roce(info, frame_len);
-    if let Some(sk) = SessionKey::of(info, hook) {
-        let ce_cnp = SessionStats::flags(info);
-        if !session(sk.to_bits(), ce_cnp, frame_len) {
-            c.session_overflow += 1;
+    if on(&ROCEMON_SESSIONS) {
+        if let Some(sk) = SessionKey::of(info, hook) {
+            let ce_cnp = SessionStats::flags(info);
+            if !session(sk.to_bits(), ce_cnp, frame_len) {
+                c.session_overflow += 1;
+            }
         }
     }
     let key = RocePacket::flow_key(info, hook);
@@ -169,7 +187,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     let now = unsafe { bpf_ktime_get_coarse_ns() };
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: this CPU's value of an existing element, as above.
-        let ev = unsafe { (*s).record(info, frame_len, now) };
+        let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
         c.record_psn(&ev);
         return false;
     }
@@ -180,7 +198,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     // SAFETY: this CPU's scratch slot; zeroed in place (no stack copy), then filled.
     let ev = unsafe {
         core::ptr::write_bytes(scratch, 0, 1);
-        (*scratch).record(info, frame_len, now)
+        (*scratch).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN))
     };
     // SAFETY: as above; the map copies the value.
     if FLOWS
@@ -194,7 +212,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     // Another CPU inserted the flow in between: count into its element.
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: as above.
-        let ev = unsafe { (*s).record(info, frame_len, now) };
+        let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
         c.record_psn(&ev);
         return false;
     }

@@ -159,6 +159,14 @@ pub struct RunArgs {
     /// then counts only where `sysctl kernel.bpf_stats_enabled=1` is set).
     #[arg(long)]
     pub no_program_stats: bool,
+    /// Leave PSN tracking (gaps, retransmissions per flow) out of the kernel programs: the
+    /// verifier prunes it and it costs nothing per packet (rocemon_psn_gaps_total stays 0).
+    #[arg(long)]
+    pub no_psn_tracking: bool,
+    /// Leave the per mirror-session / tunnel counters out of the kernel programs (hosts
+    /// without mirror traffic).
+    #[arg(long)]
+    pub no_session_counters: bool,
     /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

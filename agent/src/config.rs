@@ -41,6 +41,10 @@ pub struct FileConfig {
     pub pin: Option<bool>,
     /// Turn on the kernel's BPF run-time statistics (per-program run time and count).
     pub program_stats: Option<bool>,
+    /// Track PSN gaps and retransmissions per flow in the kernel programs (default true).
+    pub psn_tracking: Option<bool>,
+    /// Count per mirror session / tunnel id in the kernel programs (default true).
+    pub session_counters: Option<bool>,
     /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
     pub pin_dir: Option<std::path::PathBuf>,
     /// TLS, basic auth (a web configuration file), request timeout, connection bounds.
@@ -95,6 +99,8 @@ pub struct Config {
     pub pin: bool,
     /// Turn on the kernel's BPF run-time statistics while the agent runs.
     pub program_stats: bool,
+    /// The kernel programs' load-time switches (PSN tracking, session counters).
+    pub switches: crate::loader::Switches,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,
@@ -302,6 +308,11 @@ impl Config {
             rdma,
             pin: !args.no_pin && file.pin.unwrap_or(true),
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
+            switches: crate::loader::Switches {
+                psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
+                session_counters: !args.no_session_counters
+                    && file.session_counters.unwrap_or(true),
+            },
             pin_dir: args
                 .pin_dir
                 .clone()
@@ -425,6 +436,12 @@ impl Config {
                     "off".into()
                 }
             ),
+            format!(
+                "kernel: psn tracking {}, session counters {}, program stats {}",
+                on_off(self.switches.psn_tracking),
+                on_off(self.switches.session_counters),
+                on_off(self.program_stats)
+            ),
         ];
         lines.push(format!(
             "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",
@@ -445,6 +462,14 @@ impl Config {
             .to_lowercase(),
         );
         lines.join("\n")
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
     }
 }
 
@@ -482,6 +507,20 @@ mod tests {
         assert_eq!(c.top_k, 7);
         assert_eq!(c.xdp_mode, XdpMode::Skb);
         assert_eq!(c.listen.port(), 1);
+    }
+
+    #[test]
+    fn kernel_switches_default_on_and_follow_file_then_flags() {
+        let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
+        assert_eq!(c.switches, crate::loader::Switches::default());
+        assert!(c.switches.psn_tracking && c.switches.session_counters);
+        let file: FileConfig = toml::from_str("psn_tracking = false").unwrap();
+        let c = Config::merge(file, &args(&["a"])).unwrap();
+        assert!(!c.switches.psn_tracking && c.switches.session_counters);
+        let mut a = args(&["a"]);
+        a.no_session_counters = true;
+        let c = Config::merge(FileConfig::default(), &a).unwrap();
+        assert!(c.switches.psn_tracking && !c.switches.session_counters);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct AttachOptions<'a> {
     pub pin_root: &'a Path,
     /// Pin maps and links there; false: everything ends with the process.
     pub pin: bool,
+    /// The kernel programs' load-time switches.
+    pub switches: Switches,
 }
 
 /// The index of a named interface, or a usage error naming it.
@@ -115,14 +117,48 @@ pub fn raise_memlock() {
 
 /// Loads the object with the flow map sized to `flow_entries`, without attaching anything.
 pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
-    load_object_pinned(flow_entries, None)
+    load_object_pinned(flow_entries, None, Switches::default())
+}
+
+/// The kernel programs' load-time switches: what they leave out is pruned by the verifier and
+/// costs nothing per packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switches {
+    /// PSN gaps and retransmissions per flow.
+    pub psn_tracking: bool,
+    /// Per mirror-session / tunnel counters.
+    pub session_counters: bool,
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches {
+            psn_tracking: true,
+            session_counters: true,
+        }
+    }
+}
+
+/// Loads the object with the given switches (not pinned).
+pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
+    load_object_pinned(flow_entries, None, switches)
 }
 
 /// Loads the object; with `pins`, the counting maps are opened from (or created at) their
 /// pinned paths, so programs of several runs share them.
-fn load_object_pinned(flow_entries: u32, pins: Option<&IfacePins>) -> Result<Ebpf> {
+fn load_object_pinned(
+    flow_entries: u32,
+    pins: Option<&IfacePins>,
+    switches: Switches,
+) -> Result<Ebpf> {
     let mut l = EbpfLoader::new();
     l.map_max_entries(MAP_FLOWS, flow_entries);
+    let (psn, sessions) = (
+        u8::from(switches.psn_tracking),
+        u8::from(switches.session_counters),
+    );
+    l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
+    l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
     if let Some(p) = pins {
         for m in crate::pins::PINNED_MAPS {
             l.map_pin_path(m, p.map_path(m));
@@ -193,7 +229,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
         None
     };
     let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
-    let mut ebpf = load_object_pinned(o.flow_entries, pins.as_ref())?;
+    let mut ebpf = load_object_pinned(o.flow_entries, pins.as_ref(), o.switches)?;
     load_programs(&mut ebpf, o.hooks)?;
     let mut capture = None;
     if o.hooks.contains(&Hook::AfXdp) {

@@ -201,6 +201,7 @@ fn attach_one(iface: &str, config: &Config) -> Result<Probe> {
             afxdp: config.afxdp,
             pin_root: &config.pin_dir,
             pin: config.pin,
+            switches: config.switches,
         },
     )
     .with_context(|| format!("attach to {iface}"))?;
@@ -349,6 +350,9 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
     }
     if new.program_stats != config.program_stats {
         kept.push("program_stats");
+    }
+    if new.switches != config.switches {
+        kept.push("psn_tracking/session_counters");
     }
     if !kept.is_empty() {
         log::warn!(
