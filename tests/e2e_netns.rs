@@ -812,15 +812,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("rocemon detach"));
 
     // Detach: no program, link or pin left.
-    let out = std::process::Command::new(BIN)
-        .args(["detach", "--pin-dir", pin])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(BIN, &["detach", "--pin-dir", pin]).unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(ifn.as_str()));
     assert!(
         !pin_dir.exists(),
@@ -907,15 +899,7 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
     }
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
-    let out = std::process::Command::new(BIN)
-        .args(["detach", "--pin-dir", pin])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(BIN, &["detach", "--pin-dir", pin]).unwrap();
     assert!(!pin_dir.exists(), "pins left after detach");
 }
 
