@@ -120,24 +120,7 @@ pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
     load_object_pinned(flow_entries, None, Switches::default())
 }
 
-/// The kernel programs' load-time switches: what they leave out is pruned by the verifier and
-/// costs nothing per packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Switches {
-    /// PSN gaps and retransmissions per flow.
-    pub psn_tracking: bool,
-    /// Per mirror-session / tunnel counters.
-    pub session_counters: bool,
-}
-
-impl Default for Switches {
-    fn default() -> Self {
-        Switches {
-            psn_tracking: true,
-            session_counters: true,
-        }
-    }
-}
+pub use crate::sources::tally::Switches;
 
 /// Loads the object with the given switches (not pinned).
 pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
@@ -242,6 +225,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
             idx,
             o.afxdp.unwrap_or(BindMode::Auto),
             o.flow_entries as usize,
+            o.switches,
             |q, fd| xsks.set(q, fd, 0).map_err(Into::into),
         )?);
     }

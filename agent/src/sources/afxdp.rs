@@ -13,7 +13,7 @@
 //! Dependency: `xdpilone` (pure Rust AF_XDP rings, no libbpf/libxdp): UMEM registration, ring
 //! mmaps and the ring protocol, so this file holds only the policy.
 
-use super::tally::Tally;
+use super::tally::{Switches, Tally};
 use crate::error::UsageError;
 use agent_common::{
     parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats, SliceReader,
@@ -111,6 +111,7 @@ impl Capture {
         ifindex: u32,
         mode: BindMode,
         flow_limit: usize,
+        switches: Switches,
         mut register: impl FnMut(u32, RawFd) -> Result<()>,
     ) -> Result<Capture> {
         let queues = rx_queues(iface);
@@ -129,7 +130,7 @@ impl Capture {
         };
         for q in 0..queues {
             let state = Arc::new(Mutex::new(QueueState {
-                tally: Tally::new(Hook::AfXdp, flow_limit),
+                tally: Tally::with_switches(Hook::AfXdp, flow_limit, switches),
                 stats: QueueStats {
                     queue: q,
                     ..QueueStats::default()

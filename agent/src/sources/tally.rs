@@ -9,6 +9,25 @@ use agent_common::{
 };
 use rustc_hash::FxHashMap;
 
+/// The load-time switches of the kernel programs, which the userspace counting of the AF_XDP
+/// capture follows too: what they leave out is pruned by the verifier (and skipped here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switches {
+    /// PSN gaps and retransmissions per flow.
+    pub psn_tracking: bool,
+    /// Per mirror-session / tunnel counters.
+    pub session_counters: bool,
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches {
+            psn_tracking: true,
+            session_counters: true,
+        }
+    }
+}
+
 /// One hook's counts: what the kernel keeps in COUNTERS, FLOWS and SESSIONS.
 #[derive(Clone, Debug)]
 pub struct Tally {
@@ -19,16 +38,24 @@ pub struct Tally {
     /// Flows held at most (like the kernel map's size); further new flows are counted as
     /// flow update errors instead of growing memory without bound.
     pub flow_limit: usize,
+    /// What the kernel programs were loaded to count.
+    pub switches: Switches,
 }
 
 impl Tally {
     pub fn new(hook: Hook, flow_limit: usize) -> Tally {
+        Tally::with_switches(hook, flow_limit, Switches::default())
+    }
+
+    /// A tally that counts as kernel programs loaded with `switches` do.
+    pub fn with_switches(hook: Hook, flow_limit: usize, switches: Switches) -> Tally {
         Tally {
             hook,
             counters: HookCounters::ZERO,
             flows: FxHashMap::default(),
             sessions: FxHashMap::default(),
             flow_limit,
+            switches,
         }
     }
 
@@ -38,7 +65,9 @@ impl Tally {
         let Ok(info) = parsed else {
             return;
         };
-        if let Some(sk) = SessionKey::of(info, self.hook) {
+        let track_psn = self.switches.psn_tracking;
+        if let Some(sk) = SessionKey::of(info, self.hook).filter(|_| self.switches.session_counters)
+        {
             if let Some(s) = self.sessions.get_mut(&sk) {
                 s.record(info, frame_len);
             } else if self.sessions.len() < SESSION_MAP_ENTRIES as usize {
@@ -49,7 +78,7 @@ impl Tally {
         }
         let key = info.flow_key(self.hook);
         if let Some(s) = self.flows.get_mut(&key) {
-            let ev = s.record(info, frame_len, now_ns);
+            let ev = s.record_with(info, frame_len, now_ns, track_psn);
             self.counters.record_psn(&ev);
             return;
         }
@@ -58,7 +87,7 @@ impl Tally {
             return;
         }
         let mut s = FlowStats::default();
-        let ev = s.record(info, frame_len, now_ns);
+        let ev = s.record_with(info, frame_len, now_ns, track_psn);
         self.flows.insert(key, s);
         self.counters.record_psn(&ev);
         self.counters.flows_created += 1;
@@ -110,5 +139,42 @@ mod tests {
         assert_eq!(t.counters.flow_update_errors, 1);
         assert_eq!(t.counters.flows_created, 1);
         assert_eq!(t.counters.roce_packets(), 3);
+    }
+
+    #[test]
+    fn switched_off_psn_tracking_counts_no_psn_event() {
+        let off = Switches {
+            psn_tracking: false,
+            session_counters: false,
+        };
+        let mut t = Tally::with_switches(Hook::AfXdp, 16, off);
+        let mut f = vec![0u8; 14 + 20 + 8 + 12];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        let tl = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&tl.to_be_bytes());
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        f[42] = 0x04; // RC SEND ONLY: sequenced
+        for psn in [1u8, 5, 3] {
+            f[53] = psn;
+            let p = agent_common::parse(
+                &agent_common::SliceReader(&f),
+                agent_common::LinkType::Ethernet,
+            );
+            t.record(&p, f.len() as u64, 0);
+        }
+        assert_eq!((t.counters.psn_gaps, t.counters.retransmits), (0, 0));
+        let mut on = Tally::new(Hook::AfXdp, 16);
+        for psn in [1u8, 5, 3] {
+            f[53] = psn;
+            let p = agent_common::parse(
+                &agent_common::SliceReader(&f),
+                agent_common::LinkType::Ethernet,
+            );
+            on.record(&p, f.len() as u64, 0);
+        }
+        assert_eq!((on.counters.psn_gaps, on.counters.retransmits), (3, 1));
     }
 }
