@@ -20,6 +20,19 @@ pub fn run(cmd: &str, args: &[&str]) -> Result<Output> {
     Ok(out)
 }
 
+/// Whether a namespace end-to-end test can run here: root (else it says why and skips, or
+/// fails under ROCEMON_REQUIRE_PRIVILEGED) and tcpreplay installed (else it fails, naming the
+/// fix).
+pub fn can_run_e2e() -> bool {
+    if !crate::require_root("a namespace end-to-end test (ip netns, BPF)") {
+        return false;
+    }
+    if run("tcpreplay", &["--version"]).is_err() {
+        panic!("tcpreplay is not installed; run `cargo xtask setup`");
+    }
+    true
+}
+
 /// A unique short tag for this process and call (interface names are at most 15 bytes).
 pub fn unique_tag() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -269,6 +282,11 @@ impl Agent {
         ];
         args.extend_from_slice(extra);
         Agent::start(ns, bin, &args)
+    }
+
+    /// Waits until the agent serves `/metrics` at `addr` inside `ns` (30 s at most).
+    pub fn wait_ready(&mut self, ns: &str, addr: &str) -> Result<String> {
+        self.wait_metrics(ns, addr, std::time::Duration::from_secs(30), |_| true)
     }
 
     /// Waits until `GET /metrics` answers 200 at `addr` inside `ns` with a body that `ready`

@@ -1,0 +1,414 @@
+//! End to end with pins, in network namespaces: counting goes on across agent restarts and
+//! while no agent runs (maps, links and the slow program's arrays pinned on a bpffs of the
+//! test's own), `rocemon detach` leaves nothing, and interfaces that go and come back are
+//! counted again.
+
+use rocemon_testkit::netns::{
+    link_details, links_alive, metric_sum, pinned_links, run, try_metric_sum, wait_links_gone,
+    Agent, BpfFs, VethPair,
+};
+use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const ADDR: &str = "127.0.0.1:9442";
+
+fn can_run() -> bool {
+    rocemon_testkit::netns::can_run_e2e()
+}
+
+fn wait_ready(ns: &str, agent: &mut Agent) -> String {
+    agent.wait_ready(ns, ADDR).unwrap()
+}
+
+/// A temporary directory with a bpffs of the test's own in it, and the pin directory on it.
+fn own_bpffs(prefix: &str) -> (TempDir, BpfFs, std::path::PathBuf) {
+    let dir = TempDir::new(prefix).unwrap();
+    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let pin_dir = fs.path().join("rocemon");
+    (dir, fs, pin_dir)
+}
+
+/// `rocemon run` with XDP (native) and tc ingress on `ifn`, pinned under `pin`, fast polls.
+fn pinned_args<'a>(ifn: &'a str, pin: &'a str) -> [&'a str; 13] {
+    [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        "xdp,tc-ingress",
+        "--xdp-mode",
+        "native",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--pin-dir",
+        pin,
+    ]
+}
+
+/// Counters survive a restart: maps and links pinned on a bpffs of the test's own (mounted in a
+/// temporary directory, so nothing touches the host's /sys/fs/bpf), traffic sent while no
+/// agent runs is still counted, Prometheus counters continue from where they were, and
+/// `rocemon detach` leaves no program, link or pin behind.
+#[test]
+fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let (dir, fs, pin_dir) = own_bpffs("rocemon-pin");
+    let bpffs = fs.path().to_path_buf();
+    let pin = pin_dir.to_str().unwrap();
+    let fx = fixtures::rc_ipv4();
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+
+    let pair = VethPair::new("rcpin").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let args = pinned_args(ifn, pin);
+    // Zero before the first packet is counted (the series appear with their opcode label).
+    let packets = |body: &str, hook: &str| {
+        try_metric_sum(
+            body,
+            "rocemon_packets_total",
+            &[("hook", hook), ("iface", ifn.as_str())],
+        )
+        .unwrap_or(0.0) as u64
+    };
+    let wait_for = |agent: &mut Agent, want: u64| {
+        agent
+            .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
+            })
+            .unwrap()
+    };
+
+    // Run 1: one replay.
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    wait_ready(ns, &mut agent);
+    pair.replay_from_b(&path).unwrap();
+    let body = wait_for(&mut agent, e.roce_packets);
+    assert_eq!(packets(&body, "xdp"), e.roce_packets);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("stay attached"), "{stderr}");
+    let iface_pins = pin_dir.join(ifn.as_str());
+    let run1 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(
+        run1.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["link_tc_ingress@tcx", "link_xdp@native"]
+    );
+
+    // No agent: the pinned programs keep counting into the pinned maps.
+    let link = link_details(ns, ifn).unwrap();
+    assert!(
+        link.contains("prog/xdp"),
+        "XDP must stay attached between runs: {link}"
+    );
+    pair.replay_from_b(&path).unwrap();
+
+    // Run 2: takes over the links and maps; Prometheus counters continue (3 replays so far
+    // after the next one), nothing sent while no agent ran is missing.
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    let body = wait_for(&mut agent, 2 * e.roce_packets);
+    assert_eq!(
+        packets(&body, "xdp"),
+        2 * e.roce_packets,
+        "counted while no agent ran"
+    );
+    assert_eq!(packets(&body, "tc_ingress"), 2 * e.roce_packets);
+    pair.replay_from_b(&path).unwrap();
+    let body = wait_for(&mut agent, 3 * e.roce_packets);
+    assert_eq!(packets(&body, "xdp"), 3 * e.roce_packets);
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_ecn_packets_total",
+            &[("hook", "xdp"), ("codepoint", "ce")]
+        ) as u64,
+        3 * e.ecn[3]
+    );
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_attached",
+            &[("hook", "xdp"), ("mode", "native")]
+        ),
+        1.0
+    );
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("took over the link"), "{stderr}");
+    // The same two links (same ids), each now running a program of run 2 (a new prog_id
+    // from the kernel, not the agent's word).
+    let run2 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(run2.len(), 2, "{run2:?}");
+    for ((n1, l1), (n2, l2)) in run1.iter().zip(&run2) {
+        assert_eq!(n1, n2);
+        assert_eq!(l1.id, l2.id, "{n1}: the link itself stays");
+        assert_ne!(
+            l1.prog_id, l2.prog_id,
+            "{n1}: the link runs the new program"
+        );
+        assert_eq!(l1.prog_name, l2.prog_name);
+    }
+
+    // Run 3, reconfigured: XDP in skb mode only. The tc link goes (it is no longer
+    // configured), the XDP link is replaced in the new mode, and the maps (so the counts) stay.
+    let args3 = [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        "xdp",
+        "--xdp-mode",
+        "skb",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+        "--pin-dir",
+        pin,
+    ];
+    let mut agent = Agent::start(ns, BIN, &args3).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            packets(b, "xdp") >= 3 * e.roce_packets
+        })
+        .unwrap();
+    pair.replay_from_b(&path).unwrap();
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            packets(b, "xdp") >= 4 * e.roce_packets
+        })
+        .unwrap();
+    assert_eq!(packets(&body, "xdp"), 4 * e.roce_packets);
+    assert_eq!(
+        metric_sum(
+            &body,
+            "rocemon_attached",
+            &[("hook", "xdp"), ("mode", "skb")]
+        ),
+        1.0
+    );
+    let link = link_details(ns, ifn).unwrap();
+    assert!(link.contains("xdpgeneric"), "XDP now in skb mode: {link}");
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("XDP mode changes from native to skb"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("detaching tc_ingress"), "{stderr}");
+    let run3 = pinned_links(&iface_pins).unwrap();
+    assert_eq!(
+        run3.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["link_xdp@skb"],
+        "the tc link is gone, XDP has a new link in skb mode"
+    );
+    let mut all: Vec<u64> = run1
+        .iter()
+        .chain(&run2)
+        .chain(&run3)
+        .map(|(_, l)| l.id)
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        links_alive(&all).unwrap(),
+        [run3[0].1.id],
+        "only the new XDP link is left of this test's links"
+    );
+
+    // --no-pin while pins exist: refused, naming the fix.
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, BIN, "run", "--no-pin", "--iface", ifn])
+        .args(["--listen", ADDR, "--pin-dir", pin])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rocemon detach"));
+
+    // Detach: no program, link or pin left.
+    let out = run(BIN, &["detach", "--pin-dir", pin]).unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(ifn.as_str()));
+    assert!(
+        !pin_dir.exists(),
+        "pins left: {:?}",
+        std::fs::read_dir(&bpffs).map(|d| d.count())
+    );
+    let link = link_details(ns, ifn).unwrap();
+    assert!(!link.contains("prog/xdp"), "XDP left after detach: {link}");
+    // Links are freed once their last reference (the pin) is gone; give the kernel a moment.
+    let left = wait_links_gone(&all, Duration::from_secs(5)).unwrap();
+    assert!(left.is_empty(), "links left after detach: {left:?}");
+}
+
+/// The slow program outlives the agent too: the program arrays that hold it are pinned with
+/// the maps (the kernel empties a program array when its last user reference closes, which
+/// would leave the pinned fast programs without their slow path). Mirror and tunnel frames
+/// sent while no agent runs are counted by the slow program: the next agent shows them all,
+/// through the slow path and none unreachable, equal to tshark.
+#[test]
+fn the_slow_path_keeps_counting_while_no_agent_runs() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let (dir, _fs, pin_dir) = own_bpffs("rocemon-slowpin");
+    let pin = pin_dir.to_str().unwrap();
+    let fx = fixtures::tunnels();
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    // The frames the fast path hands on, by the host's own fast path.
+    let slow = fx
+        .records()
+        .filter(|(_, _, f)| agent_common::fast::parse_fast(&agent_common::SliceReader(f)).is_none())
+        .count() as u64;
+    assert!(slow > 0, "the tunnel fixture must exercise the slow path");
+
+    let pair = VethPair::new("rcslow").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    // The namespaces' own IPv6 (MLD reports carry a hop-by-hop header: slow path) would add
+    // frames that are not the fixture's.
+    for (n, i) in [(&pair.ns_a, &pair.a_if), (&pair.ns_b, &pair.b_if)] {
+        for key in [
+            "net.ipv6.conf.all.disable_ipv6=1".to_string(),
+            format!("net.ipv6.conf.{i}.disable_ipv6=1"),
+        ] {
+            run("ip", &["netns", "exec", n, "sysctl", "-qw", &key]).unwrap();
+        }
+    }
+    let args = pinned_args(ifn, pin);
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    wait_ready(ns, &mut agent);
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+
+    // No agent: only the pinned links, maps and program arrays are left.
+    pair.replay_from_b(&path).unwrap();
+
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    let sum = |b: &str, m: &str, hook: &str| {
+        try_metric_sum(b, m, &[("hook", hook), ("iface", ifn.as_str())]).unwrap_or(0.0) as u64
+    };
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+            sum(b, "rocemon_packets_total", "xdp") >= e.roce_packets
+                && sum(b, "rocemon_packets_total", "tc_ingress") >= e.roce_packets
+        })
+        .unwrap();
+    for hook in ["xdp", "tc_ingress"] {
+        assert_eq!(
+            sum(&body, "rocemon_packets_total", hook),
+            e.roce_packets,
+            "{hook}: RoCE packets counted while no agent ran"
+        );
+        assert_eq!(
+            sum(&body, "rocemon_slow_path_frames_total", hook),
+            slow,
+            "{hook}: frames through the slow program"
+        );
+        assert_eq!(
+            sum(&body, "rocemon_slow_path_unreachable_total", hook),
+            0,
+            "{hook}: the slow program must stay reachable"
+        );
+    }
+    let (status, stderr) = agent.stop().unwrap();
+    assert!(status.success(), "{stderr}");
+    run(BIN, &["detach", "--pin-dir", pin]).unwrap();
+    assert!(!pin_dir.exists(), "pins left after detach");
+}
+
+/// An interface that goes away and comes back under the same name (deleted and re-created:
+/// a driver reset, a re-created VF) is attached again and counted over the pinned maps (the
+/// counts continue); while it is gone the agent says so. An MTU change keeps counting, and an
+/// interface renamed away and back is followed by name.
+#[test]
+fn interfaces_that_go_and_come_back_are_counted_again() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let (dir, _fs, pin_dir) = own_bpffs("rocemon-relink");
+    let path = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    let pair = VethPair::new("rcrelink").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let mut agent = Agent::start(ns, BIN, &pinned_args(ifn, pin_dir.to_str().unwrap())).unwrap();
+    wait_ready(ns, &mut agent);
+    let packets = |b: &str, hook: &str| {
+        try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
+    };
+    let up = |b: &str| try_metric_sum(b, "rocemon_interface_up", &[("iface", ifn.as_str())]);
+    let attached =
+        |b: &str| try_metric_sum(b, "rocemon_attached", &[("iface", ifn.as_str())]).unwrap_or(-1.0);
+    let mut want = 0;
+    let mut send_and_count = |agent: &mut Agent, step: &str| {
+        pair.replay_from_b(&path).unwrap();
+        want += e.roce_packets;
+        let body = agent
+            .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
+                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
+            })
+            .unwrap_or_else(|err| panic!("{step}: {err}"));
+        assert_eq!(packets(&body, "xdp"), want, "{step}: xdp");
+        assert_eq!(packets(&body, "tc_ingress"), want, "{step}: tc_ingress");
+        assert_eq!(up(&body), Some(1.0), "{step}");
+        assert_eq!(attached(&body), 2.0, "{step}: both programs attached");
+    };
+    send_and_count(&mut agent, "first attach");
+
+    // Deleted: the agent notices (link events), says so, and marks it down.
+    pair.delete_link().unwrap();
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
+        .unwrap();
+    assert_eq!(attached(&body), 0.0, "no program attached while it is gone");
+    // Re-created under the same names (new interface indexes): attached and counted again,
+    // on top of the pinned counts.
+    pair.create_link(1).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
+        .unwrap();
+    send_and_count(&mut agent, "after re-creation");
+
+    // MTU change: counting continues.
+    run("ip", &["-n", ns, "link", "set", ifn, "mtu", "4000"]).unwrap();
+    send_and_count(&mut agent, "after an MTU change");
+
+    // Renamed away: gone (programs detached from the renamed device); renamed back: counted.
+    let other = format!("{ifn}x");
+    run("ip", &["-n", ns, "link", "set", ifn, "down"]).unwrap();
+    run("ip", &["-n", ns, "link", "set", ifn, "name", &other]).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
+        .unwrap();
+    let link = link_details(ns, &other).unwrap();
+    assert!(
+        !link.contains("prog/xdp"),
+        "XDP left on the renamed device: {link}"
+    );
+    run("ip", &["-n", ns, "link", "set", &other, "name", ifn]).unwrap();
+    run("ip", &["-n", ns, "link", "set", ifn, "up"]).unwrap();
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
+        .unwrap();
+    // The peer's neighbour entry may point at the old state: wait for the link to carry.
+    std::thread::sleep(Duration::from_millis(200));
+    send_and_count(&mut agent, "after a rename away and back");
+
+    let (status, log) = agent.stop().unwrap();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("is gone"), "{log}");
+    assert!(log.contains("is back"), "{log}");
+    assert!(log.contains("MTU of"), "{log}");
+    let out = std::process::Command::new(BIN)
+        .args(["detach", "--pin-dir", pin_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
