@@ -116,9 +116,8 @@ pub fn merge_sessions(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_full_flow_table_counts_errors_instead_of_growing() {
-        let mut t = Tally::new(Hook::AfXdp, 1);
+    /// Ethernet, IPv4, UDP 4791 and a BTH (opcode 0, PSN 0): the smallest RoCE frame.
+    fn minimal_roce_frame() -> Vec<u8> {
         let mut f = vec![0u8; 14 + 20 + 8 + 12];
         f[12] = 0x08;
         f[14] = 0x45;
@@ -127,6 +126,13 @@ mod tests {
         f[23] = 17;
         f[36..38].copy_from_slice(&4791u16.to_be_bytes());
         f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_full_flow_table_counts_errors_instead_of_growing() {
+        let mut t = Tally::new(Hook::AfXdp, 1);
+        let mut f = minimal_roce_frame();
         for sport in [1u16, 2, 1] {
             f[34..36].copy_from_slice(&sport.to_be_bytes());
             let p = agent_common::parse(
@@ -148,14 +154,7 @@ mod tests {
             session_counters: false,
         };
         let mut t = Tally::with_switches(Hook::AfXdp, 16, off);
-        let mut f = vec![0u8; 14 + 20 + 8 + 12];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        let tl = (f.len() - 14) as u16;
-        f[16..18].copy_from_slice(&tl.to_be_bytes());
-        f[23] = 17;
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-        f[38..40].copy_from_slice(&20u16.to_be_bytes());
+        let mut f = minimal_roce_frame();
         f[42] = 0x04; // RC SEND ONLY: sequenced
         let mut on = Tally::new(Hook::AfXdp, 16);
         for psn in [1u8, 5, 3] {
