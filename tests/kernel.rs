@@ -212,6 +212,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     fx.name,
                     hook.name()
                 );
+                assert_lossless(k, &e, &format!("{} {}", fx.name, hook.name()));
                 for (op, (n, b)) in &e.opcodes {
                     assert_eq!(
                         (k.opcode_packets[*op as usize], k.opcode_bytes[*op as usize]),
@@ -352,6 +353,7 @@ fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
     let off = loader::Switches {
         psn_tracking: false,
         session_counters: false,
+        ..loader::Switches::default()
     };
     let mut ebpf = loader::load_object_with(65_536, off).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
@@ -407,4 +409,115 @@ fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
             count(&on, name)
         );
     }
+}
+
+/// A counter array as tshark's map shape (non-zero entries).
+fn nonzero(packets: &[u64], bytes: &[u64]) -> BTreeMap<u8, (u64, u64)> {
+    packets
+        .iter()
+        .zip(bytes)
+        .enumerate()
+        .filter(|(_, (p, _))| **p > 0)
+        .map(|(i, (p, b))| (i as u8, (*p, *b)))
+        .collect()
+}
+
+/// PFC, PAUSE, other MAC control, RoCE by DSCP and priority, lossy RoCE: against tshark.
+fn assert_lossless(k: &agent_common::HookCounters, e: &tshark::Expected, what: &str) {
+    assert_eq!(k.pfc_frames, e.pfc_frames, "{what}: PFC frames vs tshark");
+    for p in 0..8 {
+        assert_eq!(
+            (k.pfc_xoff[p], k.pfc_xon[p], k.pfc_quanta[p]),
+            (e.pfc[p].xoff, e.pfc[p].xon, e.pfc[p].quanta),
+            "{what}: PFC priority {p} (xoff, xon, quanta) vs tshark"
+        );
+    }
+    assert_eq!(
+        (
+            k.pause_frames,
+            k.pause_xon,
+            k.pause_quanta,
+            k.mac_control_other
+        ),
+        (
+            e.pause_frames,
+            e.pause_xon,
+            e.pause_quanta,
+            e.mac_control_other
+        ),
+        "{what}: PAUSE (frames, xon, quanta) and other MAC control vs tshark"
+    );
+    assert_eq!(
+        nonzero(&k.roce_dscp_packets, &k.roce_dscp_bytes),
+        e.dscp,
+        "{what}: RoCE by DSCP vs tshark"
+    );
+    assert_eq!(
+        nonzero(&k.cnp_dscp_packets, &k.cnp_dscp_bytes),
+        e.cnp_dscp,
+        "{what}: CNPs by DSCP vs tshark"
+    );
+    assert_eq!(
+        nonzero(&k.roce_pcp_packets, &k.roce_pcp_bytes),
+        e.pcp,
+        "{what}: RoCE by priority vs tshark"
+    );
+    assert_eq!(
+        nonzero(&k.cnp_pcp_packets, &k.cnp_pcp_bytes),
+        e.cnp_pcp,
+        "{what}: CNPs by priority vs tshark"
+    );
+    assert_eq!(
+        (k.lossy_roce_packets, k.lossy_roce_bytes, k.cnp_out_of_class),
+        (e.lossy_roce.0, e.lossy_roce.1, e.cnp_out_of_class),
+        "{what}: lossy RoCE and CNPs out of class vs tshark"
+    );
+}
+
+/// The configured traffic classes reach the kernel programs (load-time globals): with RoCE
+/// expected on DSCP 0 / any priority and CNPs on DSCP 26, the lossy counts follow, equal to
+/// the host's counting with the same classes.
+#[test]
+fn configured_traffic_classes_decide_what_the_kernel_counts_as_lossy() {
+    if skip() {
+        return;
+    }
+    loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
+    let classes = agent_common::TrafficClasses {
+        roce_dscp: 1,
+        roce_priority: agent_common::classes::ANY_PRIORITY,
+        cnp_dscp: 1 << 26,
+    };
+    let sw = loader::Switches {
+        classes,
+        ..loader::Switches::default()
+    };
+    let mut ebpf = loader::load_object_with(65_536, sw).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let mut host = Tally::with_switches(Hook::Xdp, usize::MAX, sw);
+    let mut default_host = Tally::new(Hook::Xdp, usize::MAX);
+    for (_, _, data) in rocemon_testkit::lossless::lossless().records() {
+        let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+        assert_eq!(
+            test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
+            XDP_PASS
+        );
+        record_as_kernel(&mut host, &data, 0);
+        record_as_kernel(&mut default_host, &data, 0);
+    }
+    let k = loader::read_counters(&ebpf).unwrap()[Hook::Xdp as usize];
+    assert_eq!(k, host.counters);
+    // The fixture's RoCE on DSCP 0 is the only RoCE in class: everything else is lossy.
+    let roce_not_cnp = k.roce_packets() - k.cnp_packets;
+    assert_eq!(k.lossy_roce_packets, roce_not_cnp - k.roce_dscp_packets[0]);
+    assert_eq!(k.cnp_out_of_class, k.cnp_packets - k.cnp_dscp_packets[26]);
+    assert_ne!(
+        (k.lossy_roce_packets, k.cnp_out_of_class),
+        (
+            default_host.counters.lossy_roce_packets,
+            default_host.counters.cnp_out_of_class
+        ),
+        "the classes must change the counts"
+    );
 }

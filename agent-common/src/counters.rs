@@ -4,8 +4,10 @@
 //! atomics); `analyze` keeps one block for a capture. Both call [`HookCounters::record`], so a
 //! frame is counted the same way wherever it is seen.
 
+use crate::classes::TrafficClasses;
+use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
 use crate::packet::RocePacket;
-use crate::parse::{Outcome, RoceInfo};
+use crate::parse::{Outcome, Parsed};
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, NAK_SLOTS};
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
@@ -116,6 +118,36 @@ pub struct HookCounters {
     /// Kernel only: frames whose tail call to the slow program failed (its program array
     /// slot empty). Counted in `frames` and `frame_bytes` but under no outcome; never expected.
     pub slow_path_unreachable: u64,
+    /// RoCE packets (CNPs included) and frame bytes by DSCP.
+    pub roce_dscp_packets: [u64; 64],
+    pub roce_dscp_bytes: [u64; 64],
+    /// CNPs and their frame bytes by DSCP.
+    pub cnp_dscp_packets: [u64; 64],
+    pub cnp_dscp_bytes: [u64; 64],
+    /// Tagged RoCE packets (CNPs included) and bytes by the outermost tag's 802.1p priority.
+    pub roce_pcp_packets: [u64; 8],
+    pub roce_pcp_bytes: [u64; 8],
+    /// Tagged CNPs and bytes by 802.1p priority.
+    pub cnp_pcp_packets: [u64; 8],
+    pub cnp_pcp_bytes: [u64; 8],
+    /// RoCE packets (not CNPs) outside the expected class ([`TrafficClasses`]): lossy RoCE.
+    pub lossy_roce_packets: u64,
+    pub lossy_roce_bytes: u64,
+    /// CNPs outside the expected CNP class.
+    pub cnp_out_of_class: u64,
+    /// PFC frames (MAC control opcode 0x0101).
+    pub pfc_frames: u64,
+    /// Per priority: PFC XOFF (class enabled, time above 0), XON (enabled, time 0), and the
+    /// summed pause quanta (512 bit times each) the XOFFs request.
+    pub pfc_xoff: [u64; PRIORITIES],
+    pub pfc_xon: [u64; PRIORITIES],
+    pub pfc_quanta: [u64; PRIORITIES],
+    /// 802.3x PAUSE frames (opcode 0x0001), those with time 0 (XON), and their summed quanta.
+    pub pause_frames: u64,
+    pub pause_xon: u64,
+    pub pause_quanta: u64,
+    /// MAC control frames of other opcodes.
+    pub mac_control_other: u64,
 }
 
 impl Default for HookCounters {
@@ -146,14 +178,68 @@ impl HookCounters {
         capture_redirect_failures: 0,
         slow_path_frames: 0,
         slow_path_unreachable: 0,
+        roce_dscp_packets: [0; 64],
+        roce_dscp_bytes: [0; 64],
+        cnp_dscp_packets: [0; 64],
+        cnp_dscp_bytes: [0; 64],
+        roce_pcp_packets: [0; 8],
+        roce_pcp_bytes: [0; 8],
+        cnp_pcp_packets: [0; 8],
+        cnp_pcp_bytes: [0; 8],
+        lossy_roce_packets: 0,
+        lossy_roce_bytes: 0,
+        cnp_out_of_class: 0,
+        pfc_frames: 0,
+        pfc_xoff: [0; PRIORITIES],
+        pfc_xon: [0; PRIORITIES],
+        pfc_quanta: [0; PRIORITIES],
+        pause_frames: 0,
+        pause_xon: 0,
+        pause_quanta: 0,
+        mac_control_other: 0,
     };
 
     /// Counts one frame of `frame_len` wire bytes.
     #[inline(always)]
-    pub fn record(&mut self, parsed: &Result<RoceInfo, Outcome>, frame_len: u64) {
+    pub fn record(&mut self, parsed: &Parsed, frame_len: u64, classes: &TrafficClasses) {
         match parsed {
-            Ok(info) => self.record_roce(info, frame_len),
-            Err(o) => self.record_other(*o, frame_len),
+            Parsed::Roce(info) => self.record_roce(info, frame_len, classes),
+            Parsed::MacControl(m) => self.record_mac_control(m, frame_len),
+            Parsed::Other(o) => self.record_other(*o, frame_len),
+        }
+    }
+
+    /// Counts a MAC control frame: PFC per priority, PAUSE, or another opcode. A time whose
+    /// class-enable bit is clear is ignored (802.1Qbb).
+    #[inline(always)]
+    pub fn record_mac_control(&mut self, m: &MacControl, frame_len: u64) {
+        self.record_other(Outcome::MacControl, frame_len);
+        match m.opcode {
+            OPCODE_PFC => {
+                self.pfc_frames += 1;
+                let mut p = 0;
+                while p < PRIORITIES {
+                    if m.class_enable & (1 << p) != 0 {
+                        let t = m.times[p];
+                        if t == 0 {
+                            self.pfc_xon[p] += 1;
+                        } else {
+                            self.pfc_xoff[p] += 1;
+                            self.pfc_quanta[p] += t as u64;
+                        }
+                    }
+                    p += 1;
+                }
+            }
+            OPCODE_PAUSE => {
+                self.pause_frames += 1;
+                let t = m.times[0];
+                if t == 0 {
+                    self.pause_xon += 1;
+                }
+                self.pause_quanta += t as u64;
+            }
+            _ => self.mac_control_other += 1,
         }
     }
 
@@ -167,7 +253,7 @@ impl HookCounters {
 
     /// Counts a RoCE packet, from the parse result or the kernel's flat record.
     #[inline(always)]
-    pub fn record_roce<P: RocePacket>(&mut self, p: &P, frame_len: u64) {
+    pub fn record_roce<P: RocePacket>(&mut self, p: &P, frame_len: u64, classes: &TrafficClasses) {
         self.frames += 1;
         self.frame_bytes += frame_len;
         self.outcomes[(p.outcome() as usize) & (OUTCOME_SLOTS - 1)] += 1;
@@ -175,8 +261,30 @@ impl HookCounters {
         self.opcode_packets[op] += 1;
         self.opcode_bytes[op] += frame_len;
         self.ecn_packets[(p.ecn() & 0x03) as usize] += 1;
+        let dscp = (p.dscp() & 63) as usize;
+        self.roce_dscp_packets[dscp] += 1;
+        self.roce_dscp_bytes[dscp] += frame_len;
+        let pcp = p.pcp();
+        if let Some(q) = pcp {
+            let q = (q & 7) as usize;
+            self.roce_pcp_packets[q] += 1;
+            self.roce_pcp_bytes[q] += frame_len;
+        }
         if p.is_cnp() {
             self.cnp_packets += 1;
+            self.cnp_dscp_packets[dscp] += 1;
+            self.cnp_dscp_bytes[dscp] += frame_len;
+            if let Some(q) = pcp {
+                let q = (q & 7) as usize;
+                self.cnp_pcp_packets[q] += 1;
+                self.cnp_pcp_bytes[q] += frame_len;
+            }
+            if !classes.cnp_in_class(dscp as u8) {
+                self.cnp_out_of_class += 1;
+            }
+        } else if !classes.roce_in_class(dscp as u8, pcp) {
+            self.lossy_roce_packets += 1;
+            self.lossy_roce_bytes += frame_len;
         }
         self.tunnel_packets[(p.tunnel_kind() as usize) & 7] += 1;
         if p.becn() {
@@ -275,6 +383,25 @@ counter_fields! {
     capture_redirect_failures: scalar,
     slow_path_frames: scalar,
     slow_path_unreachable: scalar,
+    roce_dscp_packets: array,
+    roce_dscp_bytes: array,
+    cnp_dscp_packets: array,
+    cnp_dscp_bytes: array,
+    roce_pcp_packets: array,
+    roce_pcp_bytes: array,
+    cnp_pcp_packets: array,
+    cnp_pcp_bytes: array,
+    lossy_roce_packets: scalar,
+    lossy_roce_bytes: scalar,
+    cnp_out_of_class: scalar,
+    pfc_frames: scalar,
+    pfc_xoff: array,
+    pfc_xon: array,
+    pfc_quanta: array,
+    pause_frames: scalar,
+    pause_xon: scalar,
+    pause_quanta: scalar,
+    mac_control_other: scalar,
 }
 
 /// The counters where two blocks differ: `(field[index], a, b)`.
@@ -303,21 +430,24 @@ unsafe impl aya::Pod for HookCounters {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{parse, LinkType, SliceReader};
+    use crate::parse::parse_frame;
+    use crate::{LinkType, SliceReader};
 
     #[test]
     fn no_padding() {
         assert_eq!(
             core::mem::size_of::<HookCounters>(),
             8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 4)
+                + 8 * (4 * 64 + 4 * 8 + 3 + 1 + 3 * 8 + 4)
         );
     }
 
     #[test]
     fn counts_outcomes_and_totals() {
         let mut c = HookCounters::ZERO;
-        c.record(&Err(Outcome::NotIp), 60);
-        c.record(&Err(Outcome::TruncatedBth), 50);
+        let cl = TrafficClasses::DEFAULT;
+        c.record(&Parsed::Other(Outcome::NotIp), 60, &cl);
+        c.record(&Parsed::Other(Outcome::TruncatedBth), 50, &cl);
         assert_eq!(c.frames, 2);
         assert_eq!(c.frame_bytes, 110);
         assert_eq!(c.outcomes[Outcome::NotIp as usize], 1);
@@ -328,8 +458,8 @@ mod tests {
         d.add(&c);
         assert_eq!(d.frames, 4);
         // a frame that is not Ethernet-long enough
-        let p = parse(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
-        c.record(&p, 5);
+        let p = parse_frame(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
+        c.record(&p, 5, &cl);
         assert_eq!(c.outcomes[Outcome::TruncatedL2 as usize], 1);
     }
 }

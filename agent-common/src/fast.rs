@@ -23,16 +23,20 @@ use crate::headers::ethernet::{self, is_vlan};
 use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
 use crate::headers::ipv4::{self, Ipv4Header};
 use crate::headers::ipv6::{self, Ipv6Header};
+use crate::headers::mac_control::{self, MacControl};
 use crate::headers::udp::{self, UdpHeader};
 use crate::headers::{be24, be32};
 use crate::opcode::ext_layout;
-use crate::parse::{Aeth, Deth, Outcome, RoceInfo, L3};
+use crate::parse::{Aeth, Deth, Outcome, Parsed, RoceInfo, L3, NO_PCP};
 use crate::reader::PacketReader;
 use crate::record::PacketRecord;
 use crate::ROCEV2_UDP_PORT;
 
 /// The answer of the fast path: `None` means "ask the general parser".
-pub type FastResult = Option<Result<RoceInfo, Outcome>>;
+pub type FastResult = Option<Parsed>;
+
+/// The RoCE shapes' answer: `None` means "ask the general parser".
+type ShapeResult = Option<Result<RoceInfo, Outcome>>;
 
 /// Bytes of a frame the fast path may read (the deepest: one tag, IPv6, UDP, BTH and the
 /// longest extension headers). A reader that can see this much of a frame (or the whole
@@ -64,28 +68,53 @@ pub fn parse_fast_into<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
         return false;
     };
     match be16(ethertype) {
-        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0, out),
-        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0, out),
+        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0, NO_PCP, out),
+        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0, NO_PCP, out),
         t if is_vlan(t) => {
-            let Some(inner) = r.read(ethernet::LEN + 2) else {
+            let Some(tag) = r.read::<{ ethernet::VLAN_TAG_LEN }>(ethernet::LEN) else {
                 return false;
             };
             const TAGGED: usize = ethernet::LEN + ethernet::VLAN_TAG_LEN;
-            match be16(inner) {
-                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1, out),
-                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1, out),
+            let pcp = tag[0] >> 5;
+            match be16([tag[2], tag[3]]) {
+                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1, pcp, out),
+                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1, pcp, out),
                 t if is_vlan(t) => false,
+                // MAC control frames are never tagged on a wire; a tagged one is rare enough
+                // for the general parser.
+                mac_control::ETHERTYPE_MAC_CONTROL => false,
                 _ => {
-                    out.store(&Err(Outcome::NotIp));
+                    out.store(&Parsed::Other(Outcome::NotIp));
                     true
                 }
             }
         }
+        // PFC and PAUSE: one compare on the EtherType already read, one constant-offset read.
+        mac_control::ETHERTYPE_MAC_CONTROL => mac_control(r, out),
         _ => {
-            out.store(&Err(Outcome::NotIp));
+            out.store(&Parsed::Other(Outcome::NotIp));
             true
         }
     }
+}
+
+/// An untagged MAC control frame (PFC, PAUSE): its payload at a constant offset. A frame too
+/// short for a PFC payload goes to the general parser (which tells PAUSE from cut short).
+#[inline(never)]
+fn mac_control<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
+    let Some(b) = r.read::<{ mac_control::PFC_LEN }>(ethernet::LEN) else {
+        return false;
+    };
+    let m = match be16([b[0], b[1]]) {
+        mac_control::OPCODE_PFC => MacControl::pfc(&b),
+        mac_control::OPCODE_PAUSE => MacControl::pause(&[b[0], b[1], b[2], b[3]]),
+        other => MacControl {
+            opcode: other,
+            ..MacControl::default()
+        },
+    };
+    out.store(&Parsed::MacControl(m));
+    true
 }
 
 /// One IP family at one L2 length, its answer stored in `out`.
@@ -97,11 +126,12 @@ pub fn parse_fast_into<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
 fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     r: &R,
     vlan_tags: u8,
+    pcp: u8,
     out: &mut PacketRecord,
 ) -> bool {
-    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags) {
+    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags, pcp) {
         Some(p) => {
-            out.store(&p);
+            out.store(&p.into());
             true
         }
         None => false,
@@ -113,7 +143,8 @@ fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
 fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     r: &R,
     vlan_tags: u8,
-) -> FastResult {
+    pcp: u8,
+) -> ShapeResult {
     let (l3, proto) = if V6 {
         let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
         if h.version() != 6 {
@@ -124,6 +155,7 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
             payload_len: h.payload_len(),
             ip_version: 6,
             ecn: h.ecn(),
+            dscp: h.traffic_class() >> 2,
             src: h.src(),
             dst: h.dst(),
         };
@@ -142,6 +174,7 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
             payload_len: h.total_len() - ipv4::MIN_LEN,
             ip_version: 4,
             ecn: h.ecn(),
+            dscp: h.tos() >> 2,
             // Built as integers: two word stores each instead of sixteen byte stores.
             src: (u32::from_le_bytes(s) as u128).to_le_bytes(),
             dst: (u32::from_le_bytes(d) as u128).to_le_bytes(),
@@ -164,7 +197,7 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
         VXLAN_PORT => return None,
         _ => return Some(Err(Outcome::UdpOtherPort)),
     }
-    Some(roce(r, &l3, u, Tunnel::default(), vlan_tags))
+    Some(roce(r, &l3, u, Tunnel::default(), vlan_tags, pcp))
 }
 
 /// The RoCEv2 part of a frame once its UDP header (to port 4791) is read: the BTH and the
@@ -177,6 +210,7 @@ pub(crate) fn roce<R: PacketReader>(
     u: UdpHeader,
     tunnel: Tunnel,
     vlan_tags: u8,
+    pcp: u8,
 ) -> Result<RoceInfo, Outcome> {
     let mut udp_len = u.length();
     if udp_len < udp::LEN {
@@ -205,6 +239,8 @@ pub(crate) fn roce<R: PacketReader>(
         sport: u.src_port(),
         udp_len: udp_len as u16,
         vlan_tags,
+        dscp: l3.dscp,
+        pcp: if pcp < 8 { Some(pcp) } else { None },
         tunnel,
         bth: b,
         reth_dma_len: None,

@@ -161,6 +161,8 @@ mod tests {
             sport: 1,
             udp_len: 40,
             vlan_tags: 0,
+            dscp: 26,
+            pcp: None,
             tunnel: Default::default(),
             bth: Bth {
                 opcode,

@@ -9,17 +9,19 @@
 //! - [`headers`]: one module per header (Ethernet/VLAN, Linux cooked capture, IPv4, IPv6,
 //!   UDP, BTH, extension headers) with offsets, lengths and big-endian getters.
 //! - [`opcode`]: the BTH opcode table (names, transport, operation class, extension headers).
-//! - [`parse`]: `parse(&reader, link) -> Result<RoceInfo, Outcome>`.
+//! - [`parse`]: `parse_frame(&reader, link) -> Parsed` (RoCE, MAC control, or an outcome).
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
 //! - [`record`]: the parse result as one flat record (how the kernel hands it to counting).
 //! - [`packet`]: `RocePacket`, what counting reads of a packet (parse result or record).
+//! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
 //! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod classes;
 pub mod counters;
 pub mod fast;
 pub mod flow;
@@ -32,11 +34,13 @@ pub mod reader;
 pub mod record;
 pub mod session;
 
+pub use classes::TrafficClasses;
 pub use counters::{Hook, HookCounters};
 pub use flow::{FlowKey, FlowStats};
+pub use headers::mac_control::MacControl;
 pub use opcode::OpClass;
 pub use packet::RocePacket;
-pub use parse::{parse, LinkType, Outcome, OutcomeKind, RoceInfo};
+pub use parse::{parse, parse_frame, LinkType, Outcome, OutcomeKind, Parsed, RoceInfo};
 pub use reader::{PacketReader, PrefixReader, SliceReader};
 pub use session::{SessionKey, SessionStats, SESSION_MAP_ENTRIES};
 
@@ -74,6 +78,11 @@ pub const MAP_TC_SLOW: &str = "TC_SLOW";
 /// Load-time switches of the kernel programs (globals the loader sets; 1 on, 0 off).
 pub const SWITCH_TRACK_PSN: &str = "ROCEMON_TRACK_PSN";
 pub const SWITCH_SESSIONS: &str = "ROCEMON_SESSIONS";
+/// Load-time traffic class expectation ([`TrafficClasses`]): RoCE DSCP bit set (u64), RoCE
+/// priority (u8), CNP DSCP bit set (u64).
+pub const GLOBAL_ROCE_DSCP: &str = "ROCEMON_ROCE_DSCP";
+pub const GLOBAL_ROCE_PRIORITY: &str = "ROCEMON_ROCE_PRIORITY";
+pub const GLOBAL_CNP_DSCP: &str = "ROCEMON_CNP_DSCP";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

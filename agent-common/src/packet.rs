@@ -18,6 +18,10 @@ pub trait RocePacket {
     fn opcode(&self) -> u8;
     /// ECN codepoint (two bits).
     fn ecn(&self) -> u8;
+    /// DSCP (six bits).
+    fn dscp(&self) -> u8;
+    /// 802.1p priority of the outermost tag; `None` untagged.
+    fn pcp(&self) -> Option<u8>;
     fn becn(&self) -> bool;
     fn fecn(&self) -> bool;
     fn psn(&self) -> u32;
@@ -46,6 +50,14 @@ impl RocePacket for RoceInfo {
     #[inline(always)]
     fn ecn(&self) -> u8 {
         self.ecn
+    }
+    #[inline(always)]
+    fn dscp(&self) -> u8 {
+        self.dscp
+    }
+    #[inline(always)]
+    fn pcp(&self) -> Option<u8> {
+        self.pcp
     }
     #[inline(always)]
     fn becn(&self) -> bool {
@@ -89,6 +101,14 @@ impl RocePacket for PacketRecord {
     #[inline(always)]
     fn ecn(&self) -> u8 {
         self.ecn
+    }
+    #[inline(always)]
+    fn dscp(&self) -> u8 {
+        self.dscp
+    }
+    #[inline(always)]
+    fn pcp(&self) -> Option<u8> {
+        PacketRecord::pcp(self)
     }
     #[inline(always)]
     fn becn(&self) -> bool {
@@ -146,10 +166,12 @@ mod tests {
                     continue;
                 };
                 let mut r = PacketRecord::default();
-                r.store(&Ok(info));
+                r.store(&crate::Parsed::Roce(info));
                 assert_eq!(RocePacket::outcome(&r), RocePacket::outcome(&info));
                 assert_eq!(RocePacket::opcode(&r), RocePacket::opcode(&info));
                 assert_eq!(RocePacket::ecn(&r), RocePacket::ecn(&info));
+                assert_eq!(RocePacket::dscp(&r), RocePacket::dscp(&info));
+                assert_eq!(RocePacket::pcp(&r), RocePacket::pcp(&info));
                 assert_eq!(RocePacket::becn(&r), RocePacket::becn(&info));
                 assert_eq!(RocePacket::fecn(&r), RocePacket::fecn(&info));
                 assert_eq!(RocePacket::psn(&r), RocePacket::psn(&info));

@@ -11,6 +11,7 @@ use crate::headers::encap::{self, Tunnel};
 use crate::headers::ethernet::{self, is_vlan};
 use crate::headers::ipv4::{self, Ipv4Header};
 use crate::headers::ipv6::{self, Ipv6Header};
+use crate::headers::mac_control::{self, MacControl};
 use crate::headers::udp::{self, UdpHeader};
 use crate::headers::{be16, sll};
 use crate::opcode::OPCODE_CNP;
@@ -75,6 +76,11 @@ pub enum Outcome {
     BadVxlan = 21,
     /// An ERSPAN header cut short.
     TruncatedErspan = 22,
+    /// A MAC control frame (EtherType 0x8808: PFC, PAUSE or another opcode); its fields are
+    /// counted by [`crate::HookCounters::record_mac_control`].
+    MacControl = 23,
+    /// A MAC control frame that ends inside its opcode or pause times.
+    TruncatedMacControl = 24,
 }
 
 /// Whether an outcome is RoCE, other traffic, or a malformed frame.
@@ -86,7 +92,7 @@ pub enum OutcomeKind {
 }
 
 impl Outcome {
-    pub const COUNT: usize = 23;
+    pub const COUNT: usize = 25;
     pub const ALL: [Outcome; Self::COUNT] = [
         Outcome::Roce,
         Outcome::RoceExtTruncated,
@@ -111,6 +117,8 @@ impl Outcome {
         Outcome::BadGre,
         Outcome::BadVxlan,
         Outcome::TruncatedErspan,
+        Outcome::MacControl,
+        Outcome::TruncatedMacControl,
     ];
 
     /// The snake_case name used as a metric label and JSON key.
@@ -139,6 +147,8 @@ impl Outcome {
             Outcome::BadGre => "bad_gre",
             Outcome::BadVxlan => "bad_vxlan",
             Outcome::TruncatedErspan => "truncated_erspan",
+            Outcome::MacControl => "mac_control",
+            Outcome::TruncatedMacControl => "truncated_mac_control",
         }
     }
 
@@ -151,7 +161,8 @@ impl Outcome {
             | Outcome::IpFragment
             | Outcome::VlanDepthExceeded
             | Outcome::Ipv6ExtUnsupported
-            | Outcome::GreOtherProtocol => OutcomeKind::NotRoce,
+            | Outcome::GreOtherProtocol
+            | Outcome::MacControl => OutcomeKind::NotRoce,
             _ => OutcomeKind::Malformed,
         }
     }
@@ -172,13 +183,53 @@ impl Outcome {
     }
 }
 
-/// Whether the AF_XDP capture mode hands a frame with this parse result to userspace: every
-/// RoCE frame, and the outcomes [`Outcome::captured`] names.
-#[inline(always)]
-pub fn captured(parsed: &Result<RoceInfo, Outcome>) -> bool {
-    match parsed {
-        Ok(_) => true,
-        Err(o) => o.captured(),
+/// What one frame is: RoCE, a MAC control frame (PFC, PAUSE), or something else under its
+/// outcome. What [`parse_frame`] answers and what counting reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    Roce(RoceInfo),
+    MacControl(MacControl),
+    Other(Outcome),
+}
+
+impl Parsed {
+    /// The frame's outcome (its counter).
+    #[inline(always)]
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Parsed::Roce(i) => i.outcome,
+            Parsed::MacControl(_) => Outcome::MacControl,
+            Parsed::Other(o) => *o,
+        }
+    }
+
+    /// The RoCE view: the packet, or the outcome of anything else.
+    #[inline(always)]
+    pub fn roce(self) -> Result<RoceInfo, Outcome> {
+        match self {
+            Parsed::Roce(i) => Ok(i),
+            other => Err(other.outcome()),
+        }
+    }
+
+    /// Whether the AF_XDP capture mode hands this frame to userspace: every RoCE frame, and
+    /// the outcomes [`Outcome::captured`] names.
+    #[inline(always)]
+    pub fn captured(&self) -> bool {
+        match self {
+            Parsed::Roce(_) => true,
+            other => other.outcome().captured(),
+        }
+    }
+}
+
+impl From<Result<RoceInfo, Outcome>> for Parsed {
+    #[inline(always)]
+    fn from(r: Result<RoceInfo, Outcome>) -> Parsed {
+        match r {
+            Ok(i) => Parsed::Roce(i),
+            Err(o) => Parsed::Other(o),
+        }
     }
 }
 
@@ -214,6 +265,10 @@ pub struct RoceInfo {
     pub udp_len: u16,
     /// VLAN tags walked (0, 1 or 2) of the (inner) frame.
     pub vlan_tags: u8,
+    /// DSCP (the six high bits of the IPv4 TOS or IPv6 traffic class).
+    pub dscp: u8,
+    /// 802.1p priority (PCP) of the outermost tag of the (inner) frame; `None` untagged.
+    pub pcp: Option<u8>,
     /// The mirror session or tunnel the packet arrived in, if any.
     pub tunnel: Tunnel,
     pub bth: Bth,
@@ -251,6 +306,7 @@ pub(crate) struct L3 {
     pub(crate) payload_len: usize,
     pub(crate) ip_version: u8,
     pub(crate) ecn: u8,
+    pub(crate) dscp: u8,
     pub(crate) src: [u8; 16],
     pub(crate) dst: [u8; 16],
 }
@@ -258,14 +314,87 @@ pub(crate) struct L3 {
 /// [`parse`] writing its result into `out`. Not inlined: in BPF the general parser is then a
 /// subprogram with its own stack frame (its result lives there), so the slow program's frame
 /// plus the counting function's stays under the 512-byte limit.
+///
+/// Returns the outcome's discriminant, which the kernel caller checks: a subprogram whose
+/// result is unused (or returns nothing) may leave a stack pointer in R0, which the verifier
+/// refuses at its exit.
 #[inline(never)]
-pub fn parse_into<R: PacketReader>(r: &R, link: LinkType, out: &mut crate::record::PacketRecord) {
-    out.store(&parse(r, link));
+pub fn parse_into<R: PacketReader>(
+    r: &R,
+    link: LinkType,
+    out: &mut crate::record::PacketRecord,
+) -> u32 {
+    let p = parse_frame(r, link);
+    out.store(&p);
+    // Read back as memory, not as the value just stored: LLVM then cannot prove the range
+    // of the result, keeps it, and R0 is a scalar at the subprogram's exit.
+    // SAFETY: a valid reference to a plain integer field.
+    unsafe { core::ptr::read_volatile(&out.outcome) }
+}
+
+/// Parses one frame, RoCE view: a MAC control frame is `Err(Outcome::MacControl)` (see
+/// [`parse_frame`] for its fields). Never panics, never reads outside the reader.
+#[inline(always)]
+pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome> {
+    parse_frame(r, link).roce()
 }
 
 /// Parses one frame. Never panics, never reads outside the reader.
 #[inline(always)]
-pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome> {
+pub fn parse_frame<R: PacketReader>(r: &R, link: LinkType) -> Parsed {
+    let l2 = match parse_l2(r, link) {
+        Ok(l2) => l2,
+        Err(o) => return Parsed::Other(o),
+    };
+    if l2.ethertype == mac_control::ETHERTYPE_MAC_CONTROL {
+        return mac_control_at(r, l2.off);
+    }
+    match parse_l3(r, &l2) {
+        Ok(i) => Parsed::Roce(i),
+        Err(o) => Parsed::Other(o),
+    }
+}
+
+/// A MAC control frame whose payload (opcode first) starts at `off`.
+#[inline(always)]
+pub(crate) fn mac_control_at<R: PacketReader>(r: &R, off: usize) -> Parsed {
+    let Some(op) = r.read::<2>(off) else {
+        return Parsed::Other(Outcome::TruncatedMacControl);
+    };
+    let m = match be16(op) {
+        mac_control::OPCODE_PFC => match r.read::<{ mac_control::PFC_LEN }>(off) {
+            Some(b) => MacControl::pfc(&b),
+            None => return Parsed::Other(Outcome::TruncatedMacControl),
+        },
+        mac_control::OPCODE_PAUSE => match r.read::<{ mac_control::PAUSE_LEN }>(off) {
+            Some(b) => MacControl::pause(&b),
+            None => return Parsed::Other(Outcome::TruncatedMacControl),
+        },
+        other => MacControl {
+            opcode: other,
+            ..MacControl::default()
+        },
+    };
+    Parsed::MacControl(m)
+}
+
+/// The link layer walked: the (inner) frame's EtherType after its tags and where its payload
+/// starts.
+struct L2 {
+    ethertype: u16,
+    off: usize,
+    tunnel: Tunnel,
+    vlan_tags: u8,
+    /// PCP of the outermost tag, [`NO_PCP`] untagged.
+    pcp: u8,
+    look: encap::Lookahead,
+}
+
+/// [`L2::pcp`] of an untagged frame.
+pub(crate) const NO_PCP: u8 = 0xFF;
+
+#[inline(always)]
+fn parse_l2<R: PacketReader>(r: &R, link: LinkType) -> Result<L2, Outcome> {
     let (mut ethertype, mut off) = match link {
         LinkType::Ethernet => (
             be16(
@@ -314,11 +443,18 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
         };
     }
     let mut vlan_tags = 0u8;
+    let mut pcp = NO_PCP;
     // A fixed bound: single tag and QinQ.
     let mut i = 0;
     while i < ethernet::MAX_VLAN_TAGS {
         if is_vlan(ethertype) {
-            ethertype = be16(r.read(off + 2).ok_or(Outcome::TruncatedL2)?);
+            let tag = r
+                .read::<{ ethernet::VLAN_TAG_LEN }>(off)
+                .ok_or(Outcome::TruncatedL2)?;
+            if vlan_tags == 0 {
+                pcp = tag[0] >> 5;
+            }
+            ethertype = be16([tag[2], tag[3]]);
             off += ethernet::VLAN_TAG_LEN;
             vlan_tags += 1;
         }
@@ -327,9 +463,22 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
     if is_vlan(ethertype) {
         return Err(Outcome::VlanDepthExceeded);
     }
-    let l3 = match ethertype {
-        ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, off, look.has_ipv4, &look.ipv4)?,
-        ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, off)?,
+    Ok(L2 {
+        ethertype,
+        off,
+        tunnel,
+        vlan_tags,
+        pcp,
+        look,
+    })
+}
+
+#[inline(always)]
+fn parse_l3<R: PacketReader>(r: &R, l2: &L2) -> Result<RoceInfo, Outcome> {
+    let look = &l2.look;
+    let l3 = match l2.ethertype {
+        ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, l2.off, look.has_ipv4, &look.ipv4)?,
+        ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, l2.off)?,
         _ => return Err(Outcome::NotIp),
     };
 
@@ -341,7 +490,7 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
     if u.dst_port() != ROCEV2_UDP_PORT {
         return Err(Outcome::UdpOtherPort);
     }
-    crate::fast::roce(r, &l3, u, tunnel, vlan_tags)
+    crate::fast::roce(r, &l3, u, l2.tunnel, l2.vlan_tags, l2.pcp)
 }
 
 #[inline(always)]
@@ -393,6 +542,7 @@ fn parse_ipv4<R: PacketReader>(
         payload_len: h.total_len() - hl,
         ip_version: 4,
         ecn: h.ecn(),
+        dscp: h.tos() >> 2,
         src,
         dst,
     })
@@ -446,6 +596,7 @@ fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
         payload_len: remaining,
         ip_version: 6,
         ecn: h.ecn(),
+        dscp: h.traffic_class() >> 2,
         src: h.src(),
         dst: h.dst(),
     })

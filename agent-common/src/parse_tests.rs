@@ -501,12 +501,19 @@ proptest! {
     fn counters_account_for_every_frame(frames_ in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 0..40)) {
         let mut c = crate::HookCounters::ZERO;
         for f in &frames_ {
-            c.record(&p(f), f.len() as u64);
+            c.record(&crate::parse_frame(&SliceReader(f), LinkType::Ethernet), f.len() as u64, &crate::TrafficClasses::DEFAULT);
         }
         prop_assert_eq!(c.frames, frames_.len() as u64);
         prop_assert_eq!(c.outcomes.iter().sum::<u64>(), c.frames);
         prop_assert_eq!(c.opcode_packets.iter().sum::<u64>(), c.roce_packets());
         prop_assert_eq!(c.ecn_packets.iter().sum::<u64>(), c.roce_packets());
+        prop_assert_eq!(c.roce_dscp_packets.iter().sum::<u64>(), c.roce_packets());
+        prop_assert_eq!(c.roce_dscp_bytes.iter().sum::<u64>(), c.roce_bytes());
+        prop_assert_eq!(c.cnp_dscp_packets.iter().sum::<u64>(), c.cnp_packets);
+        prop_assert_eq!(
+            c.pfc_frames + c.pause_frames + c.mac_control_other,
+            c.outcomes[Outcome::MacControl as usize]
+        );
     }
 }
 

@@ -9,12 +9,16 @@
 
 use crate::headers::bth::Bth;
 use crate::headers::encap::{Tunnel, TunnelKind};
-use crate::parse::{Aeth, Deth, Outcome, RoceInfo};
+use crate::headers::mac_control::MacControl;
+use crate::parse::{Aeth, Deth, Outcome, Parsed, RoceInfo};
 
 const OK: u8 = 1;
 const HAS_RETH: u8 = 2;
 const HAS_AETH: u8 = 4;
 const HAS_DETH: u8 = 8;
+const HAS_PCP: u8 = 16;
+/// A MAC control frame: the `mac_*` fields hold it.
+const MAC: u8 = 32;
 
 const SE: u8 = 1;
 const MIG_REQ: u8 = 2;
@@ -22,7 +26,7 @@ const FECN: u8 = 4;
 const BECN: u8 = 8;
 const ACK_REQ: u8 = 16;
 
-/// One parse result. `#[repr(C)]`, 80 bytes, no implicit padding.
+/// One parse result. `#[repr(C)]`, 104 bytes, no implicit padding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct PacketRecord {
@@ -51,8 +55,16 @@ pub struct PacketRecord {
     pub pad_count: u8,
     pub tver: u8,
     pub aeth_syndrome: u8,
-    /// OK, HAS_RETH, HAS_AETH, HAS_DETH bits.
+    /// OK, HAS_RETH, HAS_AETH, HAS_DETH, HAS_PCP, MAC bits.
     pub flags: u8,
+    pub dscp: u8,
+    /// 802.1p priority of the outermost tag (valid with HAS_PCP).
+    pub pcp: u8,
+    /// A MAC control frame (flag MAC): opcode, class-enable vector, pause times.
+    pub mac_opcode: u16,
+    pub mac_class_enable: u16,
+    pub mac_times: [u16; 8],
+    pub _pad: u16,
 }
 
 /// The outcome with discriminant `i`. A compare and the value itself, not a table lookup or a
@@ -89,19 +101,32 @@ const fn bit(on: bool, b: u8) -> u8 {
 }
 
 impl PacketRecord {
-    /// Writes a parse result. On `Err` only the outcome and the flags are written: nothing
-    /// else is read back.
+    /// Writes a parse result. For a frame that is not RoCE only the outcome, the flags and
+    /// (for a MAC control frame) the `mac_*` fields are written: nothing else is read back.
     #[inline(always)]
-    pub fn store(&mut self, parsed: &Result<RoceInfo, Outcome>) {
+    pub fn store(&mut self, parsed: &Parsed) {
         let info = match parsed {
-            Err(o) => {
+            Parsed::Other(o) => {
                 self.outcome = *o as u32;
                 self.flags = 0;
                 return;
             }
-            Ok(info) => info,
+            Parsed::MacControl(m) => {
+                self.outcome = Outcome::MacControl as u32;
+                self.flags = MAC;
+                self.mac_opcode = m.opcode;
+                self.mac_class_enable = m.class_enable;
+                self.mac_times = m.times;
+                return;
+            }
+            Parsed::Roce(info) => info,
         };
         let mut flags = OK;
+        (self.pcp, flags) = match info.pcp {
+            Some(p) => (p, flags | HAS_PCP),
+            None => (0, flags),
+        };
+        self.dscp = info.dscp;
         self.outcome = info.outcome as u32;
         self.src = info.src;
         self.dst = info.dst;
@@ -148,10 +173,35 @@ impl PacketRecord {
         self.flags = flags;
     }
 
-    /// Whether this record holds a RoCE packet (else only [`Self::outcome`] means anything).
+    /// Whether this record holds a RoCE packet (else only [`Self::outcome`] means anything,
+    /// and [`Self::mac_control`] for a MAC control frame).
     #[inline(always)]
     pub fn is_roce(&self) -> bool {
         self.flags & OK != 0
+    }
+
+    /// The MAC control frame this record holds, if it holds one.
+    #[inline(always)]
+    pub fn mac_control(&self) -> Option<MacControl> {
+        if self.flags & MAC != 0 {
+            Some(MacControl {
+                opcode: self.mac_opcode,
+                class_enable: self.mac_class_enable,
+                times: self.mac_times,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The 802.1p priority of a RoCE packet's outermost tag, if tagged.
+    #[inline(always)]
+    pub fn pcp(&self) -> Option<u8> {
+        if self.flags & HAS_PCP != 0 {
+            Some(self.pcp & 7)
+        } else {
+            None
+        }
     }
 
     /// The frame's outcome.
@@ -194,14 +244,17 @@ impl PacketRecord {
     /// The parse result [`store`](Self::store) wrote. Values no store writes (which only a
     /// corrupted record holds) map to the nearest valid ones instead of failing.
     #[inline(always)]
-    pub fn load(&self) -> Result<RoceInfo, Outcome> {
+    pub fn load(&self) -> Parsed {
         let outcome = outcome_of(self.outcome);
         if self.flags & OK == 0 {
-            return Err(outcome);
+            return match self.mac_control() {
+                Some(m) => Parsed::MacControl(m),
+                None => Parsed::Other(outcome),
+            };
         }
         let f = self.flags;
         let kind = tunnel_kind_of(self.tunnel_kind);
-        Ok(RoceInfo {
+        Parsed::Roce(RoceInfo {
             outcome,
             ip_version: self.ip_version,
             ecn: self.ecn,
@@ -210,6 +263,8 @@ impl PacketRecord {
             sport: self.sport,
             udp_len: self.udp_len,
             vlan_tags: self.vlan_tags,
+            dscp: self.dscp,
+            pcp: self.pcp(),
             tunnel: Tunnel {
                 kind,
                 id: self.tunnel_id,
@@ -255,11 +310,11 @@ impl PacketRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{parse, LinkType, SliceReader};
+    use crate::{parse_frame as parse, LinkType, SliceReader};
     use proptest::prelude::*;
     use rocemon_testkit::fixtures;
 
-    fn round_trip(p: &Result<RoceInfo, Outcome>) -> Result<RoceInfo, Outcome> {
+    fn round_trip(p: &Parsed) -> Parsed {
         let mut r = PacketRecord::default();
         r.store(p);
         r.load()
@@ -269,7 +324,7 @@ mod tests {
     fn layout_has_no_implicit_padding() {
         assert_eq!(
             core::mem::size_of::<PacketRecord>(),
-            32 + 8 * 4 + 3 * 2 + 10
+            32 + 8 * 4 + 3 * 2 + 10 + 2 + 2 * 2 + 8 * 2 + 2
         );
     }
 
@@ -291,16 +346,16 @@ mod tests {
     fn captured_agrees_with_the_result() {
         let mut r = PacketRecord::default();
         for o in Outcome::ALL {
-            let p = Err(o);
+            let p = Parsed::Other(o);
             r.store(&p);
-            assert_eq!(r.captured(), crate::parse::captured(&p), "{o:?}");
+            assert_eq!(r.captured(), p.captured(), "{o:?}");
         }
     }
 
     #[test]
     fn every_outcome_round_trips() {
         for o in Outcome::ALL {
-            assert_eq!(round_trip(&Err(o)), Err(o));
+            assert_eq!(round_trip(&Parsed::Other(o)), Parsed::Other(o));
         }
     }
 
@@ -330,10 +385,10 @@ mod tests {
         f[36..38].copy_from_slice(&4791u16.to_be_bytes());
         f[38..40].copy_from_slice(&46u16.to_be_bytes());
         let ok = parse(&SliceReader(&f), LinkType::Ethernet);
-        assert!(ok.is_ok());
+        assert!(matches!(ok, Parsed::Roce(_)));
         r.store(&ok);
-        r.store(&Err(Outcome::NotIp));
-        assert_eq!(r.load(), Err(Outcome::NotIp));
+        r.store(&Parsed::Other(Outcome::NotIp));
+        assert_eq!(r.load(), Parsed::Other(Outcome::NotIp));
     }
 
     proptest! {
@@ -346,11 +401,11 @@ mod tests {
         }
 
         #[test]
-        fn any_record_loads_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 80)) {
+        fn any_record_loads_without_panicking(bytes in proptest::collection::vec(any::<u8>(), core::mem::size_of::<PacketRecord>())) {
             let mut r = PacketRecord::default();
             // SAFETY: PacketRecord is plain integers: every bit pattern is valid.
             unsafe {
-                core::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut r as *mut PacketRecord).cast::<u8>(), 80);
+                core::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut r as *mut PacketRecord).cast::<u8>(), bytes.len());
             }
             let _ = r.load();
         }

@@ -1,7 +1,9 @@
 //! Replays every fuzz input kept in `fuzz/regressions/parse` and the committed seed corpus
 //! through the parser and the counting code: none may panic, and every frame is accounted for.
 
-use agent_common::{parse, FlowStats, Hook, HookCounters, LinkType, SliceReader};
+use agent_common::{
+    parse_frame, FlowStats, Hook, HookCounters, LinkType, Parsed, SliceReader, TrafficClasses,
+};
 use std::path::Path;
 
 fn replay(dir: &Path) -> usize {
@@ -18,9 +20,9 @@ fn replay(dir: &Path) -> usize {
         let mut c = HookCounters::ZERO;
         let mut f = FlowStats::default();
         for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2] {
-            let p = parse(&SliceReader(&data), link);
-            c.record(&p, data.len() as u64);
-            if let Ok(info) = &p {
+            let p = parse_frame(&SliceReader(&data), link);
+            c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
+            if let Parsed::Roce(info) = &p {
                 let _ = info.flow_key(Hook::Xdp);
                 c.record_psn(&f.record(info, data.len() as u64, 0));
             }

@@ -5,7 +5,7 @@
 use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
-    PacketReader, RocePacket, SessionKey, SessionStats,
+    PacketReader, RocePacket, SessionKey, SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns, macros::map, maps::PerCpuArray,
@@ -24,6 +24,28 @@ static PARSED: PerCpuArray<PacketRecord> = PerCpuArray::with_max_entries(1, 0);
 static ROCEMON_TRACK_PSN: u8 = 1;
 #[no_mangle]
 static ROCEMON_SESSIONS: u8 = 1;
+
+/// The traffic classes RoCE and CNPs are expected in (lossy RoCE), set by the loader from the
+/// configuration like the switches; the defaults are `TrafficClasses::DEFAULT`.
+#[no_mangle]
+static ROCEMON_ROCE_DSCP: u64 = 1 << 26;
+#[no_mangle]
+static ROCEMON_ROCE_PRIORITY: u8 = 3;
+#[no_mangle]
+static ROCEMON_CNP_DSCP: u64 = 1 << 48;
+
+/// The configured traffic classes (read like the switches: the loader may have rewritten them).
+#[inline(always)]
+fn classes() -> TrafficClasses {
+    // SAFETY: valid references to statics the loader may have rewritten.
+    unsafe {
+        TrafficClasses {
+            roce_dscp: core::ptr::read_volatile(&ROCEMON_ROCE_DSCP),
+            roce_priority: core::ptr::read_volatile(&ROCEMON_ROCE_PRIORITY),
+            cnp_dscp: core::ptr::read_volatile(&ROCEMON_CNP_DSCP),
+        }
+    }
+}
 
 /// A switch, read where the code it guards starts (a plain read is folded by LLVM; read
 /// early it costs spills).
@@ -108,7 +130,12 @@ pub fn slow<R: PacketReader>(
         unreachable(hook, frame_len);
         return None;
     };
-    parse_into(r, LinkType::Ethernet, rec);
+    // The outcome is checked so that the subprogram keeps its scalar return value (a
+    // subprogram whose R0 is left holding a stack pointer fails the verifier).
+    if parse_into(r, LinkType::Ethernet, rec) as usize >= agent_common::counters::OUTCOME_SLOTS {
+        unreachable(hook, frame_len);
+        return None;
+    }
     Some(rec)
 }
 
@@ -168,11 +195,14 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         c.capture_redirect_failures += 1;
     }
     if !rec.is_roce() {
-        c.record_other(rec.outcome(), frame_len);
+        match rec.mac_control() {
+            Some(m) => c.record_mac_control(&m, frame_len),
+            None => c.record_other(rec.outcome(), frame_len),
+        }
         return false;
     }
     let info = rec;
-    c.record_roce(info, frame_len);
+    c.record_roce(info, frame_len, &classes());
     if on(&ROCEMON_SESSIONS) {
         if let Some(sk) = SessionKey::of(info, hook) {
             let ce_cnp = SessionStats::flags(info);

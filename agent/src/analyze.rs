@@ -9,7 +9,10 @@ use crate::sources::capture::{
     read_capture, read_capture_from, CaptureError, CaptureSummary, Frame,
 };
 use crate::sources::input::{self, Compression, ReadFailure};
-use agent_common::{parse, FlowKey, Hook, HookCounters, SessionKey, SessionStats, SliceReader};
+use agent_common::{
+    parse_frame, FlowKey, Hook, HookCounters, Parsed, SessionKey, SessionStats, SliceReader,
+    TrafficClasses,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +30,10 @@ pub struct AnalyzeOptions {
     pub rate_window_s: f64,
     /// Flows held at most.
     pub max_flows: usize,
+    /// The classes RoCE and CNPs are expected in (lossy RoCE).
+    pub classes: TrafficClasses,
+    /// The captured link's speed, bits per second: pause quanta to seconds.
+    pub link_speed_bps: u64,
 }
 
 impl Default for AnalyzeOptions {
@@ -37,6 +44,8 @@ impl Default for AnalyzeOptions {
             tick_s: 1.0,
             rate_window_s: crate::flows::RATE_TAU_SECONDS,
             max_flows: crate::cli::rocemon_defaults::MAX_FLOWS,
+            classes: TrafficClasses::DEFAULT,
+            link_speed_bps: crate::cli::rocemon_defaults::LINK_SPEED_BPS,
         }
     }
 }
@@ -156,10 +165,10 @@ impl Analysis {
     /// Counts one frame.
     pub fn frame(&mut self, f: Frame<'_>) {
         self.advance(f.ts_ns);
-        let parsed = parse(&SliceReader(f.data), f.link);
+        let parsed = parse_frame(&SliceReader(f.data), f.link);
         let len = f.orig_len as u64;
-        self.counters.record(&parsed, len);
-        if let Ok(info) = &parsed {
+        self.counters.record(&parsed, len, &self.opts.classes);
+        if let Parsed::Roce(info) = &parsed {
             if let Some(sk) = SessionKey::of(info, Hook::Xdp) {
                 // Unbounded here (a file, not a kernel map); the report lists them all.
                 self.sessions.entry(sk).or_default().record(info, len);

@@ -227,10 +227,17 @@ pub struct AnalyzeArgs {
     /// the longest leave, their totals counted under flows_evicted.
     #[arg(long, default_value_t = rocemon_defaults::MAX_FLOWS)]
     pub max_flows: usize,
+    /// Speed of the captured link in Gb/s: PFC and PAUSE quanta (512 bit times each) become
+    /// seconds at this speed.
+    #[arg(long, value_name = "GBPS", default_value_t = rocemon_defaults::LINK_SPEED_GBPS)]
+    pub link_speed: f64,
 }
 
 /// Defaults shared by flags and code.
 pub mod rocemon_defaults {
     /// `analyze --max-flows`: about 120 MB of flow table.
     pub const MAX_FLOWS: usize = 262_144;
+    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
+    pub const LINK_SPEED_GBPS: f64 = 100.0;
+    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
 }

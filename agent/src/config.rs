@@ -31,6 +31,8 @@ pub struct FileConfig {
     pub rate_window_seconds: Option<f64>,
     pub elephant: Option<ElephantConfig>,
     pub ecmp: Option<EcmpConfig>,
+    /// The traffic classes RoCE and CNPs are expected in (lossy RoCE).
+    pub classes: Option<crate::classes::ClassesSection>,
     pub sysfs_root: Option<std::path::PathBuf>,
     /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
     pub capture: Option<CaptureArg>,
@@ -139,6 +141,7 @@ impl Config {
     /// Flags override the file; then every value is checked.
     pub fn merge(file: FileConfig, args: &RunArgs) -> Result<Config, UsageError> {
         let (rate_window_s, mut elephant, ecmp) = detectors(&file)?;
+        let classes = classes(&file)?;
         let ifaces = if args.ifaces.is_empty() {
             file.interfaces.unwrap_or_default()
         } else {
@@ -312,6 +315,7 @@ impl Config {
                 psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
                 session_counters: !args.no_session_counters
                     && file.session_counters.unwrap_or(true),
+                classes,
             },
             pin_dir: args
                 .pin_dir
@@ -366,6 +370,15 @@ pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig),
     let ecmp = file.ecmp.clone().unwrap_or_default();
     ecmp.validate(None).map_err(bad)?;
     Ok((rate_window, elephant, ecmp))
+}
+
+/// The `[classes]` section of a file (shared by `run` and `analyze`), validated.
+pub fn classes(file: &FileConfig) -> Result<agent_common::TrafficClasses, UsageError> {
+    file.classes
+        .clone()
+        .unwrap_or_default()
+        .resolve()
+        .map_err(bad)
 }
 
 /// Reads and parses a TOML configuration file.
@@ -442,6 +455,7 @@ impl Config {
                 on_off(self.switches.session_counters),
                 on_off(self.program_stats)
             ),
+            crate::classes::summary(&self.switches.classes),
         ];
         lines.push(format!(
             "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",

@@ -8,8 +8,8 @@
 //!   sources::capture           (rates, top-K)    elephant, ecmp  http.rs + api.rs, report.rs, top.rs
 //! ```
 //!
-//! - [`cli`]: raw flags; [`config`]: one validated [`config::Config`]; [`error`]: errors users
-//!   can fix (exit status 2).
+//! - [`cli`]: raw flags; [`config`]: one validated [`config::Config`] ([`classes`]: its
+//!   `[classes]` section); [`error`]: errors users can fix (exit status 2).
 //! - [`loader`]: load the object, attach XDP/tc per interface, fall back, detach on drop; read
 //!   the kernel maps. [`testrun`]: BPF_PROG_TEST_RUN for tests and benchmarks.
 //! - [`sources::capture`]: pcap/pcapng frames; [`analyze`]: frames through `agent-common`'s
@@ -23,6 +23,7 @@
 pub mod analyze;
 pub mod api;
 pub mod batch;
+pub mod classes;
 pub mod cli;
 pub mod config;
 pub mod detect;

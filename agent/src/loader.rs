@@ -142,6 +142,11 @@ fn load_object_pinned(
     );
     l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
     l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
+    let c = &switches.classes;
+    let (roce_dscp, roce_priority, cnp_dscp) = (c.roce_dscp, c.roce_priority, c.cnp_dscp);
+    l.override_global(agent_common::GLOBAL_ROCE_DSCP, &roce_dscp, true);
+    l.override_global(agent_common::GLOBAL_ROCE_PRIORITY, &roce_priority, true);
+    l.override_global(agent_common::GLOBAL_CNP_DSCP, &cnp_dscp, true);
     if let Some(p) = pins {
         for m in crate::pins::PINNED_MAPS {
             l.map_pin_path(m, p.map_path(m));

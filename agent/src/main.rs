@@ -92,7 +92,16 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         opts.rate_window_s = rate_window_s;
         opts.elephant = elephant;
         opts.ecmp = ecmp;
+        opts.classes = rocemon::config::classes(&file)?;
     }
+    if !(args.link_speed.is_finite() && args.link_speed > 0.0 && args.link_speed <= 10_000.0) {
+        return Err(UsageError::BadConfig(format!(
+            "--link-speed {} is not a link speed; give Gb/s above 0, e.g. --link-speed 400",
+            args.link_speed
+        ))
+        .into());
+    }
+    opts.link_speed_bps = (args.link_speed * 1e9) as u64;
     if let Some(bps) = args.elephant_bps {
         opts.elephant.threshold_bytes_per_second = bps;
         opts.elephant.validate().map_err(UsageError::BadConfig)?;

@@ -420,6 +420,13 @@ fn poll(
             }
         }
         m.set_capture_queues(&p.iface, &p.capture_queues());
+        // Pause quanta to seconds at the reported speed (or the configured one for drivers
+        // that report none); the NIC's own pause counters.
+        let speed = link_speed_mbps(&config.sysfs_root.join("class/net"), &p.iface)
+            .or(config.elephant.link_speed_mbps)
+            .map(|mbps| (mbps * 1e6) as u64);
+        m.set_link_speed(&p.iface, speed);
+        m.set_nic_pause(&p.iface, &crate::sources::nic_pause::read(&p.iface));
         for (hook, program, runs, seconds) in p.program_stats() {
             m.set_program_stats(&p.iface, hook, program, runs, seconds);
         }

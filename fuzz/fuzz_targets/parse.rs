@@ -1,16 +1,18 @@
 //! The shared parser and counting code over arbitrary bytes, for every link type.
 #![no_main]
 
-use agent_common::{parse, FlowStats, Hook, HookCounters, LinkType, SliceReader};
+use agent_common::{
+    parse_frame, FlowStats, Hook, HookCounters, LinkType, Parsed, SliceReader, TrafficClasses,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut c = HookCounters::ZERO;
     let mut f = FlowStats::default();
     for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2] {
-        let p = parse(&SliceReader(data), link);
-        c.record(&p, data.len() as u64);
-        if let Ok(info) = &p {
+        let p = parse_frame(&SliceReader(data), link);
+        c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
+        if let Parsed::Roce(info) = &p {
             let _ = info.flow_key(Hook::Xdp);
             let ev = f.record(info, data.len() as u64, 0);
             c.record_psn(&ev);

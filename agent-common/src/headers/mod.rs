@@ -11,6 +11,7 @@ pub mod ethernet;
 pub mod ext;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mac_control;
 pub mod sll;
 pub mod udp;
 

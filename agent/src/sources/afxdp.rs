@@ -16,8 +16,8 @@
 use super::tally::{Switches, Tally};
 use crate::error::UsageError;
 use agent_common::{
-    parse, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats, SliceReader,
-    MAX_CAPTURE_QUEUES,
+    parse_frame, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats,
+    SliceReader, MAX_CAPTURE_QUEUES,
 };
 use anyhow::{Context, Result};
 use rustc_hash::FxHashMap;
@@ -438,7 +438,7 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
                 let total = match (frame_len, more) {
                     // The common case: a frame in one buffer, parsed in place.
                     (None, false) => {
-                        let p = parse(&SliceReader(data), LinkType::Ethernet);
+                        let p = parse_frame(&SliceReader(data), LinkType::Ethernet);
                         st.tally.record(&p, u64::from(d.len), now);
                         st.stats.frames += 1;
                         st.stats.bytes += u64::from(d.len);
@@ -460,7 +460,8 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
                     head: &head[..head_len],
                     len: total as usize,
                 };
-                st.tally.record(&parse(&r, LinkType::Ethernet), total, now);
+                st.tally
+                    .record(&parse_frame(&r, LinkType::Ethernet), total, now);
                 st.stats.frames += 1;
                 st.stats.bytes += total;
             }

@@ -5,5 +5,6 @@ pub mod afxdp;
 pub mod capture;
 pub mod input;
 pub mod links;
+pub mod nic_pause;
 pub mod rdma;
 pub mod tally;

@@ -4,19 +4,22 @@
 //! differential tests.
 
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, Outcome, RoceInfo, SessionKey, SessionStats,
+    FlowKey, FlowStats, Hook, HookCounters, Parsed, SessionKey, SessionStats, TrafficClasses,
     SESSION_MAP_ENTRIES,
 };
 use rustc_hash::FxHashMap;
 
-/// The load-time switches of the kernel programs, which the userspace counting of the AF_XDP
-/// capture follows too: what they leave out is pruned by the verifier (and skipped here).
+/// The load-time settings of the kernel programs, which the userspace counting of the AF_XDP
+/// capture follows too: what the switches leave out is pruned by the verifier (and skipped
+/// here); the traffic classes decide what counts as lossy RoCE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Switches {
     /// PSN gaps and retransmissions per flow.
     pub psn_tracking: bool,
     /// Per mirror-session / tunnel counters.
     pub session_counters: bool,
+    /// The classes RoCE and CNPs are expected in.
+    pub classes: TrafficClasses,
 }
 
 impl Default for Switches {
@@ -24,6 +27,7 @@ impl Default for Switches {
         Switches {
             psn_tracking: true,
             session_counters: true,
+            classes: TrafficClasses::DEFAULT,
         }
     }
 }
@@ -60,9 +64,10 @@ impl Tally {
     }
 
     /// Counts one parsed frame of `frame_len` wire bytes at `now_ns`.
-    pub fn record(&mut self, parsed: &Result<RoceInfo, Outcome>, frame_len: u64, now_ns: u64) {
-        self.counters.record(parsed, frame_len);
-        let Ok(info) = parsed else {
+    pub fn record(&mut self, parsed: &Parsed, frame_len: u64, now_ns: u64) {
+        self.counters
+            .record(parsed, frame_len, &self.switches.classes);
+        let Parsed::Roce(info) = parsed else {
             return;
         };
         let track_psn = self.switches.psn_tracking;
@@ -135,7 +140,7 @@ mod tests {
         let mut f = minimal_roce_frame();
         for sport in [1u16, 2, 1] {
             f[34..36].copy_from_slice(&sport.to_be_bytes());
-            let p = agent_common::parse(
+            let p = agent_common::parse_frame(
                 &agent_common::SliceReader(&f),
                 agent_common::LinkType::Ethernet,
             );
@@ -152,6 +157,7 @@ mod tests {
         let off = Switches {
             psn_tracking: false,
             session_counters: false,
+            ..Switches::default()
         };
         let mut t = Tally::with_switches(Hook::AfXdp, 16, off);
         let mut f = minimal_roce_frame();
@@ -159,7 +165,7 @@ mod tests {
         let mut on = Tally::new(Hook::AfXdp, 16);
         for psn in [1u8, 5, 3] {
             f[53] = psn;
-            let p = agent_common::parse(
+            let p = agent_common::parse_frame(
                 &agent_common::SliceReader(&f),
                 agent_common::LinkType::Ethernet,
             );

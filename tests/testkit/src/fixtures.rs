@@ -387,6 +387,7 @@ pub fn all() -> Vec<Fixture> {
         psn_health(),
         tunnels(),
         many_flows(),
+        crate::lossless::lossless(),
         small_mix("cooked_sll", Link::Sll, Format::PcapMicros, 65535),
         small_mix("cooked_sll2", Link::Sll2, Format::PcapNg, 65535),
         // 54 bytes keep Ethernet+IPv4+UDP+BTH of untagged IPv4 frames and cut the rest.

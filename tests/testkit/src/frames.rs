@@ -11,13 +11,40 @@ pub const ETH_ARP: u16 = 0x0806;
 pub const TPID_8021Q: u16 = 0x8100;
 pub const TPID_8021AD: u16 = 0x88A8;
 pub const ROCE_PORT: u16 = 4791;
+/// MAC control (IEEE 802.3 Annex 31B PAUSE, 802.1Qbb PFC).
+pub const ETH_MAC_CONTROL: u16 = 0x8808;
+/// The reserved multicast address MAC control frames are sent to.
+pub const MAC_CONTROL_DST: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
+
+/// A PFC frame (opcode 0x0101): class-enable vector and eight pause times (quanta).
+pub fn pfc(class_enable: u8, times: [u16; 8]) -> Vec<u8> {
+    let mut b = vec![0x01, 0x01, 0x00, class_enable];
+    for t in times {
+        b.extend_from_slice(&t.to_be_bytes());
+    }
+    ethernet_to(MAC_CONTROL_DST, &[], ETH_MAC_CONTROL, &b)
+}
+
+/// An 802.3x PAUSE frame (opcode 0x0001) with one pause time (quanta).
+pub fn pause(time: u16) -> Vec<u8> {
+    let mut b = vec![0x00, 0x01];
+    b.extend_from_slice(&time.to_be_bytes());
+    ethernet_to(MAC_CONTROL_DST, &[], ETH_MAC_CONTROL, &b)
+}
+
+/// A MAC control frame with another opcode and body.
+pub fn mac_control(opcode: u16, body: &[u8]) -> Vec<u8> {
+    let mut b = opcode.to_be_bytes().to_vec();
+    b.extend_from_slice(body);
+    ethernet_to(MAC_CONTROL_DST, &[], ETH_MAC_CONTROL, &b)
+}
 
 /// A RoCEv2 packet to build.
 #[derive(Clone, Debug)]
 pub struct Roce {
     pub src: IpAddr,
     pub dst: IpAddr,
-    /// (TPID, VLAN id), outermost first.
+    /// (TPID, TCI), outermost first: the TCI is the VLAN id, or [`tci`] for a priority.
     pub vlans: Vec<(u16, u16)>,
     /// Two ECN bits.
     pub ecn: u8,
@@ -160,14 +187,24 @@ pub const SRC_MAC: [u8; 6] = [0x02, 0x52, 0x4F, 0x43, 0x45, 0x01];
 /// Destination MAC of every fixture frame.
 pub const DST_MAC: [u8; 6] = [0x02, 0x52, 0x4F, 0x43, 0x45, 0x02];
 
-/// Ethernet II with optional VLAN tags.
+/// A VLAN tag's TCI: 802.1p priority (PCP, three bits), DEI 0, VLAN id (twelve bits).
+pub fn tci(pcp: u8, vid: u16) -> u16 {
+    (u16::from(pcp & 7) << 13) | (vid & 0x0FFF)
+}
+
+/// Ethernet II with optional VLAN tags (TPID, TCI).
 pub fn ethernet(vlans: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    ethernet_to(DST_MAC, vlans, ethertype, payload)
+}
+
+/// Ethernet II to a given destination MAC.
+pub fn ethernet_to(dst: [u8; 6], vlans: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(14 + 4 * vlans.len() + payload.len());
-    v.extend_from_slice(&DST_MAC);
+    v.extend_from_slice(&dst);
     v.extend_from_slice(&SRC_MAC);
-    for &(tpid, vid) in vlans {
+    for &(tpid, tci) in vlans {
         v.extend_from_slice(&tpid.to_be_bytes());
-        v.extend_from_slice(&(vid & 0x0FFF).to_be_bytes());
+        v.extend_from_slice(&tci.to_be_bytes());
     }
     v.extend_from_slice(&ethertype.to_be_bytes());
     v.extend_from_slice(payload);

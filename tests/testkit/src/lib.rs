@@ -2,6 +2,7 @@
 //!
 //! - [`frames`]: a RoCEv2 frame builder written from the specification, not from our parser;
 //! - [`fixtures`]: the deterministic fixture generator (pcap, pcapng, SLL, SLL2, snaplen);
+//!   [`lossless`]: its PFC / PAUSE / traffic class fixture;
 //! - [`tshark`]: the independent oracle, expected counts computed by tshark's dissector;
 //! - [`netns`]: network namespaces and veth pairs that clean up after themselves;
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
@@ -9,6 +10,7 @@
 pub mod fixtures;
 pub mod frames;
 pub mod hostile;
+pub mod lossless;
 pub mod netns;
 pub mod tshark;
 

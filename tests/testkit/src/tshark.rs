@@ -46,7 +46,36 @@ const FIELDS: &[&str] = &[
     "gre.proto",
     "gre.key",
     "frame.protocols",
+    // 20..: the lossless fabric
+    "macc.opcode",
+    "macc.cbfc.enbv",
+    "macc.cbfc.pause_time.c0",
+    "macc.cbfc.pause_time.c1",
+    "macc.cbfc.pause_time.c2",
+    "macc.cbfc.pause_time.c3",
+    "macc.cbfc.pause_time.c4",
+    "macc.cbfc.pause_time.c5",
+    "macc.cbfc.pause_time.c6",
+    "macc.cbfc.pause_time.c7",
+    "macc.pause_time",
+    "ip.dsfield.dscp",
+    "ipv6.tclass.dscp",
+    "vlan.priority",
 ];
+
+/// The traffic class rule the oracle applies (the documented defaults): RoCE on DSCP 26 and,
+/// when tagged, priority 3; CNPs on DSCP 48.
+const ROCE_DSCP: u64 = 26;
+const ROCE_PRIORITY: u64 = 3;
+const CNP_DSCP: u64 = 48;
+
+/// PFC per priority.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PfcPriority {
+    pub xoff: u64,
+    pub xon: u64,
+    pub quanta: u64,
+}
 
 /// Per-flow expectations (packets, bytes, CE-marked packets, CNPs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -82,6 +111,26 @@ pub struct Expected {
     /// RoCE packets by mirror session or tunnel: (kind, id) with kind vxlan, erspan2,
     /// erspan3 or gre (id: VNI, ERSPAN session id, GRE key or 0).
     pub sessions: BTreeMap<(String, u32), u64>,
+    /// PFC frames (opcode 0x0101) and, per priority, XOFF / XON / quanta.
+    pub pfc_frames: u64,
+    pub pfc: [PfcPriority; 8],
+    /// 802.3x PAUSE frames (opcode 0x0001), those with time 0, summed quanta.
+    pub pause_frames: u64,
+    pub pause_xon: u64,
+    pub pause_quanta: u64,
+    /// MAC control frames of other opcodes.
+    pub mac_control_other: u64,
+    /// RoCE packets (CNPs included): DSCP -> (packets, bytes).
+    pub dscp: BTreeMap<u8, (u64, u64)>,
+    /// CNPs: DSCP -> (packets, bytes).
+    pub cnp_dscp: BTreeMap<u8, (u64, u64)>,
+    /// Tagged RoCE: 802.1p priority -> (packets, bytes); CNPs alone in `cnp_pcp`.
+    pub pcp: BTreeMap<u8, (u64, u64)>,
+    pub cnp_pcp: BTreeMap<u8, (u64, u64)>,
+    /// RoCE (not CNPs) outside DSCP 26 / priority 3: (packets, bytes).
+    pub lossy_roce: (u64, u64),
+    /// CNPs outside DSCP 48.
+    pub cnp_out_of_class: u64,
 }
 
 fn num(s: &str) -> Result<u64> {
@@ -99,6 +148,38 @@ pub fn available() -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// A MAC control frame: `c` holds opcode, class-enable vector, eight PFC times, PAUSE time.
+fn mac_control(e: &mut Expected, c: &[&str]) -> Result<()> {
+    match num(c[0])? {
+        0x0101 => {
+            e.pfc_frames += 1;
+            let enabled = num(c[1])?;
+            for p in 0..8 {
+                if enabled & (1 << p) == 0 {
+                    continue;
+                }
+                let t = num(c[2 + p])?;
+                if t == 0 {
+                    e.pfc[p].xon += 1;
+                } else {
+                    e.pfc[p].xoff += 1;
+                    e.pfc[p].quanta += t;
+                }
+            }
+        }
+        0x0001 => {
+            e.pause_frames += 1;
+            let t = num(c[10])?;
+            if t == 0 {
+                e.pause_xon += 1;
+            }
+            e.pause_quanta += t;
+        }
+        _ => e.mac_control_other += 1,
+    }
+    Ok(())
 }
 
 /// Runs tshark over `capture` and sums what it decoded.
@@ -134,6 +215,10 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         }
         e.frames += 1;
         let len = num(c[0])?;
+        if !c[20].is_empty() {
+            mac_control(&mut e, &c[20..31])?;
+            continue;
+        }
         if c[1].is_empty() || num(c[1])? != 4791 {
             continue;
         }
@@ -158,6 +243,33 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         };
         e.roce_packets += 1;
         e.roce_bytes += len;
+        let dscp = if inner_v6 { num(c[32])? } else { num(c[31])? };
+        let pcp = if c[33].is_empty() {
+            None
+        } else {
+            Some(num(c[33])?)
+        };
+        let add = |m: &mut BTreeMap<u8, (u64, u64)>, k: u64| {
+            let x = m.entry(k as u8).or_default();
+            x.0 += 1;
+            x.1 += len;
+        };
+        add(&mut e.dscp, dscp);
+        if let Some(p) = pcp {
+            add(&mut e.pcp, p);
+        }
+        if opcode == 0x81 {
+            add(&mut e.cnp_dscp, dscp);
+            if let Some(p) = pcp {
+                add(&mut e.cnp_pcp, p);
+            }
+            if dscp != CNP_DSCP {
+                e.cnp_out_of_class += 1;
+            }
+        } else if dscp != ROCE_DSCP || pcp.is_some_and(|p| p != ROCE_PRIORITY) {
+            e.lossy_roce.0 += 1;
+            e.lossy_roce.1 += len;
+        }
         e.ecn[ecn as usize] += 1;
         let o = e.opcodes.entry(opcode).or_default();
         o.0 += 1;

@@ -15,6 +15,8 @@ use prometheus::{
 };
 use std::collections::HashMap;
 
+mod lossless;
+
 /// ECN codepoint label values, indexed by the two ECN bits.
 pub const ECN_LABELS: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
 
@@ -79,6 +81,25 @@ pub struct Metrics {
     path_flows: IntGaugeVec,
     reloads: IntCounterVec,
     rdma_connections: IntGaugeVec,
+    pfc_frames: IntCounterVec,
+    pfc_priority_frames: IntCounterVec,
+    pfc_quanta: IntCounterVec,
+    pfc_seconds: prometheus::CounterVec,
+    pause_frames: IntCounterVec,
+    pause_quanta: IntCounterVec,
+    pause_seconds: prometheus::CounterVec,
+    mac_control_other: IntCounterVec,
+    dscp_packets: IntCounterVec,
+    dscp_bytes: IntCounterVec,
+    priority_packets: IntCounterVec,
+    priority_bytes: IntCounterVec,
+    lossy_packets: IntCounterVec,
+    lossy_bytes: IntCounterVec,
+    cnp_out_of_class: IntCounterVec,
+    nic_pfc_frames: IntCounterVec,
+    nic_pause_counter: IntCounterVec,
+    /// Link speed per interface, bits per second (pause quanta to seconds); absent: unknown.
+    link_speed_bps: HashMap<String, u64>,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
     prev: HashMap<(String, Hook), HookCounters>,
 }
@@ -100,6 +121,17 @@ impl Reg {
 
 fn counter(r: &Reg, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
     let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    r.add(Box::new(c.clone()), &[name.to_string()])?;
+    Ok(c)
+}
+
+fn float_counter(
+    r: &Reg,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<prometheus::CounterVec> {
+    let c = prometheus::CounterVec::new(Opts::new(name, help), labels)?;
     r.add(Box::new(c.clone()), &[name.to_string()])?;
     Ok(c)
 }
@@ -141,6 +173,11 @@ impl Metrics {
         let with = |extra: &'static str| -> Vec<&'static str> {
             let mut v = HOOK.to_vec();
             v.push(extra);
+            v
+        };
+        let with2 = |a: &'static str, b: &'static str| -> Vec<&'static str> {
+            let mut v = HOOK.to_vec();
+            v.extend([a, b]);
             v
         };
         let poll_duration = Histogram::with_opts(
@@ -223,6 +260,24 @@ impl Metrics {
             reloads: counter(&r, "rocemon_config_reloads_total", "Configuration reloads (SIGHUP) by result: success or failure (the running configuration stays).", &["result"])?,
             path_flows: int_gauge(&r, "rocemon_ecmp_predicted_path_flows", "Flows (seen in packets, or RC connections from the RDMA resource view) the hash model puts on a path.", &["path"])?,
             rdma_connections: int_gauge(&r, "rocemon_rdma_connections", "RC connections of an RDMA device from the kernel's resource view (rdma res), with addresses known.", &["device"])?,
+            pfc_frames: counter(&r, "rocemon_pfc_frames_total", "PFC frames (MAC control opcode 0x0101) the hook saw, mirrored ones included.", HOOK)?,
+            pfc_priority_frames: counter(&r, "rocemon_pfc_priority_frames_total", "PFC pause requests per priority: type xoff (class enabled, time above 0) or xon (enabled, time 0).", &with2("priority", "type"))?,
+            pfc_quanta: counter(&r, "rocemon_pfc_pause_quanta_total", "Pause quanta (512 bit times each) that PFC XOFF frames requested, per priority.", &with("priority"))?,
+            pfc_seconds: float_counter(&r, "rocemon_pfc_pause_seconds_total", "Pause time PFC XOFF frames requested, per priority, in seconds at the interface's link speed (absent when the speed is unknown).", &with("priority"))?,
+            pause_frames: counter(&r, "rocemon_pause_frames_total", "802.3x PAUSE frames (MAC control opcode 0x0001): type xoff (time above 0) or xon (time 0).", &with("type"))?,
+            pause_quanta: counter(&r, "rocemon_pause_quanta_total", "Pause quanta (512 bit times each) that 802.3x PAUSE frames requested.", HOOK)?,
+            pause_seconds: float_counter(&r, "rocemon_pause_seconds_total", "Pause time 802.3x PAUSE frames requested, in seconds at the interface's link speed.", HOOK)?,
+            mac_control_other: counter(&r, "rocemon_mac_control_other_frames_total", "MAC control frames (EtherType 0x8808) with an opcode other than PAUSE and PFC.", HOOK)?,
+            dscp_packets: counter(&r, "rocemon_dscp_packets_total", "RoCEv2 packets by DSCP; class roce (all RoCE, CNPs included) or cnp (CNPs only).", &with2("dscp", "class"))?,
+            dscp_bytes: counter(&r, "rocemon_dscp_bytes_total", "RoCEv2 wire bytes by DSCP; class roce or cnp as in rocemon_dscp_packets_total.", &with2("dscp", "class"))?,
+            priority_packets: counter(&r, "rocemon_priority_packets_total", "Tagged RoCEv2 packets by the outermost tag's 802.1p priority; class roce or cnp.", &with2("priority", "class"))?,
+            priority_bytes: counter(&r, "rocemon_priority_bytes_total", "Tagged RoCEv2 wire bytes by 802.1p priority; class roce or cnp.", &with2("priority", "class"))?,
+            lossy_packets: counter(&r, "rocemon_lossy_roce_packets_total", "RoCEv2 packets (not CNPs) outside the configured lossless class ([classes]: DSCP set, 802.1p priority): RDMA not protected by PFC.", HOOK)?,
+            lossy_bytes: counter(&r, "rocemon_lossy_roce_bytes_total", "Wire bytes of lossy RoCE packets.", HOOK)?,
+            cnp_out_of_class: counter(&r, "rocemon_cnp_out_of_class_packets_total", "CNPs whose DSCP is not the configured CNP class.", HOOK)?,
+            nic_pfc_frames: counter(&r, "rocemon_nic_pfc_frames_total", "PFC frames the NIC itself sent (tx) and received (rx) per priority: origin dcb (the kernel's DCB interface, as `dcb pfc show`) or ethtool (driver statistics).", &["iface", "priority", "direction", "origin"])?,
+            nic_pause_counter: counter(&r, "rocemon_nic_pause_counter_total", "Other pause statistics of the NIC's driver (ethtool -S), by the driver's own name: pause durations, pause storms, link-level PAUSE.", &["iface", "counter", "origin"])?,
+            link_speed_bps: HashMap::new(),
             poll_duration,
             prev: HashMap::new(),
             catalog: r.names.take(),
@@ -414,7 +469,9 @@ impl Metrics {
                 .with_label_values(&[iface, dir, hn, code])
                 .inc_by(d(cur.naks[i], prev.naks[i]));
         }
+        let before = *prev;
         *prev = *cur;
+        self.observe_lossless(iface, hook, cur, &before);
     }
 
     pub fn map_read_error(&self, iface: &str, map: &str, n: u64) {
@@ -622,7 +679,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_common::{parse, LinkType, SliceReader};
+    use agent_common::{parse_frame, LinkType, SliceReader, TrafficClasses};
     use rocemon_testkit::frames::Roce;
 
     #[test]
@@ -640,7 +697,11 @@ mod tests {
         r.ecn = 3;
         let f = r.frame();
         for _ in 0..3 {
-            c.record(&parse(&SliceReader(&f), LinkType::Ethernet), f.len() as u64);
+            c.record(
+                &parse_frame(&SliceReader(&f), LinkType::Ethernet),
+                f.len() as u64,
+                &TrafficClasses::DEFAULT,
+            );
         }
         m.observe_counters("veth0", Hook::Xdp, &c);
         m.observe_counters("veth0", Hook::Xdp, &c); // no change, no double count

@@ -1,0 +1,165 @@
+//! The lossless fabric's series: PFC and PAUSE frames from the kernel's counter blocks, the
+//! traffic classes of RoCE, and the NIC's own pause counters (DCB, ethtool). Declared in the
+//! catalog (`mod.rs`); advanced here.
+
+use super::Metrics;
+use crate::sources::nic_pause::{NicPause, Origin};
+use agent_common::headers::mac_control::{quanta_seconds, PRIORITIES};
+use agent_common::{Hook, HookCounters};
+
+/// Priority label values.
+const PRIORITY: [&str; PRIORITIES] = ["0", "1", "2", "3", "4", "5", "6", "7"];
+
+impl Metrics {
+    /// The interface's link speed (bits per second) for pause seconds; `None`: unknown, and
+    /// only quanta are exported.
+    pub fn set_link_speed(&mut self, iface: &str, bps: Option<u64>) {
+        match bps {
+            Some(b) if b > 0 => {
+                self.link_speed_bps.insert(iface.to_string(), b);
+            }
+            _ => {
+                self.link_speed_bps.remove(iface);
+            }
+        }
+    }
+
+    /// Advances the lossless-fabric counters of one hook from `prev` to `cur`.
+    pub(super) fn observe_lossless(
+        &self,
+        iface: &str,
+        hook: Hook,
+        cur: &HookCounters,
+        prev: &HookCounters,
+    ) {
+        let d = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let (dir, hn) = (hook.direction(), hook.name());
+        let l = [iface, dir, hn];
+        let speed = self.link_speed_bps.get(iface).copied();
+        self.pfc_frames
+            .with_label_values(&l)
+            .inc_by(d(cur.pfc_frames, prev.pfc_frames));
+        for (p, name) in PRIORITY.iter().enumerate() {
+            for (kind, now, before) in [
+                ("xoff", cur.pfc_xoff[p], prev.pfc_xoff[p]),
+                ("xon", cur.pfc_xon[p], prev.pfc_xon[p]),
+            ] {
+                let n = d(now, before);
+                if n > 0 {
+                    self.pfc_priority_frames
+                        .with_label_values(&[iface, dir, hn, name, kind])
+                        .inc_by(n);
+                }
+            }
+            let q = d(cur.pfc_quanta[p], prev.pfc_quanta[p]);
+            if q > 0 {
+                self.pfc_quanta
+                    .with_label_values(&[iface, dir, hn, name])
+                    .inc_by(q);
+                if let Some(bps) = speed {
+                    self.pfc_seconds
+                        .with_label_values(&[iface, dir, hn, name])
+                        .inc_by(quanta_seconds(q, bps));
+                }
+            }
+        }
+        let xon = d(cur.pause_xon, prev.pause_xon);
+        let all = d(cur.pause_frames, prev.pause_frames);
+        for (kind, n) in [("xoff", all.saturating_sub(xon)), ("xon", xon)] {
+            if n > 0 {
+                self.pause_frames
+                    .with_label_values(&[iface, dir, hn, kind])
+                    .inc_by(n);
+            }
+        }
+        let q = d(cur.pause_quanta, prev.pause_quanta);
+        self.pause_quanta.with_label_values(&l).inc_by(q);
+        if let Some(bps) = speed {
+            self.pause_seconds
+                .with_label_values(&l)
+                .inc_by(quanta_seconds(q, bps));
+        }
+        self.mac_control_other
+            .with_label_values(&l)
+            .inc_by(d(cur.mac_control_other, prev.mac_control_other));
+        for dscp in 0..64usize {
+            let ds = dscp.to_string();
+            for (class, pk, by) in [
+                (
+                    "roce",
+                    d(cur.roce_dscp_packets[dscp], prev.roce_dscp_packets[dscp]),
+                    d(cur.roce_dscp_bytes[dscp], prev.roce_dscp_bytes[dscp]),
+                ),
+                (
+                    "cnp",
+                    d(cur.cnp_dscp_packets[dscp], prev.cnp_dscp_packets[dscp]),
+                    d(cur.cnp_dscp_bytes[dscp], prev.cnp_dscp_bytes[dscp]),
+                ),
+            ] {
+                if pk > 0 {
+                    let lv = [iface, dir, hn, &ds, class];
+                    self.dscp_packets.with_label_values(&lv).inc_by(pk);
+                    self.dscp_bytes.with_label_values(&lv).inc_by(by);
+                }
+            }
+        }
+        for (p, name) in PRIORITY.iter().enumerate() {
+            for (class, pk, by) in [
+                (
+                    "roce",
+                    d(cur.roce_pcp_packets[p], prev.roce_pcp_packets[p]),
+                    d(cur.roce_pcp_bytes[p], prev.roce_pcp_bytes[p]),
+                ),
+                (
+                    "cnp",
+                    d(cur.cnp_pcp_packets[p], prev.cnp_pcp_packets[p]),
+                    d(cur.cnp_pcp_bytes[p], prev.cnp_pcp_bytes[p]),
+                ),
+            ] {
+                if pk > 0 {
+                    let lv = [iface, dir, hn, name, class];
+                    self.priority_packets.with_label_values(&lv).inc_by(pk);
+                    self.priority_bytes.with_label_values(&lv).inc_by(by);
+                }
+            }
+        }
+        self.lossy_packets
+            .with_label_values(&l)
+            .inc_by(d(cur.lossy_roce_packets, prev.lossy_roce_packets));
+        self.lossy_bytes
+            .with_label_values(&l)
+            .inc_by(d(cur.lossy_roce_bytes, prev.lossy_roce_bytes));
+        self.cnp_out_of_class
+            .with_label_values(&l)
+            .inc_by(d(cur.cnp_out_of_class, prev.cnp_out_of_class));
+    }
+
+    /// The NIC's own pause counters of one interface (totals; a device with neither source
+    /// exports no series).
+    pub fn set_nic_pause(&self, iface: &str, nic: &NicPause) {
+        for c in &nic.pfc {
+            let origin = c.origin.name();
+            for (dir, v) in [("rx", c.rx), ("tx", c.tx)] {
+                if let Some(v) = v {
+                    super::follow(
+                        &self.nic_pfc_frames.with_label_values(&[
+                            iface,
+                            PRIORITY[c.priority as usize % PRIORITIES],
+                            dir,
+                            origin,
+                        ]),
+                        v,
+                    );
+                }
+            }
+        }
+        for (name, v) in &nic.other {
+            super::follow(
+                &self
+                    .nic_pause_counter
+                    .with_label_values(&[iface, name, Origin::Ethtool.name()]),
+                *v,
+            );
+        }
+    }
+}
