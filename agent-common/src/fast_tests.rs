@@ -261,3 +261,78 @@ proptest! {
         prop_assert_eq!(agrees(&f[..cut % (n + 1)]), Ok(()));
     }
 }
+
+/// PFC, PAUSE and other MAC control frames are answered by the fast path (one compare on the
+/// EtherType, one constant-offset read) and agree with the general parser.
+#[test]
+fn mac_control_frames_take_the_fast_path_and_agree() {
+    for f in [
+        frames::pfc(0x08, [0, 0, 0, 0xFFFF, 0, 0, 0, 0]),
+        frames::pfc(0x0F, [1, 0, 3, 4, 0, 9, 0, 0]),
+        frames::pause(0x1234),
+        frames::pause(0),
+        frames::mac_control(0x0002, &[0; 8]),
+    ] {
+        let got = parse_fast(&SliceReader(&f)).expect("fast");
+        assert!(matches!(got, Parsed::MacControl(_)), "{got:?}");
+        agrees(&f).unwrap();
+    }
+    let Some(Parsed::MacControl(m)) =
+        parse_fast(&SliceReader(&frames::pfc(0x88, [0, 0, 0, 7, 0, 0, 0, 9])))
+    else {
+        panic!("not PFC");
+    };
+    assert_eq!((m.class_enable, m.times[3], m.times[7]), (0x88, 7, 9));
+}
+
+/// A tagged, mirrored or cut MAC control frame is the general parser's.
+#[test]
+fn rare_mac_control_shapes_go_to_the_general_parser() {
+    let pfc = frames::pfc(0x08, [0, 0, 0, 100, 0, 0, 0, 0]);
+    let mut tagged = pfc[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    tagged.extend_from_slice(&pfc[12..]);
+    let mirrored = tunnel::erspan2(&pfc, 3, 1);
+    let cut = pfc[..14 + 10].to_vec();
+    for f in [&tagged, &mirrored, &cut] {
+        assert_eq!(parse_fast(&SliceReader(f)), None);
+    }
+    let general = |f: &[u8]| parse_frame(&SliceReader(f), LinkType::Ethernet);
+    let want = general(&pfc);
+    assert!(matches!(want, Parsed::MacControl(_)));
+    assert_eq!(general(&tagged), want);
+    assert_eq!(general(&mirrored), want);
+    assert_eq!(general(&cut), Parsed::Other(Outcome::TruncatedMacControl));
+    // A PAUSE frame needs only its four bytes.
+    let pause = frames::pause(77);
+    assert!(matches!(general(&pause[..14 + 4]), Parsed::MacControl(_)));
+    assert_eq!(
+        general(&pause[..14 + 3]),
+        Parsed::Other(Outcome::TruncatedMacControl)
+    );
+}
+
+/// DSCP and the outermost tag's priority, on both paths (QinQ on the general one).
+#[test]
+fn dscp_and_the_outermost_priority_are_read() {
+    let mut r = v4(0x04);
+    r.dscp = 46;
+    r.vlans = vec![(TPID_8021Q, frames::tci(5, 10))];
+    let Some(Ok(i)) = fast(&r.frame()) else {
+        panic!("not fast RoCE");
+    };
+    assert_eq!((i.dscp, i.pcp), (46, Some(5)));
+    let mut q = v6(0x04);
+    q.dscp = 26;
+    q.vlans = vec![
+        (TPID_8021AD, frames::tci(6, 10)),
+        (TPID_8021Q, frames::tci(1, 20)),
+    ];
+    let f = q.frame();
+    let i = parse_frame(&SliceReader(&f), LinkType::Ethernet)
+        .roce()
+        .unwrap();
+    assert_eq!((i.dscp, i.pcp), (26, Some(6)));
+    let u = v4(0x04);
+    assert_eq!(fast(&u.frame()).unwrap().unwrap().pcp, None);
+}

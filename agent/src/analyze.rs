@@ -246,6 +246,11 @@ impl Analysis {
             .map(|t| self.last_ts_ns.saturating_sub(t) as f64 / 1e9)
             .unwrap_or(0.0)
     }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &AnalyzeOptions {
+        &self.opts
+    }
 }
 
 /// Analyses a capture file; `progress` receives the bytes read so far.

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod pins;
 pub mod report;
 pub mod report_html;
+pub mod report_lossless;
 pub mod run;
 pub mod sources;
 pub mod testrun;

@@ -3,6 +3,7 @@
 use crate::analyze::{Analysis, ElephantPeriod};
 use crate::detect::ecmp::EcmpReport;
 use crate::flows::FlowEntry;
+use crate::report_lossless as lossless;
 use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, OpClass, Outcome, OutcomeKind, ROCEV2_UDP_PORT};
 use serde::Serialize;
@@ -32,6 +33,10 @@ pub struct Report {
     /// Flows that left the bounded flow table (`--max-flows`), with what they carried; their
     /// packets are in every total above.
     pub flows_evicted: crate::flows::EvictedFlows,
+    /// PFC frames per priority (mirrored ones included).
+    pub pfc: lossless::Pfc,
+    /// 802.3x PAUSE frames, and other MAC control frames.
+    pub pause: lossless::Pause,
 }
 
 #[derive(Serialize, Debug)]
@@ -66,6 +71,13 @@ pub struct Roce {
     pub sessions: Vec<Session>,
     pub ecn: Ecn,
     pub opcodes: Vec<Opcode>,
+    /// RoCE packets (CNPs included) by DSCP, and tagged ones by 802.1p priority.
+    pub dscp: Vec<lossless::ClassCount>,
+    pub pcp: Vec<lossless::ClassCount>,
+    /// CNPs by DSCP and priority.
+    pub cnp_classes: lossless::CnpClasses,
+    /// RoCE outside the configured lossless class.
+    pub lossy: lossless::Lossy,
 }
 
 #[derive(Serialize, Debug)]
@@ -253,7 +265,13 @@ pub fn build(a: &Analysis) -> Report {
                 ce: c.ecn_packets[3],
             },
             opcodes,
+            dscp: lossless::dscp(c),
+            pcp: lossless::pcp(c),
+            cnp_classes: lossless::cnp_classes(c),
+            lossy: lossless::lossy(c, &a.options().classes),
         },
+        pfc: lossless::pfc(c, a.options().link_speed_bps),
+        pause: lossless::pause(c, a.options().link_speed_bps),
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,
@@ -359,6 +377,7 @@ pub fn table(r: &Report, top: usize) -> String {
             );
         }
     }
+    lossless::table(&mut s, &r.pfc, &r.pause, &r.roce.dscp, &r.roce.lossy);
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
     let tail = if r.truncated_tail {
