@@ -464,6 +464,45 @@ mod tests {
     }
 }
 
+#[cfg(test)]
+mod mac_control_tests {
+    use super::*;
+    use crate::headers::mac_control::MacControl;
+
+    #[test]
+    fn xoff_xon_and_disabled_times_per_priority() {
+        let mut c = HookCounters::ZERO;
+        let m = MacControl {
+            opcode: OPCODE_PFC,
+            class_enable: 0b0000_1011,
+            times: [100, 0, 7, 65535, 0, 0, 0, 9],
+        };
+        c.record_mac_control(&m, 60);
+        assert_eq!(c.pfc_frames, 1);
+        assert_eq!(c.pfc_xoff, [1, 0, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(c.pfc_xon, [0, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(c.pfc_quanta, [100, 0, 0, 65535, 0, 0, 0, 0]);
+        assert_eq!((c.frames, c.outcomes[Outcome::MacControl as usize]), (1, 1));
+    }
+
+    #[test]
+    fn pause_and_other_opcodes() {
+        let mut c = HookCounters::ZERO;
+        let pause = |t: u16| MacControl::pause(&[0, 1, (t >> 8) as u8, t as u8]);
+        c.record_mac_control(&pause(500), 60);
+        c.record_mac_control(&pause(0), 60);
+        c.record_mac_control(
+            &MacControl {
+                opcode: 2,
+                ..MacControl::default()
+            },
+            60,
+        );
+        assert_eq!((c.pause_frames, c.pause_xon, c.pause_quanta), (2, 1, 500));
+        assert_eq!((c.mac_control_other, c.pfc_frames), (1, 0));
+    }
+}
+
 #[cfg(all(test, feature = "std"))]
 mod field_tests {
     use super::*;

@@ -194,6 +194,17 @@ impl PacketRecord {
         }
     }
 
+    /// A tag the kernel took out of the frame before the program ran (VLAN acceleration:
+    /// tc sees it in `skb->vlan_tci`) was the outermost: its priority is the packet's. Not for
+    /// a tunnelled packet, whose priority is its inner frame's.
+    #[inline(always)]
+    pub fn outer_tag(&mut self, tci: u16) {
+        if self.flags & OK != 0 && self.tunnel_kind == 0 {
+            self.pcp = (tci >> 13) as u8;
+            self.flags |= HAS_PCP;
+        }
+    }
+
     /// The 802.1p priority of a RoCE packet's outermost tag, if tagged.
     #[inline(always)]
     pub fn pcp(&self) -> Option<u8> {
@@ -350,6 +361,25 @@ mod tests {
             r.store(&p);
             assert_eq!(r.captured(), p.captured(), "{o:?}");
         }
+    }
+
+    #[test]
+    fn an_offloaded_tag_is_the_outermost_priority_of_plain_roce_only() {
+        let mut f = vec![0u8; 80];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[17] = 66;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&46u16.to_be_bytes());
+        let mut r = PacketRecord::default();
+        r.store(&parse(&SliceReader(&f), LinkType::Ethernet));
+        assert_eq!(r.pcp(), None);
+        r.outer_tag((5 << 13) | 100);
+        assert_eq!(r.pcp(), Some(5));
+        r.store(&Parsed::Other(Outcome::NotIp));
+        r.outer_tag(3 << 13);
+        assert_eq!(r.load(), Parsed::Other(Outcome::NotIp));
     }
 
     #[test]

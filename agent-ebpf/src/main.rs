@@ -124,6 +124,7 @@ fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
     if let Some(rec) = count::fast(r) {
+        tc::offloaded_tag(ctx, rec);
         count::counted_inline(rec, hook, len, Path::Fast);
         return TC_ACT_PIPE;
     }
@@ -136,7 +137,8 @@ fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
 #[inline(always)]
 fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
-    if count::slow(&tc::TcReader::new(ctx), hook, len).is_some() {
+    if let Some(rec) = count::slow(&tc::TcReader::new(ctx), hook, len) {
+        tc::offloaded_tag(ctx, rec);
         count::counted(hook, len, Path::Slow);
     }
     TC_ACT_PIPE

@@ -3,7 +3,7 @@
 //! was measured faster, but gives every read two paths, and together with the mirror/tunnel
 //! look-ahead the verifier then refuses the program as too complex (E2BIG).
 
-use agent_common::{reader::MAX_READ_OFFSET, PacketReader};
+use agent_common::{reader::MAX_READ_OFFSET, record::PacketRecord, PacketReader};
 use aya_ebpf::programs::TcContext;
 
 pub struct TcReader<'a> {
@@ -43,4 +43,16 @@ pub fn wire_len(ctx: &TcContext) -> u64 {
     // SAFETY: reading a field of the context the program was given.
     let tagged = unsafe { (*ctx.skb.skb).vlan_present } != 0;
     ctx.len() as u64 + if tagged { 4 } else { 0 }
+}
+
+/// The priority of a tag the kernel moved into the skb's metadata (see [`wire_len`]): it was
+/// the frame's outermost tag, so its priority is the packet's (a tag still in the frame is an
+/// inner one).
+#[inline(always)]
+pub fn offloaded_tag(ctx: &TcContext, rec: &mut PacketRecord) {
+    // SAFETY: reading fields of the context the program was given.
+    let (present, tci) = unsafe { ((*ctx.skb.skb).vlan_present, (*ctx.skb.skb).vlan_tci) };
+    if present != 0 {
+        rec.outer_tag(tci as u16);
+    }
 }

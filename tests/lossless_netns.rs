@@ -1,0 +1,141 @@
+//! The lossless fabric live: the real `rocemon run` on one end of a veth pair with XDP and tc
+//! ingress, the lossless fixture (PFC storms, XON, PAUSE, mirrored PFC, RoCE and CNPs in right
+//! and wrong classes) replayed with tcpreplay, `/metrics` equal to tshark's decode.
+
+use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
+use rocemon_testkit::{lossless, require_tshark, tshark, TempDir};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const ADDR: &str = "127.0.0.1:9442";
+
+#[test]
+fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-lossless-live").unwrap();
+    let path = lossless::lossless().write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    let pair = VethPair::new("rcpfc").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &[
+            "run",
+            "--no-pin",
+            "--iface",
+            ifn,
+            "--hooks",
+            "xdp,tc-ingress",
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "100",
+        ],
+    )
+    .unwrap();
+    agent.wait_ready(ns, ADDR).unwrap();
+    pair.replay_from_b(&path).unwrap();
+    let t = Instant::now();
+    let body = loop {
+        let b = match http_get_in(ns, ADDR, "/metrics") {
+            Ok((200, b)) => b,
+            _ => String::new(),
+        };
+        let done = ["xdp", "tc_ingress"].iter().all(|h| {
+            metric_sum(&b, "rocemon_pfc_frames_total", &[("hook", h)]) as u64 >= e.pfc_frames
+                && metric_sum(&b, "rocemon_packets_total", &[("hook", h)]) as u64 >= e.roce_packets
+        });
+        if done || t.elapsed() > Duration::from_secs(20) {
+            break b;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for hook in ["xdp", "tc_ingress"] {
+        let f = |name: &str, extra: &[(&str, &str)]| {
+            let mut l = vec![("hook", hook), ("iface", ifn.as_str())];
+            l.extend_from_slice(extra);
+            metric_sum(&body, name, &l) as u64
+        };
+        assert_eq!(
+            f("rocemon_pfc_frames_total", &[]),
+            e.pfc_frames,
+            "{hook}: PFC"
+        );
+        for p in 0..8 {
+            let pr = p.to_string();
+            assert_eq!(
+                (
+                    f(
+                        "rocemon_pfc_priority_frames_total",
+                        &[("priority", &pr), ("type", "xoff")]
+                    ),
+                    f(
+                        "rocemon_pfc_priority_frames_total",
+                        &[("priority", &pr), ("type", "xon")]
+                    ),
+                    f("rocemon_pfc_pause_quanta_total", &[("priority", &pr)]),
+                ),
+                (e.pfc[p].xoff, e.pfc[p].xon, e.pfc[p].quanta),
+                "{hook}: PFC priority {p} (xoff, xon, quanta)"
+            );
+        }
+        assert_eq!(
+            (
+                f("rocemon_pause_frames_total", &[]),
+                f("rocemon_pause_frames_total", &[("type", "xon")]),
+                f("rocemon_pause_quanta_total", &[]),
+                f("rocemon_mac_control_other_frames_total", &[]),
+            ),
+            (
+                e.pause_frames,
+                e.pause_xon,
+                e.pause_quanta,
+                e.mac_control_other
+            ),
+            "{hook}: PAUSE and other MAC control"
+        );
+        for (d, (n, b)) in &e.dscp {
+            let ds = d.to_string();
+            let l = [("dscp", ds.as_str()), ("class", "roce")];
+            assert_eq!(
+                (
+                    f("rocemon_dscp_packets_total", &l),
+                    f("rocemon_dscp_bytes_total", &l)
+                ),
+                (*n, *b),
+                "{hook}: DSCP {d}"
+            );
+        }
+        for (p, (n, _)) in &e.pcp {
+            let pr = p.to_string();
+            assert_eq!(
+                f(
+                    "rocemon_priority_packets_total",
+                    &[("priority", &pr), ("class", "roce")]
+                ),
+                *n,
+                "{hook}: priority {p}"
+            );
+        }
+        assert_eq!(
+            (
+                f("rocemon_lossy_roce_packets_total", &[]),
+                f("rocemon_lossy_roce_bytes_total", &[]),
+                f("rocemon_cnp_out_of_class_packets_total", &[]),
+            ),
+            (e.lossy_roce.0, e.lossy_roce.1, e.cnp_out_of_class),
+            "{hook}: lossy RoCE"
+        );
+    }
+    // veth has neither DCB nor driver pause statistics: no NIC series.
+    assert!(
+        !body.contains("rocemon_nic_pfc_frames_total{"),
+        "a veth has no NIC pause counters"
+    );
+    let (status, _) = agent.stop().unwrap();
+    assert!(status.success(), "the agent exits cleanly");
+}
