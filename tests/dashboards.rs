@@ -267,6 +267,8 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
             "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data",
             "1000\n",
         ),
+        // The veth's link speed (Mb/s), for pause seconds.
+        (&format!("class/net/{}/speed", pair.a_if), "10000\n"),
     ] {
         let p = sys.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -364,6 +366,26 @@ cm_id_json = {cm:?}
     let storm = storm(d);
     let _t1 = replay_forever(&pair.ns_b, &pair.b_if, &[storm, rc], 50_000);
     let _t2 = replay_forever(&pair.ns_b, &x2, &[tunnels, many], 5_000);
+    // A PFC storm on priority 3 (the longest pause time; 1,000 XOFF per second fire the storm
+    // alert, and at 10 Gb/s each asks for 3.4 ms), with the lossless fixture's lossy RoCE and
+    // CNPs outside their class.
+    let pfc = whole(
+        "pfc_storm",
+        Format::PcapMicros,
+        (0..100u64)
+            .map(|i| {
+                (
+                    1_764_460_800_000_000_000 + i * 1000,
+                    rocemon_testkit::frames::pfc(0x08, [0, 0, 0, 0xFFFF, 0, 0, 0, 0]),
+                )
+            })
+            .collect(),
+        true,
+    )
+    .write(d)
+    .unwrap();
+    let lossless = rocemon_testkit::lossless::lossless().write(d).unwrap();
+    let _t3 = replay_forever(&pair.ns_b, &pair.b_if, &[pfc, lossless], 5_000);
 
     let prom_cfg = d.join("prometheus.yml");
     std::fs::write(
