@@ -104,21 +104,14 @@ fn pfc_stat(name: &str) -> Option<(Dir, u8)> {
         return None;
     };
     // mlx5: rx_prio3_pause; bnxt: rx_pfc_ena_frames_pri3; ice: rx_priority_3_xoff.nic
-    let digit = if let Some(d) = rest
+    let digit = rest
         .strip_prefix("prio")
         .and_then(|r| r.strip_suffix("_pause"))
-    {
-        d
-    } else if let Some(d) = rest.strip_prefix("pfc_ena_frames_pri") {
-        d
-    } else if let Some(d) = rest
-        .strip_prefix("priority_")
-        .and_then(|r| r.strip_suffix("_xoff.nic"))
-    {
-        d
-    } else {
-        return None;
-    };
+        .or_else(|| rest.strip_prefix("pfc_ena_frames_pri"))
+        .or_else(|| {
+            rest.strip_prefix("priority_")
+                .and_then(|r| r.strip_suffix("_xoff.nic"))
+        })?;
     match digit.parse::<u8>() {
         Ok(p) if p < 8 => Some((dir, p)),
         _ => None,
