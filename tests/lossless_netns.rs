@@ -131,6 +131,35 @@ fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
             "{hook}: lossy RoCE"
         );
     }
+    // The JSON API: the same totals per hook, and no NIC counters for a veth.
+    let (status, doc) = http_get_in(ns, ADDR, "/api/v1/lossless").unwrap();
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    for hook in ["xdp", "tc_ingress"] {
+        let h = doc["hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["hook"] == hook)
+            .unwrap_or_else(|| panic!("{hook} missing from {doc}"));
+        assert_eq!(h["pfc"]["frames"].as_u64(), Some(e.pfc_frames), "{hook}");
+        assert_eq!(
+            h["pfc"]["priorities"][3]["xoff"].as_u64(),
+            Some(e.pfc[3].xoff),
+            "{hook}"
+        );
+        assert_eq!(
+            h["pause"]["quanta"].as_u64(),
+            Some(e.pause_quanta),
+            "{hook}"
+        );
+        assert_eq!(
+            h["lossy"]["packets"].as_u64(),
+            Some(e.lossy_roce.0),
+            "{hook}"
+        );
+    }
+    assert_eq!(doc["nic"].as_array().map(Vec::len), Some(0));
     // veth has neither DCB nor driver pause statistics: no NIC series.
     assert!(
         !body.contains("rocemon_nic_pfc_frames_total{"),

@@ -1,4 +1,5 @@
-//! The JSON API's documents: `/api/v1/flows` and `/api/v1/ecmp`, rebuilt at every poll.
+//! The JSON API's documents: `/api/v1/flows`, `/api/v1/ecmp` and `/api/v1/lossless`, rebuilt
+//! at every poll.
 
 use crate::config::Config;
 use crate::detect::ecmp::{self, EcmpReport};
@@ -29,11 +30,79 @@ pub struct FlowsDoc {
     pub flows: Vec<ApiFlow>,
 }
 
+/// The lossless fabric of one interface and hook (totals since attach), and what its NIC
+/// reports itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct LosslessHook {
+    pub iface: String,
+    pub hook: &'static str,
+    pub direction: &'static str,
+    pub pfc: crate::report_lossless::Pfc,
+    pub pause: crate::report_lossless::Pause,
+    pub dscp: Vec<crate::report_lossless::ClassCount>,
+    pub pcp: Vec<crate::report_lossless::ClassCount>,
+    pub cnp_classes: crate::report_lossless::CnpClasses,
+    pub lossy: crate::report_lossless::Lossy,
+}
+
+/// The NIC's own PFC counters of one interface (DCB or ethtool); absent for devices without.
+#[derive(Clone, Debug, Serialize)]
+pub struct NicPfc {
+    pub iface: String,
+    pub priority: u8,
+    pub rx: Option<u64>,
+    pub tx: Option<u64>,
+    pub origin: &'static str,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LosslessDoc {
+    pub hooks: Vec<LosslessHook>,
+    pub nic: Vec<NicPfc>,
+}
+
+impl LosslessDoc {
+    /// Adds one hook's counter block (`link_speed_bps` 0: unknown, seconds 0).
+    pub fn add_hook(
+        &mut self,
+        iface: &str,
+        hook: Hook,
+        c: &agent_common::HookCounters,
+        link_speed_bps: u64,
+        classes: &agent_common::TrafficClasses,
+    ) {
+        use crate::report_lossless as l;
+        self.hooks.push(LosslessHook {
+            iface: iface.to_string(),
+            hook: hook.name(),
+            direction: hook.direction(),
+            pfc: l::pfc(c, link_speed_bps),
+            pause: l::pause(c, link_speed_bps),
+            dscp: l::dscp(c),
+            pcp: l::pcp(c),
+            cnp_classes: l::cnp_classes(c),
+            lossy: l::lossy(c, classes),
+        });
+    }
+
+    /// Adds an interface's NIC counters.
+    pub fn add_nic(&mut self, iface: &str, nic: &crate::sources::nic_pause::NicPause) {
+        self.nic.extend(nic.pfc.iter().map(|c| NicPfc {
+            iface: iface.to_string(),
+            priority: c.priority,
+            rx: c.rx,
+            tx: c.tx,
+            origin: c.origin.name(),
+        }));
+    }
+}
+
 /// What the API serves; replaced after every poll.
 #[derive(Clone, Debug, Default)]
 pub struct ApiView {
     pub flows: FlowsDoc,
     pub ecmp: EcmpReport,
+    pub lossless: LosslessDoc,
 }
 
 /// Builds the API view from the flow table and the ECMP report (at most `limit` flows).
@@ -79,5 +148,6 @@ pub fn build(
             flows,
         },
         ecmp: ecmp_report.clone(),
+        lossless: LosslessDoc::default(),
     }
 }

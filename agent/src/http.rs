@@ -1,4 +1,5 @@
-//! The HTTP endpoint: `/metrics` (Prometheus text format), `/api/v1/flows` and `/api/v1/ecmp`
+//! The HTTP endpoint: `/metrics` (Prometheus text format), `/api/v1/flows`, `/api/v1/ecmp`
+//! and `/api/v1/lossless`
 //! (JSON), and `/` with pointers to them; optional TLS and basic authentication
 //! ([`crate::web`]), a request timeout and bounds on connections and concurrent requests.
 
@@ -78,8 +79,15 @@ async fn ecmp(State(s): State<Shared>) -> Response {
     }
 }
 
+async fn lossless(State(s): State<Shared>) -> Response {
+    match s.api.lock() {
+        Ok(api) => Json(api.lossless.clone()).into_response(),
+        Err(_) => internal("api lock poisoned"),
+    }
+}
+
 async fn index() -> &'static str {
-    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n"
+    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n"
 }
 
 /// Basic authentication state: the users, the `Authorization` values already verified and
@@ -259,6 +267,7 @@ fn app(shared: Shared, web: &WebSettings) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/flows", get(flows))
         .route("/api/v1/ecmp", get(ecmp))
+        .route("/api/v1/lossless", get(lossless))
         .route("/", get(index))
         .with_state(shared)
         // The last layer runs first: credentials are checked before a request takes one of

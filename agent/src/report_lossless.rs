@@ -7,7 +7,7 @@ use agent_common::HookCounters;
 use serde::Serialize;
 use std::fmt::Write as _;
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Pfc {
     pub frames: u64,
     /// Every priority, 0 to 7.
@@ -16,7 +16,7 @@ pub struct Pfc {
     pub link_speed_bps: u64,
 }
 
-#[derive(Serialize, Debug, PartialEq, Eq)]
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct PfcPriority {
     pub priority: u8,
     pub xoff: u64,
@@ -24,7 +24,7 @@ pub struct PfcPriority {
     pub quanta: u64,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Pause {
     pub frames: u64,
     pub xon: u64,
@@ -35,7 +35,7 @@ pub struct Pause {
 }
 
 /// Packets and bytes of one DSCP or priority.
-#[derive(Serialize, Debug, PartialEq, Eq)]
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct ClassCount {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dscp: Option<u8>,
@@ -46,7 +46,7 @@ pub struct ClassCount {
 }
 
 /// RoCE outside its class.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Lossy {
     pub packets: u64,
     pub bytes: u64,
@@ -57,7 +57,7 @@ pub struct Lossy {
 }
 
 /// The CNPs' own classes.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 pub struct CnpClasses {
     pub dscp: Vec<ClassCount>,
     pub pcp: Vec<ClassCount>,

@@ -390,6 +390,7 @@ fn poll(
     let started = Instant::now();
     table.begin_poll();
     let mut polled = Vec::new();
+    let mut lossless = api::LosslessDoc::default();
     let Ok(mut m) = shared.metrics.lock() else {
         log::error!("metrics lock poisoned; skipping poll");
         return;
@@ -400,10 +401,26 @@ fn poll(
             continue;
         };
         let mut created = None;
+        // Pause quanta to seconds at the reported speed (or the configured one for drivers
+        // that report none); the NIC's own pause counters.
+        let speed = link_speed_mbps(&config.sysfs_root.join("class/net"), &p.iface)
+            .or(config.elephant.link_speed_mbps)
+            .map(|mbps| (mbps * 1e6) as u64);
+        m.set_link_speed(&p.iface, speed);
+        let nic = crate::sources::nic_pause::read(&p.iface);
+        m.set_nic_pause(&p.iface, &nic);
+        lossless.add_nic(&p.iface, &nic);
         match p.read_counters() {
             Ok(blocks) => {
                 for h in &p.hooks {
                     m.observe_counters(&p.iface, *h, &blocks[*h as usize]);
+                    lossless.add_hook(
+                        &p.iface,
+                        *h,
+                        &blocks[*h as usize],
+                        speed.unwrap_or(0),
+                        &config.switches.classes,
+                    );
                 }
                 created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
             }
@@ -420,13 +437,6 @@ fn poll(
             }
         }
         m.set_capture_queues(&p.iface, &p.capture_queues());
-        // Pause quanta to seconds at the reported speed (or the configured one for drivers
-        // that report none); the NIC's own pause counters.
-        let speed = link_speed_mbps(&config.sysfs_root.join("class/net"), &p.iface)
-            .or(config.elephant.link_speed_mbps)
-            .map(|mbps| (mbps * 1e6) as u64);
-        m.set_link_speed(&p.iface, speed);
-        m.set_nic_pause(&p.iface, &crate::sources::nic_pause::read(&p.iface));
         for (hook, program, runs, seconds) in p.program_stats() {
             m.set_program_stats(&p.iface, hook, program, runs, seconds);
         }
@@ -486,7 +496,8 @@ fn poll(
     m.set_ecmp(&report, config.top_k);
     // The API view of this poll is in place before the metrics lock goes: a client that has
     // seen this poll's metrics never reads an older API view.
-    let view = api::build(table, &report, config, 1000);
+    let mut view = api::build(table, &report, config, 1000);
+    view.lossless = lossless;
     if let Ok(mut a) = shared.api.lock() {
         *a = view;
     }
