@@ -160,6 +160,23 @@ fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
         );
     }
     assert_eq!(doc["nic"].as_array().map(Vec::len), Some(0));
+    // `rocemon top` shows it.
+    let top = pair
+        .exec(ns, BIN, &["top", "--addr", ADDR, "--iterations", "1"])
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    let storm = format!("p3 xoff {} xon {}", e.pfc[3].xoff, e.pfc[3].xon);
+    assert!(
+        screen.contains(&format!("LOSSLESS {ifn} xdp: PFC {}", e.pfc_frames))
+            && screen.contains(&storm)
+            && screen.contains(&format!("lossy RoCE {} packets", e.lossy_roce.0)),
+        "{screen}"
+    );
     // veth has neither DCB nor driver pause statistics: no NIC series.
     assert!(
         !body.contains("rocemon_nic_pfc_frames_total{"),

@@ -1,5 +1,6 @@
 //! `rocemon top`: a live terminal view of a running agent, read from its JSON API: top flows
-//! by rate (elephants highlighted), ECMP groups with their collisions, shared 5-tuples. It
+//! by rate (elephants highlighted), ECMP groups with their collisions, shared 5-tuples, and
+//! the lossless fabric (PFC, PAUSE, lossy RoCE, the NIC's pause counters). It
 //! speaks https (trusting `--ca-file`) and basic auth when the agent's web configuration asks.
 
 use crate::cli::TopArgs;
@@ -88,8 +89,8 @@ fn n(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
 
-/// Renders one screen from the two API documents.
-pub fn render(flows: &Value, ecmp: &Value, color: bool) -> String {
+/// Renders one screen from the API documents (`lossless` may be null: an older agent).
+pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, color: bool) -> String {
     let (hi, lo) = if color {
         ("\x1b[1;31m", "\x1b[0m")
     } else {
@@ -192,7 +193,61 @@ pub fn render(flows: &Value, ecmp: &Value, color: bool) -> String {
         .map(|a| a.len())
         .unwrap_or(0);
     let _ = writeln!(s, "\nshared 5-tuples: {shared}");
+    render_lossless(&mut s, lossless, hi, lo);
     s
+}
+
+/// The lossless fabric: per interface and hook, PFC by priority, PAUSE and lossy RoCE (totals
+/// since the programs were attached; only what was seen), and the NIC's own PFC counters.
+fn render_lossless(s: &mut String, doc: &Value, hi: &str, lo: &str) {
+    for h in doc["hooks"].as_array().into_iter().flatten() {
+        let pfc = n(&h["pfc"]["frames"]);
+        let pause = n(&h["pause"]["frames"]);
+        let lossy = n(&h["lossy"]["packets"]);
+        let cnp_out = n(&h["lossy"]["cnp_out_of_class"]);
+        if pfc + pause + lossy + cnp_out == 0.0 {
+            continue;
+        }
+        let prios: Vec<String> = h["pfc"]["priorities"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| n(&p["xoff"]) + n(&p["xon"]) > 0.0)
+            .map(|p| {
+                format!(
+                    "p{} xoff {} xon {}",
+                    n(&p["priority"]),
+                    n(&p["xoff"]),
+                    n(&p["xon"])
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nLOSSLESS {} {}: PFC {pfc} ({})  PAUSE {pause}",
+            h["iface"].as_str().unwrap_or("?"),
+            h["hook"].as_str().unwrap_or("?"),
+            prios.join(", ")
+        );
+        if lossy + cnp_out > 0.0 {
+            let _ = writeln!(
+                s,
+                "  {hi}lossy RoCE {lossy} packets, CNPs out of class {cnp_out}{lo}  (expected {})",
+                h["lossy"]["expected"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    for c in doc["nic"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "NIC {} p{} PFC rx {} tx {} ({})",
+            c["iface"].as_str().unwrap_or("?"),
+            n(&c["priority"]),
+            n(&c["rx"]),
+            n(&c["tx"]),
+            c["origin"].as_str().unwrap_or("?")
+        );
+    }
 }
 
 pub fn run(args: TopArgs) -> Result<()> {
@@ -206,7 +261,10 @@ pub fn run(args: TopArgs) -> Result<()> {
             auth.as_deref(),
         )?;
         let ecmp = get(&agent, &format!("{base}/api/v1/ecmp"), auth.as_deref())?;
-        let screen = render(&flows, &ecmp, tty);
+        // An agent from before the lossless view has no such document: show the rest.
+        let lossless =
+            get(&agent, &format!("{base}/api/v1/lossless"), auth.as_deref()).unwrap_or(Value::Null);
+        let screen = render(&flows, &ecmp, &lossless, tty);
         let mut out = std::io::stdout().lock();
         if tty {
             // Home and clear: refresh in place.
@@ -238,13 +296,34 @@ mod tests {
             {"member": "up0", "bytes_per_second": 5e6, "flows": 2, "elephants": 2, "colliding": true},
             {"member": "up1", "bytes_per_second": 0.0, "flows": 0, "elephants": 0, "colliding": false}]}],
             "predicted": null, "shared_5tuple_groups": 1, "shared_5tuples": [{}]});
-        let s = render(&flows, &ecmp, true);
+        let s = render(&flows, &ecmp, &Value::Null, true);
         assert!(s.contains("2 flows, 1 elephants"));
         assert!(s.contains("\x1b[1;31mE up0"), "{s}");
         assert!(s.contains("COLLISION"));
         assert!(s.contains("<- collision"));
         assert!(s.contains("shared 5-tuples: 1"));
-        let plain = render(&flows, &ecmp, false);
+        let plain = render(&flows, &ecmp, &Value::Null, false);
         assert!(!plain.contains('\x1b'));
+    }
+
+    #[test]
+    fn renders_pfc_lossy_roce_and_nic_counters() {
+        let empty = serde_json::json!({"flows_total": 0, "elephants_total": 0, "flows": []});
+        let ecmp = serde_json::json!({"groups": [], "predicted": null, "shared_5tuples": []});
+        let lossless = serde_json::json!({"hooks": [
+            {"iface": "eth0", "hook": "xdp", "pfc": {"frames": 40, "priorities": [
+                {"priority": 3, "xoff": 38, "xon": 2, "quanta": 9}, {"priority": 4, "xoff": 0, "xon": 0, "quanta": 0}]},
+             "pause": {"frames": 1}, "lossy": {"packets": 5, "cnp_out_of_class": 0, "expected": "RoCE DSCP 26 priority 3, CNP DSCP 48"}},
+            {"iface": "eth1", "hook": "xdp", "pfc": {"frames": 0, "priorities": []}, "pause": {"frames": 0},
+             "lossy": {"packets": 0, "cnp_out_of_class": 0}}],
+            "nic": [{"iface": "eth2", "priority": 3, "rx": 7, "tx": 9, "origin": "dcb"}]});
+        let s = render(&empty, &ecmp, &lossless, false);
+        assert!(
+            s.contains("LOSSLESS eth0 xdp: PFC 40 (p3 xoff 38 xon 2)  PAUSE 1"),
+            "{s}"
+        );
+        assert!(s.contains("lossy RoCE 5 packets"), "{s}");
+        assert!(!s.contains("eth1"), "quiet interfaces are left out: {s}");
+        assert!(s.contains("NIC eth2 p3 PFC rx 7 tx 9 (dcb)"), "{s}");
     }
 }
