@@ -342,14 +342,16 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
 /// Parses one frame. Never panics, never reads outside the reader.
 #[inline(always)]
 pub fn parse_frame<R: PacketReader>(r: &R, link: LinkType) -> Parsed {
-    let l2 = match parse_l2(r, link) {
+    // The look-ahead stays in this frame (filled in place, not moved through a result).
+    let mut look = encap::Lookahead::default();
+    let l2 = match parse_l2(r, link, &mut look) {
         Ok(l2) => l2,
         Err(o) => return Parsed::Other(o),
     };
     if l2.ethertype == mac_control::ETHERTYPE_MAC_CONTROL {
         return mac_control_at(r, l2.off);
     }
-    match parse_l3(r, &l2) {
+    match parse_l3(r, &l2, &look) {
         Ok(i) => Parsed::Roce(i),
         Err(o) => Parsed::Other(o),
     }
@@ -387,14 +389,17 @@ struct L2 {
     vlan_tags: u8,
     /// PCP of the outermost tag, [`NO_PCP`] untagged.
     pcp: u8,
-    look: encap::Lookahead,
 }
 
 /// [`L2::pcp`] of an untagged frame.
 pub(crate) const NO_PCP: u8 = 0xFF;
 
 #[inline(always)]
-fn parse_l2<R: PacketReader>(r: &R, link: LinkType) -> Result<L2, Outcome> {
+fn parse_l2<R: PacketReader>(
+    r: &R,
+    link: LinkType,
+    look: &mut encap::Lookahead,
+) -> Result<L2, Outcome> {
     let (mut ethertype, mut off) = match link {
         LinkType::Ethernet => (
             be16(
@@ -426,7 +431,7 @@ fn parse_l2<R: PacketReader>(r: &R, link: LinkType) -> Result<L2, Outcome> {
     // Mirror sessions and tunnels: a cheap look at the outer headers finds where the inner
     // frame starts; the full parse below then runs once, on the inner frame.
     let mut tunnel = Tunnel::default();
-    let mut look = encap::locate(r, ethertype, off)?;
+    *look = encap::locate(r, ethertype, off)?;
     if let Some(inner) = look.inner.take() {
         tunnel = inner.tunnel;
         off = inner.inner_off;
@@ -469,13 +474,11 @@ fn parse_l2<R: PacketReader>(r: &R, link: LinkType) -> Result<L2, Outcome> {
         tunnel,
         vlan_tags,
         pcp,
-        look,
     })
 }
 
 #[inline(always)]
-fn parse_l3<R: PacketReader>(r: &R, l2: &L2) -> Result<RoceInfo, Outcome> {
-    let look = &l2.look;
+fn parse_l3<R: PacketReader>(r: &R, l2: &L2, look: &encap::Lookahead) -> Result<RoceInfo, Outcome> {
     let l3 = match l2.ethertype {
         ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, l2.off, look.has_ipv4, &look.ipv4)?,
         ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, l2.off)?,

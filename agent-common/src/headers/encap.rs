@@ -173,6 +173,7 @@ pub fn gre<R: PacketReader>(r: &R, off: usize) -> Result<Inner, Outcome> {
 ///
 /// Plain arrays with flags rather than `Option<[u8; N]>`: a `None` leaves its bytes
 /// uninitialised, and BPF code moving them through registers is refused by the verifier.
+#[derive(Default)]
 pub struct Lookahead {
     pub inner: Option<Inner>,
     /// The outer IPv4 header (20 bytes), valid when `has_ipv4` (the frame is plain IPv4).
