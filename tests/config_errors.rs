@@ -69,6 +69,10 @@ file_errors! {
     rdma_file_missing: "[rdma]\nqp_json = \"/nonexistent/qp.json\"" => "rdma.qp_json /nonexistent/qp.json";
     log_level_unknown: "log_level = \"loud\"" => "log_level \"loud\" is not a level";
     listen_not_an_address: "listen = \"nowhere\"" => "listen address 'nowhere' is not IP:PORT";
+    classes_dscp_above_63: "[classes]\nroce_dscp = [64]" => "classes.roce_dscp has DSCP 64; a DSCP is 0 to 63";
+    classes_dscp_empty: "[classes]\ncnp_dscp = []" => "classes.cnp_dscp is empty";
+    classes_priority_above_7: "[classes]\nroce_priority = 9" => "classes.roce_priority 9 is not a priority; use 0 to 7, or \"any\"";
+    classes_unknown_key: "[classes]\nroce_dcsp = [26]" => "unknown field `roce_dcsp`";
     unknown_key: "top_kk = 3" => "unknown field `top_kk`";
     wrong_type: "top_k = \"three\"" => "invalid type";
 }

@@ -1,6 +1,7 @@
-//! The lossless fabric live: the real `rocemon run` on one end of a veth pair with XDP and tc
-//! ingress, the lossless fixture (PFC storms, XON, PAUSE, mirrored PFC, RoCE and CNPs in right
-//! and wrong classes) replayed with tcpreplay, `/metrics` equal to tshark's decode.
+//! The lossless fabric live: the real `rocemon run` on one end of a veth pair (XDP and tc
+//! ingress; AF_XDP capture), the lossless fixture (PFC storms, XON, PAUSE, mirrored PFC, RoCE
+//! and CNPs in right and wrong classes) replayed with tcpreplay, `/metrics` equal to tshark's
+//! decode.
 
 use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
 use rocemon_testkit::{lossless, require_tshark, tshark, TempDir};
@@ -181,6 +182,105 @@ fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
     assert!(
         !body.contains("rocemon_nic_pfc_frames_total{"),
         "a veth has no NIC pause counters"
+    );
+    let (status, _) = agent.stop().unwrap();
+    assert!(status.success(), "the agent exits cleanly");
+}
+
+/// AF_XDP capture: MAC control frames stay with the kernel program (counted there), RoCE goes
+/// to the socket and is counted in userspace with the same classes; together they equal
+/// tshark, with a configured class expectation applied on both sides.
+#[test]
+fn pfc_in_the_kernel_and_classes_in_userspace_under_afxdp_equal_tshark() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-lossless-afxdp").unwrap();
+    let path = lossless::lossless().write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    let pair = VethPair::new("rcpfx").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    // Everything the fixture sends on DSCP 26 or 34, any priority, is in class.
+    let cfg = dir.path().join("classes.toml");
+    std::fs::write(
+        &cfg,
+        "[classes]\nroce_dscp = [26, 34]\nroce_priority = \"any\"\ncnp_dscp = [48]\n",
+    )
+    .unwrap();
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &[
+            "run",
+            "--no-pin",
+            "--iface",
+            ifn,
+            "--capture",
+            "afxdp",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "100",
+        ],
+    )
+    .unwrap();
+    agent.wait_ready(ns, ADDR).unwrap();
+    pair.replay_from_b(&path).unwrap();
+    let t = Instant::now();
+    let body = loop {
+        let b = match http_get_in(ns, ADDR, "/metrics") {
+            Ok((200, b)) => b,
+            _ => String::new(),
+        };
+        if (metric_sum(&b, "rocemon_pfc_frames_total", &[("hook", "afxdp")]) as u64 >= e.pfc_frames
+            && metric_sum(&b, "rocemon_packets_total", &[("hook", "afxdp")]) as u64
+                >= e.roce_packets)
+            || t.elapsed() > Duration::from_secs(20)
+        {
+            break b;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let f = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = vec![("hook", "afxdp"), ("iface", ifn.as_str())];
+        l.extend_from_slice(extra);
+        metric_sum(&body, name, &l) as u64
+    };
+    assert_eq!(f("rocemon_pfc_frames_total", &[]), e.pfc_frames, "PFC");
+    assert_eq!(
+        f(
+            "rocemon_pfc_priority_frames_total",
+            &[("priority", "3"), ("type", "xoff")]
+        ),
+        e.pfc[3].xoff
+    );
+    assert_eq!(f("rocemon_pause_quanta_total", &[]), e.pause_quanta);
+    for (d, (n, _)) in &e.dscp {
+        let ds = d.to_string();
+        assert_eq!(
+            f(
+                "rocemon_dscp_packets_total",
+                &[("dscp", &ds), ("class", "roce")]
+            ),
+            *n,
+            "DSCP {d}"
+        );
+    }
+    // tshark's RoCE that is neither a CNP nor on DSCP 26 or 34.
+    let cnp: u64 = e.cnp_dscp.values().map(|(n, _)| n).sum();
+    let in_class: u64 = [26u8, 34]
+        .iter()
+        .map(|d| e.dscp.get(d).map_or(0, |x| x.0) - e.cnp_dscp.get(d).map_or(0, |x| x.0))
+        .sum();
+    let lossy = e.roce_packets - cnp - in_class;
+    assert!(lossy > 0 && lossy < e.lossy_roce.0, "the classes matter");
+    assert_eq!(f("rocemon_lossy_roce_packets_total", &[]), lossy);
+    assert_eq!(
+        f("rocemon_cnp_out_of_class_packets_total", &[]),
+        e.cnp_out_of_class
     );
     let (status, _) = agent.stop().unwrap();
     assert!(status.success(), "the agent exits cleanly");

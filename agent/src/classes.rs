@@ -63,9 +63,13 @@ impl ClassesSection {
             Some(Priority::Value(p)) if (0..=7).contains(p) => *p as u8,
             Some(Priority::Word(w)) if w == "any" => ANY_PRIORITY,
             Some(other) => {
+                let shown = match other {
+                    Priority::Value(v) => v.to_string(),
+                    Priority::Word(w) => format!("{w:?}"),
+                };
                 return Err(format!(
-                    "classes.roce_priority {other:?} is not a priority; use 0 to 7, or \"any\" to check the DSCP only"
-                ))
+                    "classes.roce_priority {shown} is not a priority; use 0 to 7, or \"any\" to check the DSCP only"
+                ));
             }
         };
         Ok(TrafficClasses {
