@@ -9,6 +9,7 @@
 //! - [`headers`]: one module per header (Ethernet/VLAN, Linux cooked capture, IPv4, IPv6,
 //!   UDP, BTH, extension headers) with offsets, lengths and big-endian getters.
 //! - [`opcode`]: the BTH opcode table (names, transport, operation class, extension headers).
+//! - [`outcome`]: how a frame ended ([`Outcome`], its counter index; a leaf module).
 //! - [`parse`]: `parse_frame(&reader, link) -> Parsed` (RoCE, MAC control, or an outcome).
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
@@ -27,6 +28,7 @@ pub mod fast;
 pub mod flow;
 pub mod headers;
 pub mod opcode;
+pub mod outcome;
 pub mod packet;
 pub mod parse;
 pub mod psn;

@@ -246,7 +246,7 @@ impl PacketRecord {
     }
 
     /// Whether the AF_XDP capture mode hands this frame to userspace (as
-    /// [`crate::parse::captured`] on the result).
+    /// [`crate::parse::Parsed::captured`] on the result).
     #[inline(always)]
     pub fn captured(&self) -> bool {
         self.flags & OK != 0 || outcome_of(self.outcome).captured()

@@ -1,0 +1,117 @@
+//! Flags over the file, defaults, and the error messages of the validated configuration.
+use super::*;
+
+fn args(ifaces: &[&str]) -> RunArgs {
+    RunArgs {
+        ifaces: ifaces.iter().map(|s| s.to_string()).collect(),
+        ..RunArgs::default()
+    }
+}
+
+#[test]
+fn defaults() {
+    let c = Config::merge(FileConfig::default(), &args(&["eth0"])).unwrap();
+    assert_eq!(c.hooks, vec![Hook::Xdp, Hook::TcEgress]);
+    assert_eq!(c.xdp_mode, XdpMode::Auto);
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.top_k, 20);
+}
+
+#[test]
+fn flags_override_file() {
+    let file: FileConfig = toml::from_str(
+        "interfaces = [\"a\"]\nhooks = [\"tc-ingress\"]\ntop_k = 5\nlisten = \"127.0.0.1:1\"\nxdp_mode = \"skb\"",
+    )
+    .unwrap();
+    let mut a = args(&["b"]);
+    a.top_k = Some(7);
+    let c = Config::merge(file, &a).unwrap();
+    assert_eq!(c.ifaces, vec!["b"]);
+    assert_eq!(c.hooks, vec![Hook::TcIngress]);
+    assert_eq!(c.top_k, 7);
+    assert_eq!(c.xdp_mode, XdpMode::Skb);
+    assert_eq!(c.listen.port(), 1);
+}
+
+#[test]
+fn kernel_switches_default_on_and_follow_file_then_flags() {
+    let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
+    assert_eq!(c.switches, crate::loader::Switches::default());
+    assert!(c.switches.psn_tracking && c.switches.session_counters);
+    let file: FileConfig = toml::from_str("psn_tracking = false").unwrap();
+    let c = Config::merge(file, &args(&["a"])).unwrap();
+    assert!(!c.switches.psn_tracking && c.switches.session_counters);
+    let mut a = args(&["a"]);
+    a.no_session_counters = true;
+    let c = Config::merge(FileConfig::default(), &a).unwrap();
+    assert!(c.switches.psn_tracking && !c.switches.session_counters);
+}
+
+#[test]
+fn errors_name_the_key_and_fix() {
+    let e = Config::merge(FileConfig::default(), &args(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--iface"), "{e}");
+    let mut a = args(&["x"]);
+    a.hooks = Some(vec!["kprobe".into()]);
+    let e = Config::merge(FileConfig::default(), &a)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown hook 'kprobe'") && e.contains("tc-ingress"),
+        "{e}"
+    );
+    let mut a = args(&["x"]);
+    a.listen = Some("localhost".into());
+    let e = Config::merge(FileConfig::default(), &a)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("IP:PORT"), "{e}");
+    let mut a = args(&["x"]);
+    a.top_k = Some(0);
+    assert!(Config::merge(FileConfig::default(), &a)
+        .unwrap_err()
+        .to_string()
+        .contains("top_k"));
+    let e = toml::from_str::<FileConfig>("interfacez = []")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("interfacez"), "{e}");
+    assert!(Config::merge(FileConfig::default(), &args(&["a", "a"])).is_err());
+    assert!(Config::merge(FileConfig::default(), &args(&["a/b"])).is_err());
+}
+
+#[test]
+fn detector_sections() {
+    let file: FileConfig = toml::from_str(
+        r#"
+interfaces = ["u0", "u1"]
+rate_window_seconds = 1.5
+[elephant]
+threshold_bytes_per_second = 1e6
+min_duration_seconds = 2
+[ecmp]
+groups = [{ name = "spine", interfaces = ["u0", "u1"] }]
+[ecmp.hash]
+function = "crc16-1021"
+seed = 7
+fields = ["src_ip", "dst_ip", "protocol", "src_port", "dst_port", "dest_qp"]
+paths = 4
+"#,
+    )
+    .unwrap();
+    let c = Config::merge(file, &args(&[])).unwrap();
+    assert_eq!(c.elephant.threshold_bytes_per_second, 1e6);
+    assert_eq!(c.ecmp.groups[0].interfaces.len(), 2);
+    assert_eq!(c.ecmp.hash.as_ref().unwrap().paths, 4);
+    assert_eq!(c.rate_window_s, 1.5);
+    let file: FileConfig =
+        toml::from_str("[ecmp]\ngroups = [{ name = \"g\", interfaces = [\"a\", \"b\"] }]").unwrap();
+    let e = Config::merge(file, &args(&["a"])).unwrap_err().to_string();
+    assert!(e.contains("'b', which is not watched"), "{e}");
+    let e = toml::from_str::<FileConfig>("[ecmp.hash]\nfunction = \"md5\"\npaths = 2")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("md5"), "{e}");
+}
