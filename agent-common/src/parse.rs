@@ -327,21 +327,65 @@ fn parse_l2<R: PacketReader>(
 
 #[inline(always)]
 fn parse_l3<R: PacketReader>(r: &R, l2: &L2, look: &encap::Lookahead) -> Result<RoceInfo, Outcome> {
+    let (l3, u) = ip_udp(r, l2, look)?;
+    if u.dst_port() != ROCEV2_UDP_PORT {
+        return Err(Outcome::UdpOtherPort);
+    }
+    crate::fast::roce(r, &l3, u, l2.tunnel, l2.vlan_tags, l2.pcp)
+}
+
+/// The IP layer and the UDP header after the link layer.
+#[inline(always)]
+fn ip_udp<R: PacketReader>(
+    r: &R,
+    l2: &L2,
+    look: &encap::Lookahead,
+) -> Result<(L3, UdpHeader), Outcome> {
     let l3 = match l2.ethertype {
         ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, l2.off, look.has_ipv4, &look.ipv4)?,
         ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, l2.off)?,
         _ => return Err(Outcome::NotIp),
     };
-
     let u = if look.udp_off != 0 && look.udp_off == l3.l4 {
         UdpHeader(look.udp)
     } else {
         UdpHeader(r.read::<{ udp::LEN }>(l3.l4).ok_or(Outcome::TruncatedUdp)?)
     };
-    if u.dst_port() != ROCEV2_UDP_PORT {
-        return Err(Outcome::UdpOtherPort);
-    }
-    crate::fast::roce(r, &l3, u, l2.tunnel, l2.vlan_tags, l2.pcp)
+    Ok((l3, u))
+}
+
+/// Where a UDP datagram's payload sits in a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpPayload {
+    pub src: [u8; 16],
+    pub ip_version: u8,
+    pub dst_port: u16,
+    /// Offset of the payload in the frame.
+    pub offset: usize,
+    /// Payload bytes the UDP length announces, cut to the IP payload and the captured bytes.
+    pub len: usize,
+}
+
+/// The UDP payload of a frame (after the same link-layer, tunnel and IP walk as
+/// [`parse_frame`]), for UDP telemetry carried in captures (sFlow datagrams). `None` for a
+/// frame that is not UDP or is malformed.
+pub fn udp_payload<R: PacketReader>(r: &R, link: LinkType) -> Option<UdpPayload> {
+    let mut look = encap::Lookahead::default();
+    let l2 = parse_l2(r, link, &mut look).ok()?;
+    let (l3, u) = ip_udp(r, &l2, &look).ok()?;
+    let offset = l3.l4 + udp::LEN;
+    let len = u
+        .length()
+        .min(l3.payload_len)
+        .saturating_sub(udp::LEN)
+        .min(r.len().saturating_sub(offset));
+    Some(UdpPayload {
+        src: l3.src,
+        ip_version: l3.ip_version,
+        dst_port: u.dst_port(),
+        offset,
+        len,
+    })
 }
 
 #[inline(always)]

@@ -73,6 +73,8 @@ pub struct Analysis {
     pub ecmp: EcmpReport,
     /// RoCE traffic over capture time (the HTML report's charts).
     pub timeline: crate::timeline::Timeline,
+    /// sFlow datagrams found in the capture (UDP 6343), as the live collector counts them.
+    pub sflow: crate::sflow::collector::Collector,
     opts: AnalyzeOptions,
     next_tick_ns: u64,
     peaks: BTreeMap<FlowKey, f64>,
@@ -93,6 +95,7 @@ impl Analysis {
             elephants: BTreeMap::new(),
             ecmp: EcmpReport::default(),
             timeline: crate::timeline::Timeline::new(),
+            sflow: Default::default(),
             opts,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
@@ -168,6 +171,9 @@ impl Analysis {
         let parsed = parse_frame(&SliceReader(f.data), f.link);
         let len = f.orig_len as u64;
         self.counters.record(&parsed, len, &self.opts.classes);
+        if parsed == Parsed::Other(agent_common::Outcome::UdpOtherPort) {
+            self.sflow_datagram(&f);
+        }
         if let Parsed::Roce(info) = &parsed {
             if let Some(sk) = SessionKey::of(info, Hook::Xdp) {
                 // Unbounded here (a file, not a kernel map); the report lists them all.
@@ -184,6 +190,18 @@ impl Analysis {
         }
         self.first_ts_ns.get_or_insert(f.ts_ns);
         self.last_ts_ns = f.ts_ns;
+    }
+
+    /// A UDP frame to the sFlow port: its datagram into the collector.
+    fn sflow_datagram(&mut self, f: &Frame<'_>) {
+        let r = SliceReader(f.data);
+        if let Some(u) = agent_common::parse::udp_payload(&r, f.link) {
+            if u.dst_port == crate::sflow::SFLOW_PORT {
+                if let Some(d) = f.data.get(u.offset..u.offset + u.len) {
+                    self.sflow.datagram(d);
+                }
+            }
+        }
     }
 
     /// Closes the last interval and runs the ECMP views (elephants = flows that were

@@ -18,6 +18,7 @@
 //!   predicted, entropy) and switch hash models.
 //! - [`metrics`]: the metric catalog; [`api`] + [`http`]: `/metrics` and `/api/v1/*`;
 //!   [`top`]: `rocemon top`, a terminal view over the API.
+//! - [`sflow`]: the sFlow v5 collector (switches' view), live and in `analyze`.
 //! - [`run`]: wires the live pipeline; it takes its shutdown as a future so tests drive it.
 
 pub mod analyze;
@@ -38,6 +39,7 @@ pub mod report;
 pub mod report_html;
 pub mod report_lossless;
 pub mod run;
+pub mod sflow;
 pub mod sources;
 pub mod testrun;
 pub mod timeline;

@@ -37,6 +37,8 @@ pub struct Report {
     pub pfc: lossless::Pfc,
     /// 802.3x PAUSE frames, and other MAC control frames.
     pub pause: lossless::Pause,
+    /// sFlow datagrams in the capture (UDP 6343); null when there are none.
+    pub sflow: Option<crate::sflow::report::SflowReport>,
 }
 
 #[derive(Serialize, Debug)]
@@ -272,6 +274,8 @@ pub fn build(a: &Analysis) -> Report {
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
+        sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0)
+            .then(|| crate::sflow::report::build(&a.sflow)),
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,

@@ -6,7 +6,8 @@ use std::process::Command;
 
 /// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool, ping, curl
 /// and openssl for tests; prometheus (with promtool) for the rules and the scrape test; systemd
-/// for `systemd-analyze` (the unit is checked, never started).
+/// for `systemd-analyze` (the unit is checked, never started); pmacct, the real sFlow exporter
+/// of the sFlow collector's tests.
 const APT: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -23,6 +24,7 @@ const APT: &[&str] = &[
     "debootstrap",
     "chromium",
     "time",
+    "pmacct",
 ];
 /// The Debian root that `tests/systemd.rs` boots with systemd-nspawn (kept between runs).
 pub const TEST_ROOT: &str = "/var/cache/rocemon/debian-bookworm";

@@ -4,6 +4,7 @@
 //! - [`fixtures`]: the deterministic fixture generator (pcap, pcapng, SLL, SLL2, snaplen);
 //!   [`lossless`]: its PFC / PAUSE / traffic class fixture;
 //! - [`tshark`]: the independent oracle, expected counts computed by tshark's dissector;
+//!   [`tshark_sflow`]: the same for sFlow datagrams; [`sflow`]: an sFlow encoder and pmacct;
 //! - [`netns`]: network namespaces and veth pairs that clean up after themselves;
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
@@ -12,7 +13,9 @@ pub mod frames;
 pub mod hostile;
 pub mod lossless;
 pub mod netns;
+pub mod sflow;
 pub mod tshark;
+pub mod tshark_sflow;
 
 /// Whether the process runs as root (namespaces, BPF).
 pub fn is_root() -> bool {

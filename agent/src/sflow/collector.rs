@@ -1,0 +1,216 @@
+//! What an sFlow stream adds up to: datagrams and lost datagrams per agent, samples, and the
+//! sampled RoCE packets, raw and weighted by their sampling rate (an estimate of what the
+//! switch forwarded), per opcode, ECN codepoint, CNP, flow and switch port. Each sampled header
+//! goes through `agent-common`'s parser, cut at 128 bytes as switches send it.
+
+use super::decode::{self, IfCounters, Malformed, Port, Sample};
+use agent_common::{parse_frame, FlowKey, Hook, LinkType, Parsed, RocePacket, SliceReader};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Flows held at most (a fabric has many; more are counted in `flows_dropped`).
+pub const MAX_FLOWS: usize = 65_536;
+/// Ports held at most.
+pub const MAX_PORTS: usize = 16_384;
+/// An estimate from fewer samples than this says so (`few_samples`).
+pub const FEW_SAMPLES: u64 = 30;
+
+/// RoCE seen in samples: packets, bytes (frame lengths), CNPs, ECN codepoints, opcodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoceTotals {
+    pub packets: u64,
+    pub bytes: u64,
+    pub cnp: u64,
+    /// not_ect, ect1, ect0, ce (the two ECN bits).
+    pub ecn: [u64; 4],
+    #[serde(skip)]
+    pub opcodes: BTreeMap<u8, u64>,
+}
+
+impl RoceTotals {
+    fn add(&mut self, opcode: u8, ecn: u8, cnp: bool, bytes: u64, weight: u64) {
+        self.packets += weight;
+        self.bytes += bytes * weight;
+        self.ecn[(ecn & 3) as usize] += weight;
+        if cnp {
+            self.cnp += weight;
+        }
+        *self.opcodes.entry(opcode).or_default() += weight;
+    }
+}
+
+/// Per agent (address, sub-agent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentState {
+    pub datagrams: u64,
+    pub lost_datagrams: u64,
+    pub last_sequence: Option<u32>,
+}
+
+/// A switch port: (agent, ifIndex, direction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortKey {
+    pub agent: IpAddr,
+    pub if_index: u32,
+    /// "ingress" (the sample's input port), "egress" (its output port).
+    pub direction: &'static str,
+}
+
+/// Samples of one port.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PortStats {
+    pub samples: u64,
+    pub roce: RoceTotals,
+    pub estimated: RoceTotals,
+    /// The port's last interface counters (counter samples).
+    pub counters: Option<IfCounters>,
+}
+
+/// A fabric flow: 5-tuple and destination QP, as the sampled header shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FlowEstimate {
+    pub samples: u64,
+    pub estimated_packets: u64,
+    pub estimated_bytes: u64,
+}
+
+/// The collector's state (one per `rocemon run`, one per `analyze`).
+#[derive(Clone, Debug, Default)]
+pub struct Collector {
+    pub datagrams: u64,
+    pub flow_samples: u64,
+    pub counter_samples: u64,
+    /// Samples of formats rocemon does not read.
+    pub unknown_samples: u64,
+    /// Flow samples whose header is not Ethernet, or absent.
+    pub other_headers: u64,
+    /// Datagrams (or parts of them) that could not be read, by reason.
+    pub malformed: BTreeMap<Malformed, u64>,
+    pub agents: BTreeMap<(IpAddr, u32), AgentState>,
+    /// RoCE samples (each counts once).
+    pub samples: RoceTotals,
+    /// RoCE samples weighted by their sampling rate.
+    pub estimated: RoceTotals,
+    pub ports: BTreeMap<PortKey, PortStats>,
+    pub ports_dropped: u64,
+    pub flows: BTreeMap<FlowKey, FlowEstimate>,
+    pub flows_dropped: u64,
+}
+
+impl Collector {
+    /// Adds one datagram's payload (what arrived on UDP 6343).
+    pub fn datagram(&mut self, buf: &[u8]) {
+        let d = match decode::decode(buf) {
+            Ok(d) => d,
+            Err(m) => {
+                *self.malformed.entry(m).or_default() += 1;
+                return;
+            }
+        };
+        self.datagrams += 1;
+        for m in &d.problems {
+            *self.malformed.entry(*m).or_default() += 1;
+        }
+        let h = d.header;
+        let a = self.agents.entry((h.agent, h.sub_agent)).or_default();
+        a.datagrams += 1;
+        if let Some(last) = a.last_sequence {
+            let gap = h.sequence.wrapping_sub(last);
+            // A gap below 2^31 is loss; anything else is a restart or reordering.
+            if gap > 1 && gap < 1 << 31 {
+                a.lost_datagrams += u64::from(gap - 1);
+            }
+        }
+        a.last_sequence = Some(h.sequence);
+        for s in &d.samples {
+            match s {
+                Sample::Flow(f) => self.flow_sample(h.agent, f),
+                Sample::Counters(c) => {
+                    self.counter_samples += 1;
+                    if let Some(g) = c.generic {
+                        let key = PortKey {
+                            agent: h.agent,
+                            if_index: g.if_index,
+                            direction: "port",
+                        };
+                        if let Some(p) = self.port(key) {
+                            p.counters = Some(g);
+                        }
+                    }
+                }
+                Sample::Unknown(_) => self.unknown_samples += 1,
+            }
+        }
+    }
+
+    fn port(&mut self, key: PortKey) -> Option<&mut PortStats> {
+        if !self.ports.contains_key(&key) && self.ports.len() >= MAX_PORTS {
+            self.ports_dropped += 1;
+            return None;
+        }
+        Some(self.ports.entry(key).or_default())
+    }
+
+    fn flow_sample(&mut self, agent: IpAddr, f: &decode::FlowSample<'_>) {
+        self.flow_samples += 1;
+        let Some(h) = f.header.filter(|h| h.protocol == 1) else {
+            self.other_headers += 1;
+            return;
+        };
+        let roce = match parse_frame(&SliceReader(h.header), LinkType::Ethernet) {
+            Parsed::Roce(i) => Some(i),
+            _ => None,
+        };
+        let weight = u64::from(f.sampling_rate);
+        let bytes = u64::from(h.frame_length);
+        let mut ports = Vec::with_capacity(2);
+        for (port, direction) in [(f.input, "ingress"), (f.output, "egress")] {
+            if let Port::IfIndex(i) = port {
+                ports.push(PortKey {
+                    agent,
+                    if_index: i,
+                    direction,
+                });
+            }
+        }
+        if ports.is_empty() {
+            // Neither port known (some agents): the sample's data source.
+            ports.push(PortKey {
+                agent,
+                if_index: f.source_index,
+                direction: "source",
+            });
+        }
+        for key in ports {
+            if let Some(p) = self.port(key) {
+                p.samples += 1;
+                if let Some(i) = &roce {
+                    let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
+                    p.roce.add(op, ecn, cnp, bytes, 1);
+                    p.estimated.add(op, ecn, cnp, bytes, weight);
+                }
+            }
+        }
+        let Some(i) = roce else {
+            return;
+        };
+        let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
+        self.samples.add(op, ecn, cnp, bytes, 1);
+        self.estimated.add(op, ecn, cnp, bytes, weight);
+        let key = RocePacket::flow_key(&i, Hook::Xdp);
+        if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
+            self.flows_dropped += 1;
+            return;
+        }
+        let fl = self.flows.entry(key).or_default();
+        fl.samples += 1;
+        fl.estimated_packets += weight;
+        fl.estimated_bytes += bytes * weight;
+    }
+
+    /// Lost datagrams over all agents.
+    pub fn lost_datagrams(&self) -> u64 {
+        self.agents.values().map(|a| a.lost_datagrams).sum()
+    }
+}

@@ -1,0 +1,16 @@
+//! The switches' view: an sFlow v5 collector (`rocemon run --sflow-listen`, and `analyze` for
+//! sFlow datagrams found in a capture).
+//!
+//! - [`decode`]: the datagram decoder (bounded, every malformed part counted by reason).
+//! - [`collector`]: samples through the shared parser; raw and estimated RoCE per opcode,
+//!   ECN, CNP, flow and switch port; lost datagrams per agent.
+//! - [`report`]: the JSON shape (`analyze --format json`'s `"sflow"`, `/api/v1/sflow`).
+//! - [`receiver`]: the live UDP receiver.
+
+pub mod collector;
+pub mod decode;
+pub mod receiver;
+pub mod report;
+
+/// The IANA port of sFlow.
+pub const SFLOW_PORT: u16 = 6343;

@@ -1,0 +1,171 @@
+//! The JSON shape of an sFlow collector's state.
+
+use super::collector::{Collector, FlowEstimate, RoceTotals, FEW_SAMPLES};
+use super::decode::IfCounters;
+use agent_common::opcode;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Flows listed (highest estimated bytes first).
+pub const TOP_FLOWS: usize = 100;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SflowReport {
+    pub datagrams: u64,
+    pub lost_datagrams: u64,
+    pub flow_samples: u64,
+    pub counter_samples: u64,
+    pub unknown_samples: u64,
+    /// Flow samples without an Ethernet header record.
+    pub other_headers: u64,
+    pub malformed: BTreeMap<&'static str, u64>,
+    pub agents: Vec<Agent>,
+    /// RoCE samples as sampled (each once).
+    pub samples: Totals,
+    /// RoCE samples weighted by their sampling rate.
+    pub estimated: Totals,
+    pub ports: Vec<Port>,
+    pub ports_dropped: u64,
+    pub flows: Vec<Flow>,
+    pub flows_total: usize,
+    pub flows_dropped: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Agent {
+    pub agent: String,
+    pub sub_agent: u32,
+    pub datagrams: u64,
+    pub lost_datagrams: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Ecn {
+    pub not_ect: u64,
+    pub ect1: u64,
+    pub ect0: u64,
+    pub ce: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Opcode {
+    pub opcode: u8,
+    pub name: String,
+    pub packets: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    pub packets: u64,
+    pub bytes: u64,
+    pub cnp: u64,
+    pub ecn: Ecn,
+    pub opcodes: Vec<Opcode>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Port {
+    pub agent: String,
+    pub ifindex: u32,
+    pub direction: &'static str,
+    pub samples: u64,
+    pub roce_samples: u64,
+    pub estimated_packets: u64,
+    pub estimated_bytes: u64,
+    /// Fewer than 30 RoCE samples: the estimate is rough.
+    pub few_samples: bool,
+    pub counters: Option<IfCounters>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Flow {
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dest_qp: u32,
+    pub samples: u64,
+    pub estimated_packets: u64,
+    pub estimated_bytes: u64,
+    pub few_samples: bool,
+}
+
+fn totals(t: &RoceTotals) -> Totals {
+    Totals {
+        packets: t.packets,
+        bytes: t.bytes,
+        cnp: t.cnp,
+        ecn: Ecn {
+            not_ect: t.ecn[0],
+            ect1: t.ecn[1],
+            ect0: t.ecn[2],
+            ce: t.ecn[3],
+        },
+        opcodes: t
+            .opcodes
+            .iter()
+            .map(|(op, n)| Opcode {
+                opcode: *op,
+                name: opcode::name(*op),
+                packets: *n,
+            })
+            .collect(),
+    }
+}
+
+pub fn build(c: &Collector) -> SflowReport {
+    let mut flows: Vec<(&agent_common::FlowKey, &FlowEstimate)> = c.flows.iter().collect();
+    flows.sort_by(|a, b| b.1.estimated_bytes.cmp(&a.1.estimated_bytes));
+    SflowReport {
+        datagrams: c.datagrams,
+        lost_datagrams: c.lost_datagrams(),
+        flow_samples: c.flow_samples,
+        counter_samples: c.counter_samples,
+        unknown_samples: c.unknown_samples,
+        other_headers: c.other_headers,
+        malformed: c.malformed.iter().map(|(m, n)| (m.name(), *n)).collect(),
+        agents: c
+            .agents
+            .iter()
+            .map(|((a, sub), s)| Agent {
+                agent: a.to_string(),
+                sub_agent: *sub,
+                datagrams: s.datagrams,
+                lost_datagrams: s.lost_datagrams,
+            })
+            .collect(),
+        samples: totals(&c.samples),
+        estimated: totals(&c.estimated),
+        ports: c
+            .ports
+            .iter()
+            .map(|(k, p)| Port {
+                agent: k.agent.to_string(),
+                ifindex: k.if_index,
+                direction: k.direction,
+                samples: p.samples,
+                roce_samples: p.roce.packets,
+                estimated_packets: p.estimated.packets,
+                estimated_bytes: p.estimated.bytes,
+                few_samples: p.roce.packets < FEW_SAMPLES,
+                counters: p.counters,
+            })
+            .collect(),
+        ports_dropped: c.ports_dropped,
+        flows_total: c.flows.len(),
+        flows: flows
+            .into_iter()
+            .take(TOP_FLOWS)
+            .map(|(k, f)| Flow {
+                src: crate::flows::addr(k.ip_version, &k.src).to_string(),
+                dst: crate::flows::addr(k.ip_version, &k.dst).to_string(),
+                sport: k.sport,
+                dest_qp: k.dest_qp,
+                samples: f.samples,
+                estimated_packets: f.estimated_packets,
+                estimated_bytes: f.estimated_bytes,
+                few_samples: f.samples < FEW_SAMPLES,
+            })
+            .collect(),
+        flows_dropped: c.flows_dropped,
+    }
+}
