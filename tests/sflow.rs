@@ -298,3 +298,101 @@ fn malformed_datagrams_are_counted_by_reason() {
     assert_eq!(u(&s["datagrams"]), 5);
     assert_eq!(u(&s["samples"]["packets"]), 4);
 }
+
+/// The live collector: `rocemon run --sflow-listen` alone (no interface) in a namespace of its
+/// own, pmacct's datagrams sent to it; `/api/v1/sflow` and `/metrics` equal tshark's decode of
+/// the same datagrams.
+#[test]
+fn the_live_collector_equals_tshark_on_what_pmacct_sent() {
+    use rocemon_testkit::netns::{
+        http_get_in, metric_sum, try_metric_sum, udp_send_in, Agent, LoopNs,
+    };
+    if !rocemon_testkit::netns::can_run_e2e()
+        || !may_run(
+            sflow::pmacct_available(),
+            "pmacct is not installed (Debian package pmacct; `cargo xtask setup`)",
+        )
+    {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-sflow-live").unwrap();
+    let pcap = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let mut datagrams = sflow::pmacct(&pcap, 2, dir.path(), None).unwrap();
+    // and the generator's counter samples, IPv6 agent and gaps
+    datagrams.extend(generated());
+    let cap = sflow::capture("sflow_live", &datagrams)
+        .write(dir.path())
+        .unwrap();
+    let e = tshark_sflow::expected(&cap).unwrap();
+    let ns = LoopNs::new("rcsfl").unwrap();
+    const HTTP: &str = "127.0.0.1:9442";
+    let mut agent = Agent::start(
+        &ns.0,
+        env!("CARGO_BIN_EXE_rocemon"),
+        &[
+            "run",
+            "--sflow-listen",
+            "127.0.0.1",
+            "--listen",
+            HTTP,
+            "--poll-interval-ms",
+            "100",
+            "--no-pin",
+        ],
+    )
+    .unwrap();
+    agent.wait_ready(&ns.0, HTTP).unwrap();
+    udp_send_in(&ns.0, "127.0.0.1:6343", &datagrams).unwrap();
+    let body = agent
+        .wait_metrics(&ns.0, HTTP, std::time::Duration::from_secs(20), |b| {
+            try_metric_sum(b, "rocemon_sflow_datagrams_total", &[]).unwrap_or(0.0) as u64
+                >= e.datagrams
+        })
+        .unwrap();
+    // One more poll so the API view holds the same state.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, doc) = http_get_in(&ns.0, HTTP, "/api/v1/sflow").unwrap();
+    assert_eq!(status, 200, "{doc}");
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    assert_equal(&serde_json::json!({ "sflow": doc }), &e, "live API");
+    let m = |name: &str, f: &[(&str, &str)]| metric_sum(&body, name, f) as u64;
+    assert_eq!(m("rocemon_sflow_datagrams_total", &[]), e.datagrams);
+    assert_eq!(
+        m("rocemon_sflow_lost_datagrams_total", &[]),
+        e.lost_datagrams
+    );
+    assert_eq!(
+        m("rocemon_sflow_samples_total", &[("kind", "flow")]),
+        e.flow_samples
+    );
+    assert_eq!(
+        m("rocemon_sflow_samples_total", &[("kind", "counter")]),
+        e.counter_samples
+    );
+    assert_eq!(
+        m("rocemon_sflow_packets_estimated_total", &[]),
+        e.estimated.packets
+    );
+    assert_eq!(
+        m(
+            "rocemon_sflow_ecn_packets_estimated_total",
+            &[("codepoint", "ce")]
+        ),
+        e.estimated.ecn[3]
+    );
+    assert_eq!(
+        m("rocemon_sflow_cnp_packets_estimated_total", &[]),
+        e.estimated.cnp
+    );
+    assert_eq!(
+        m(
+            "rocemon_sflow_port_speed_bits_per_second",
+            &[("agent", "2001:db8::10")]
+        ),
+        400_000_000_000
+    );
+    assert_eq!(m("rocemon_sflow_dropped_datagrams_total", &[]), 0);
+    let (status, _) = agent.stop().unwrap();
+    assert!(status.success());
+}

@@ -1,5 +1,5 @@
-//! The JSON API's documents: `/api/v1/flows`, `/api/v1/ecmp` and `/api/v1/lossless`, rebuilt
-//! at every poll.
+//! The JSON API's documents: `/api/v1/flows`, `/api/v1/ecmp`, `/api/v1/lossless` and
+//! `/api/v1/sflow`, rebuilt at every poll.
 
 use crate::config::Config;
 use crate::detect::ecmp::{self, EcmpReport};
@@ -103,6 +103,8 @@ pub struct ApiView {
     pub flows: FlowsDoc,
     pub ecmp: EcmpReport,
     pub lossless: LosslessDoc,
+    /// The sFlow collector's state, when it runs.
+    pub sflow: Option<crate::sflow::report::SflowReport>,
 }
 
 /// Builds the API view from the flow table and the ECMP report (at most `limit` flows).
@@ -149,5 +151,6 @@ pub fn build(
         },
         ecmp: ecmp_report.clone(),
         lossless: LosslessDoc::default(),
+        sflow: None,
     }
 }

@@ -179,6 +179,10 @@ pub struct RunArgs {
     /// Log format: auto (journal under systemd, else text), text, journal, json.
     #[arg(long, value_enum)]
     pub log_format: Option<crate::logging::LogFormat>,
+    /// Receive sFlow v5 from switches on this address (IP, or IP:PORT; port 6343 by default),
+    /// alone or next to interface hooks.
+    #[arg(long, value_name = "ADDR")]
+    pub sflow_listen: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]

@@ -33,6 +33,8 @@ pub struct FileConfig {
     pub ecmp: Option<EcmpConfig>,
     /// The traffic classes RoCE and CNPs are expected in (lossy RoCE).
     pub classes: Option<crate::classes::ClassesSection>,
+    /// The sFlow collector (switches' view).
+    pub sflow: Option<SflowSection>,
     pub sysfs_root: Option<std::path::PathBuf>,
     /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
     pub capture: Option<CaptureArg>,
@@ -55,6 +57,15 @@ pub struct FileConfig {
     pub log_level: Option<String>,
     /// auto (journal under systemd, else text), text, journal, json.
     pub log_format: Option<LogFormat>,
+}
+
+/// `[sflow]`: where the collector listens and how much the kernel may buffer for it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SflowSection {
+    /// IP or IP:PORT (port 6343 by default).
+    pub listen: Option<String>,
+    pub receive_buffer_bytes: Option<usize>,
 }
 
 /// Where RoCE frames are counted.
@@ -103,6 +114,8 @@ pub struct Config {
     pub program_stats: bool,
     /// The kernel programs' load-time switches (PSN tracking, session counters).
     pub switches: crate::loader::Switches,
+    /// The sFlow receiver, when configured.
+    pub sflow: Option<crate::sflow::receiver::SflowSettings>,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,
@@ -147,9 +160,10 @@ impl Config {
         } else {
             args.ifaces.clone()
         };
-        if ifaces.is_empty() {
+        let sflow = sflow_settings(args.sflow_listen.as_deref(), file.sflow.as_ref())?;
+        if ifaces.is_empty() && sflow.is_none() {
             return Err(bad(
-                "no interface to watch; pass --iface IF (or set interfaces = [\"IF\"] in the config file)".into(),
+                "no interface to watch; pass --iface IF (or set interfaces = [\"IF\"] in the config file), or --sflow-listen ADDR to collect sFlow only".into(),
             ));
         }
         let mut seen = std::collections::HashSet::with_capacity(ifaces.len());
@@ -311,6 +325,7 @@ impl Config {
             rdma,
             pin: !args.no_pin && file.pin.unwrap_or(true),
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
+            sflow,
             switches: crate::loader::Switches {
                 psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
                 session_counters: !args.no_session_counters
@@ -370,6 +385,40 @@ pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig),
     let ecmp = file.ecmp.clone().unwrap_or_default();
     ecmp.validate(None).map_err(bad)?;
     Ok((rate_window, elephant, ecmp))
+}
+
+/// The sFlow receiver from the flag (over the file); `None` when neither asks for one.
+fn sflow_settings(
+    flag: Option<&str>,
+    file: Option<&SflowSection>,
+) -> Result<Option<crate::sflow::receiver::SflowSettings>, UsageError> {
+    let Some(text) = flag.or(file.and_then(|f| f.listen.as_deref())) else {
+        return Ok(None);
+    };
+    let listen: SocketAddr = match text.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => match text.parse::<std::net::IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, crate::sflow::SFLOW_PORT),
+            Err(_) => {
+                return Err(bad(format!(
+                    "sFlow listen address {} is not IP or IP:PORT; use e.g. 0.0.0.0 (port 6343) or [::]:6343",
+                    crate::error::quote(text)
+                )))
+            }
+        },
+    };
+    let receive_buffer_bytes = file
+        .and_then(|f| f.receive_buffer_bytes)
+        .unwrap_or(crate::sflow::receiver::DEFAULT_RECEIVE_BUFFER);
+    if !(65_536..=1 << 30).contains(&receive_buffer_bytes) {
+        return Err(bad(format!(
+            "sflow.receive_buffer_bytes {receive_buffer_bytes} is out of range; use 65536 to 1073741824"
+        )));
+    }
+    Ok(Some(crate::sflow::receiver::SflowSettings {
+        listen,
+        receive_buffer_bytes,
+    }))
 }
 
 /// The `[classes]` section of a file (shared by `run` and `analyze`), validated.
@@ -456,6 +505,13 @@ impl Config {
                 on_off(self.program_stats)
             ),
             crate::classes::summary(&self.switches.classes),
+            match &self.sflow {
+                Some(s) => format!(
+                    "sflow: listen {}, receive buffer {} bytes",
+                    s.listen, s.receive_buffer_bytes
+                ),
+                None => "sflow: off".into(),
+            },
         ];
         lines.push(format!(
             "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",

@@ -31,8 +31,11 @@ pub async fn run(
     for iface in &config.ifaces {
         loader::ifindex(iface)?;
     }
-    loader::check_privileges()?;
-    loader::raise_memlock();
+    let hooks = !config.ifaces.is_empty();
+    if hooks {
+        loader::check_privileges()?;
+        loader::raise_memlock();
+    }
     // Bind before attaching: a taken port fails fast, with nothing to undo.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -41,8 +44,17 @@ pub async fn run(
             reason: e.to_string(),
         })?;
     let local = listener.local_addr().context("listener address")?;
+    let sflow = match &config.sflow {
+        Some(s) => Some(crate::sflow::receiver::Receiver::start(s).map_err(|e| {
+            UsageError::BadConfig(format!(
+                "cannot receive sFlow on udp://{}: {:#}; choose another address with --sflow-listen",
+                s.listen, e
+            ))
+        })?),
+        None => None,
+    };
     // One agent per pin directory: a second one would take over the first one's links.
-    let _pin_lock = if config.pin && config.afxdp.is_none() {
+    let _pin_lock = if hooks && config.pin && config.afxdp.is_none() {
         crate::pins::ensure_bpffs(&config.pin_dir)?;
         Some(crate::pins::PinLock::acquire(&config.pin_dir)?)
     } else {
@@ -156,7 +168,7 @@ pub async fn run(
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
                 rdma.refresh(&config);
-                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma);
+                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref());
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
@@ -327,6 +339,9 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
     if new.ifaces != config.ifaces {
         kept.push("interfaces");
     }
+    if new.sflow != config.sflow {
+        kept.push("sflow");
+    }
     if new.hooks != config.hooks {
         kept.push("hooks");
     }
@@ -378,6 +393,7 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
 
 /// One poll: counters and flows of every probe into the metrics and the flow table, then the
 /// detectors, then the API view.
+#[allow(clippy::too_many_arguments)]
 fn poll(
     probes: &mut [Option<Probe>],
     table: &mut FlowTable,
@@ -386,6 +402,7 @@ fn poll(
     config: &Config,
     enter_bps: &[f64],
     rdma: &RdmaView,
+    sflow: Option<&crate::sflow::receiver::Receiver>,
 ) {
     let started = Instant::now();
     table.begin_poll();
@@ -498,6 +515,12 @@ fn poll(
     // seen this poll's metrics never reads an older API view.
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
+    if let Some(r) = sflow {
+        if let Ok(c) = r.collector.lock() {
+            m.set_sflow(&c, r.dropped());
+            view.sflow = Some(crate::sflow::report::build(&c));
+        }
+    }
     if let Ok(mut a) = shared.api.lock() {
         *a = view;
     }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 mod lossless;
 mod observe;
+mod sflow;
 
 /// ECN codepoint label values, indexed by the two ECN bits.
 pub const ECN_LABELS: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
@@ -96,6 +97,19 @@ pub struct Metrics {
     cnp_out_of_class: IntCounterVec,
     nic_pfc_frames: IntCounterVec,
     nic_pause_counter: IntCounterVec,
+    sflow_datagrams: IntCounterVec,
+    sflow_lost: IntCounterVec,
+    sflow_samples: IntCounterVec,
+    sflow_malformed: IntCounterVec,
+    sflow_dropped: IntCounterVec,
+    sflow_port_samples: IntCounterVec,
+    sflow_port_packets: IntCounterVec,
+    sflow_port_bytes: IntCounterVec,
+    sflow_opcode_packets: IntCounterVec,
+    sflow_ecn_packets: IntCounterVec,
+    sflow_cnp_packets: IntCounterVec,
+    sflow_port_speed: IntGaugeVec,
+    sflow_port_octets: IntCounterVec,
     /// Link speed per interface, bits per second (pause quanta to seconds); absent: unknown.
     link_speed_bps: HashMap<String, u64>,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
@@ -275,6 +289,19 @@ impl Metrics {
             cnp_out_of_class: counter(&r, "rocemon_cnp_out_of_class_packets_total", "CNPs whose DSCP is not the configured CNP class.", HOOK)?,
             nic_pfc_frames: counter(&r, "rocemon_nic_pfc_frames_total", "PFC frames the NIC itself sent (tx) and received (rx) per priority: origin dcb (the kernel's DCB interface, as `dcb pfc show`) or ethtool (driver statistics).", &["iface", "priority", "direction", "origin"])?,
             nic_pause_counter: counter(&r, "rocemon_nic_pause_counter_total", "Other pause statistics of the NIC's driver (ethtool -S), by the driver's own name: pause durations, pause storms, link-level PAUSE.", &["iface", "counter", "origin"])?,
+            sflow_datagrams: counter(&r, "rocemon_sflow_datagrams_total", "sFlow datagrams received, by agent (switch) address.", &["agent"])?,
+            sflow_lost: counter(&r, "rocemon_sflow_lost_datagrams_total", "sFlow datagrams lost on the way, by agent: gaps in the agent's sequence numbers.", &["agent"])?,
+            sflow_samples: counter(&r, "rocemon_sflow_samples_total", "sFlow samples by kind: flow, counter, unknown (a format rocemon skips).", &["kind"])?,
+            sflow_malformed: counter(&r, "rocemon_sflow_malformed_total", "sFlow datagrams or parts of them that could not be read, by reason.", &["reason"])?,
+            sflow_dropped: counter(&r, "rocemon_sflow_dropped_datagrams_total", "sFlow datagrams the kernel dropped because the collector's receive buffer was full.", &[])?,
+            sflow_port_samples: counter(&r, "rocemon_sflow_port_roce_samples_total", "RoCEv2 flow samples per switch port (agent, ifIndex, direction: ingress, egress, or source when the agent names neither port).", &["agent", "ifindex", "direction"])?,
+            sflow_port_packets: counter(&r, "rocemon_sflow_port_roce_packets_estimated_total", "RoCEv2 packets per switch port, estimated: each sample weighted by its sampling rate.", &["agent", "ifindex", "direction"])?,
+            sflow_port_bytes: counter(&r, "rocemon_sflow_port_roce_bytes_estimated_total", "RoCEv2 bytes (the samples' frame lengths) per switch port, estimated.", &["agent", "ifindex", "direction"])?,
+            sflow_opcode_packets: counter(&r, "rocemon_sflow_packets_estimated_total", "RoCEv2 packets across the sampled fabric by BTH opcode, estimated.", &["opcode"])?,
+            sflow_ecn_packets: counter(&r, "rocemon_sflow_ecn_packets_estimated_total", "RoCEv2 packets across the sampled fabric by ECN codepoint, estimated.", &["codepoint"])?,
+            sflow_cnp_packets: counter(&r, "rocemon_sflow_cnp_packets_estimated_total", "RoCEv2 CNPs across the sampled fabric, estimated.", &[])?,
+            sflow_port_speed: int_gauge(&r, "rocemon_sflow_port_speed_bits_per_second", "A switch port's speed from its counter samples.", &["agent", "ifindex"])?,
+            sflow_port_octets: counter(&r, "rocemon_sflow_port_octets_total", "A switch port's octets from its counter samples (direction in or out): its link load.", &["agent", "ifindex", "direction"])?,
             link_speed_bps: HashMap::new(),
             poll_duration,
             prev: HashMap::new(),

@@ -364,21 +364,15 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
                             in_octets: r.u64().ok_or(tr)?,
                             ..IfCounters::default()
                         };
-                        let (uc, mc, bc) = (
-                            r.u32().ok_or(tr)?,
-                            r.u32().ok_or(tr)?,
-                            r.u32().ok_or(tr)?,
-                        );
+                        let (uc, mc, bc) =
+                            (r.u32().ok_or(tr)?, r.u32().ok_or(tr)?, r.u32().ok_or(tr)?);
                         g.in_packets = u64::from(uc) + u64::from(mc) + u64::from(bc);
                         g.in_discards = r.u32().ok_or(tr)?;
                         g.in_errors = r.u32().ok_or(tr)?;
                         let _unknown_protos = r.u32().ok_or(tr)?;
                         g.out_octets = r.u64().ok_or(tr)?;
-                        let (uc, mc, bc) = (
-                            r.u32().ok_or(tr)?,
-                            r.u32().ok_or(tr)?,
-                            r.u32().ok_or(tr)?,
-                        );
+                        let (uc, mc, bc) =
+                            (r.u32().ok_or(tr)?, r.u32().ok_or(tr)?, r.u32().ok_or(tr)?);
                         g.out_packets = u64::from(uc) + u64::from(mc) + u64::from(bc);
                         g.out_discards = r.u32().ok_or(tr)?;
                         g.out_errors = r.u32().ok_or(tr)?;

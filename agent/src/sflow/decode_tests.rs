@@ -70,7 +70,10 @@ fn an_ipv6_agent_and_counters() {
         panic!();
     };
     let g = c.generic.unwrap();
-    assert_eq!((g.if_index, g.speed, g.in_octets, g.out_octets), (9, 100_000_000_000, 5, 6));
+    assert_eq!(
+        (g.if_index, g.speed, g.in_octets, g.out_octets),
+        (9, 100_000_000_000, 5, 6)
+    );
     assert_eq!((g.in_packets, g.out_packets), (1015, 913));
     assert!(c.ethernet);
 }

@@ -809,3 +809,19 @@ pub fn connect_from_in(
     .join()
     .map_err(|_| anyhow::anyhow!("connect thread panicked"))?
 }
+
+/// Sends `datagrams` over UDP to `addr` from inside namespace `ns` (a thread joins the
+/// namespace; the socket lives there), one after another.
+pub fn udp_send_in(ns: &str, addr: &str, datagrams: &[Vec<u8>]) -> Result<()> {
+    let (ns, addr, datagrams) = (ns.to_string(), addr.to_string(), datagrams.to_vec());
+    std::thread::spawn(move || -> Result<()> {
+        enter_netns(&ns)?;
+        let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        for d in &datagrams {
+            s.send_to(d, &addr)?;
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("send thread panicked"))?
+}
