@@ -114,7 +114,7 @@ fn totals(t: &RoceTotals) -> Totals {
 
 pub fn build(c: &Collector) -> SflowReport {
     let mut flows: Vec<(&agent_common::FlowKey, &FlowEstimate)> = c.flows.iter().collect();
-    flows.sort_by(|a, b| b.1.estimated_bytes.cmp(&a.1.estimated_bytes));
+    flows.sort_by_key(|f| std::cmp::Reverse(f.1.estimated_bytes));
     SflowReport {
         datagrams: c.datagrams,
         lost_datagrams: c.lost_datagrams(),
