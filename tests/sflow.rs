@@ -128,7 +128,7 @@ fn roce_header(i: u32) -> Vec<u8> {
         "10.9.0.2".parse().unwrap(),
         0xC000 + i as u16,
         0x100 + i,
-        if i % 5 == 0 { 0x81 } else { 0x0A },
+        if i.is_multiple_of(5) { 0x81 } else { 0x0A },
     );
     r.ecn = (i % 4) as u8;
     r.payload = 1024;
@@ -176,7 +176,7 @@ fn generated() -> Vec<Vec<u8>> {
                         flow(k % 2 == 1, seq * 3, 1000, k),
                         flow(false, seq * 3 + 1, 512, k + 1),
                         Sample::Counters {
-                            expanded: k % 2 == 0,
+                            expanded: k.is_multiple_of(2),
                             sequence: seq,
                             if_index: 7,
                             speed: 400_000_000_000,
