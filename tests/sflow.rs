@@ -396,3 +396,102 @@ fn the_live_collector_equals_tshark_on_what_pmacct_sent() {
     let (status, _) = agent.stop().unwrap();
     assert!(status.success());
 }
+
+/// Two simulated switches, one ECMP group of two uplinks each: on the first, two elephants
+/// leave through uplink 1 while uplink 2 carries a mouse (a collision); on the second, one
+/// elephant per uplink (none).
+#[test]
+fn the_fabric_view_finds_colliding_elephants_on_switch_uplinks() {
+    let mut timed = Vec::new();
+    let a: IpAddr = "192.0.2.10".parse().unwrap();
+    let b: IpAddr = "192.0.2.20".parse().unwrap();
+    let sample = |seq: u32, flow_i: u32, output: u32| Sample::Flow {
+        expanded: false,
+        sequence: seq,
+        source_index: 1,
+        sampling_rate: 1000,
+        sample_pool: seq * 1000,
+        drops: 0,
+        input: 10,
+        output,
+        frame_length: 1090,
+        header: roce_header(flow_i * 5 + 1),
+        switch: false,
+    };
+    for k in 0..200u32 {
+        let t = u64::from(k) * 100_000_000;
+        let mut sa = vec![sample(3 * k, 1, 1), sample(3 * k + 1, 2, 1)];
+        if k % 20 == 0 {
+            sa.push(sample(3 * k + 2, 3, 2));
+        }
+        for (agent, samples) in [
+            (a, sa),
+            (b, vec![sample(2 * k, 4, 1), sample(2 * k + 1, 5, 2)]),
+        ] {
+            timed.push((
+                t,
+                Datagram {
+                    agent,
+                    sub_agent: 0,
+                    sequence: k + 1,
+                    uptime_ms: k * 100,
+                    samples,
+                }
+                .encode(),
+            ));
+        }
+    }
+    let dir = TempDir::new("rocemon-sflow-fabric").unwrap();
+    let cap = sflow::capture_timed("sflow_fabric", &timed)
+        .write(dir.path())
+        .unwrap();
+    let cfg = dir.path().join("fabric.toml");
+    std::fs::write(
+        &cfg,
+        "rate_window_seconds = 1.0\n[elephant]\nthreshold_bytes_per_second = 1000000.0\nmin_duration_seconds = 1.0\n\
+         [[sflow.groups]]\nname = \"leaf-a\"\nagent = \"192.0.2.10\"\nuplinks = [1, 2]\n\
+         [[sflow.groups]]\nname = \"leaf-b\"\nagent = \"192.0.2.20\"\nuplinks = [1, 2]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json", "--no-progress", "--config"])
+        .arg(&cfg)
+        .arg(&cap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups = j["sflow"]["fabric"]["groups"].as_array().unwrap().clone();
+    let group = |name: &str| {
+        groups
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap_or_else(|| panic!("no group {name}: {groups:?}"))
+            .clone()
+    };
+    let la = group("leaf-a");
+    assert_eq!(la["collision"], true, "{la}");
+    assert_eq!(la["members"][0]["member"], "192.0.2.10/1");
+    assert_eq!(u(&la["members"][0]["elephants"]), 2);
+    assert_eq!(la["members"][0]["colliding"], true);
+    assert_eq!(u(&la["members"][1]["elephants"]), 0);
+    assert_eq!(u(&la["members"][1]["flows"]), 1, "the mouse");
+    let lb = group("leaf-b");
+    assert_eq!(lb["collision"], false, "{lb}");
+    for m in lb["members"].as_array().unwrap() {
+        assert_eq!(u(&m["elephants"]), 1, "{m}");
+    }
+    assert_eq!(
+        j["sflow"]["fabric"]["elephants"].as_array().unwrap().len(),
+        4
+    );
+    // About 10.9 MB/s each: 1090 bytes x 1000 (sampling) x 10 samples a second.
+    let r = j["sflow"]["fabric"]["elephants"][0]["estimated_bytes_per_second"]
+        .as_f64()
+        .unwrap();
+    assert!((9e6..12e6).contains(&r), "{r}");
+}

@@ -34,6 +34,8 @@ pub struct AnalyzeOptions {
     pub classes: TrafficClasses,
     /// The captured link's speed, bits per second: pause quanta to seconds.
     pub link_speed_bps: u64,
+    /// ECMP groups of switch uplinks, for the sFlow fabric view.
+    pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
 }
 
 impl Default for AnalyzeOptions {
@@ -46,6 +48,7 @@ impl Default for AnalyzeOptions {
             max_flows: crate::cli::rocemon_defaults::MAX_FLOWS,
             classes: TrafficClasses::DEFAULT,
             link_speed_bps: crate::cli::rocemon_defaults::LINK_SPEED_BPS,
+            sflow_groups: Vec::new(),
         }
     }
 }
@@ -75,6 +78,8 @@ pub struct Analysis {
     pub timeline: crate::timeline::Timeline,
     /// sFlow datagrams found in the capture (UDP 6343), as the live collector counts them.
     pub sflow: crate::sflow::collector::Collector,
+    /// The sFlow fabric view, ticked with the flow table.
+    pub fabric: crate::sflow::fabric::Fabric,
     opts: AnalyzeOptions,
     next_tick_ns: u64,
     peaks: BTreeMap<FlowKey, f64>,
@@ -96,6 +101,7 @@ impl Analysis {
             ecmp: EcmpReport::default(),
             timeline: crate::timeline::Timeline::new(),
             sflow: Default::default(),
+            fabric: Default::default(),
             opts,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
@@ -154,6 +160,7 @@ impl Analysis {
                 let dt = (ts_ns - self.next_tick_ns) as f64 / 1e9 + step as f64 / 1e9;
                 let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
                 self.apply(ev);
+                self.tick_fabric(dt);
                 self.next_tick_ns = ts_ns + step;
                 break;
             }
@@ -161,6 +168,7 @@ impl Analysis {
                 .flows
                 .tick(step as f64 / 1e9, &self.opts.elephant, &enter);
             self.apply(ev);
+            self.tick_fabric(step as f64 / 1e9);
             self.next_tick_ns += step;
         }
     }
@@ -192,6 +200,19 @@ impl Analysis {
         self.last_ts_ns = f.ts_ns;
     }
 
+    /// The sFlow fabric view at the flow table's clock (only with groups configured).
+    fn tick_fabric(&mut self, dt: f64) {
+        if !self.opts.sflow_groups.is_empty() {
+            self.fabric.tick(
+                &self.sflow,
+                &self.opts.sflow_groups,
+                &self.opts.elephant,
+                self.opts.rate_window_s,
+                dt,
+            );
+        }
+    }
+
     /// A UDP frame to the sFlow port: its datagram into the collector.
     fn sflow_datagram(&mut self, f: &Frame<'_>) {
         let r = SliceReader(f.data);
@@ -215,6 +236,7 @@ impl Analysis {
                 let enter = [self.opts.elephant.enter_bps(None)];
                 let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
                 self.apply(ev);
+                self.tick_fabric(dt);
             }
         }
         self.short_capture_elephants();

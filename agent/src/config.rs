@@ -66,6 +66,8 @@ pub struct SflowSection {
     /// IP or IP:PORT (port 6343 by default).
     pub listen: Option<String>,
     pub receive_buffer_bytes: Option<usize>,
+    /// ECMP groups of switch uplinks (the fabric view).
+    pub groups: Option<Vec<crate::sflow::fabric::UplinkGroup>>,
 }
 
 /// Where RoCE frames are counted.
@@ -116,6 +118,8 @@ pub struct Config {
     pub switches: crate::loader::Switches,
     /// The sFlow receiver, when configured.
     pub sflow: Option<crate::sflow::receiver::SflowSettings>,
+    /// ECMP groups of switch uplinks, for the sFlow fabric view.
+    pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,
@@ -155,12 +159,13 @@ impl Config {
     pub fn merge(file: FileConfig, args: &RunArgs) -> Result<Config, UsageError> {
         let (rate_window_s, mut elephant, ecmp) = detectors(&file)?;
         let classes = classes(&file)?;
+        let sflow = sflow_settings(args.sflow_listen.as_deref(), file.sflow.as_ref())?;
+        let sflow_groups = sflow_groups(&file)?;
         let ifaces = if args.ifaces.is_empty() {
             file.interfaces.unwrap_or_default()
         } else {
             args.ifaces.clone()
         };
-        let sflow = sflow_settings(args.sflow_listen.as_deref(), file.sflow.as_ref())?;
         if ifaces.is_empty() && sflow.is_none() {
             return Err(bad(
                 "no interface to watch; pass --iface IF (or set interfaces = [\"IF\"] in the config file), or --sflow-listen ADDR to collect sFlow only".into(),
@@ -326,6 +331,7 @@ impl Config {
             pin: !args.no_pin && file.pin.unwrap_or(true),
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
             sflow,
+            sflow_groups,
             switches: crate::loader::Switches {
                 psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
                 session_counters: !args.no_session_counters
@@ -419,6 +425,19 @@ fn sflow_settings(
         listen,
         receive_buffer_bytes,
     }))
+}
+
+/// The `[[sflow.groups]]` of a file (shared by `run` and `analyze`), validated.
+pub fn sflow_groups(
+    file: &FileConfig,
+) -> Result<Vec<crate::sflow::fabric::UplinkGroup>, UsageError> {
+    let groups = file
+        .sflow
+        .as_ref()
+        .and_then(|s| s.groups.clone())
+        .unwrap_or_default();
+    crate::sflow::fabric::validate(&groups).map_err(bad)?;
+    Ok(groups)
 }
 
 /// The `[classes]` section of a file (shared by `run` and `analyze`), validated.

@@ -93,6 +93,7 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         opts.elephant = elephant;
         opts.ecmp = ecmp;
         opts.classes = rocemon::config::classes(&file)?;
+        opts.sflow_groups = rocemon::config::sflow_groups(&file)?;
     }
     if !(args.link_speed.is_finite() && args.link_speed > 0.0 && args.link_speed <= 10_000.0) {
         return Err(UsageError::BadConfig(format!(

@@ -274,8 +274,12 @@ pub fn build(a: &Analysis) -> Report {
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
-        sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0)
-            .then(|| crate::sflow::report::build(&a.sflow)),
+        sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
+            crate::sflow::report::build(
+                &a.sflow,
+                (!a.options().sflow_groups.is_empty()).then_some(&a.fabric),
+            )
+        }),
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,

@@ -516,9 +516,17 @@ fn poll(
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
     if let Some(r) = sflow {
-        if let Ok(c) = r.collector.lock() {
+        if let (Ok(c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
+            let groups = &config.sflow_groups;
+            if !groups.is_empty() {
+                f.tick(&c, groups, &config.elephant, config.rate_window_s, dt);
+                m.set_sflow_fabric(&f.groups);
+            }
             m.set_sflow(&c, r.dropped());
-            view.sflow = Some(crate::sflow::report::build(&c));
+            view.sflow = Some(crate::sflow::report::build(
+                &c,
+                (!groups.is_empty()).then_some(&*f),
+            ));
         }
     }
     if let Ok(mut a) = shared.api.lock() {

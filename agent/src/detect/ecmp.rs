@@ -152,7 +152,9 @@ pub fn mark_collisions(members: &mut [MemberView]) -> usize {
     n
 }
 
-fn group_view(name: String, mut members: Vec<MemberView>) -> GroupView {
+/// A group from its members: collisions marked, imbalance computed (shared with the sFlow
+/// fabric view).
+pub fn group_view(name: String, mut members: Vec<MemberView>) -> GroupView {
     let colliding = mark_collisions(&mut members);
     let loads: Vec<f64> = members.iter().map(|m| m.bytes_per_second).collect();
     let mean = loads.iter().sum::<f64>() / loads.len().max(1) as f64;

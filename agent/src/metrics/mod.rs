@@ -110,6 +110,10 @@ pub struct Metrics {
     sflow_cnp_packets: IntCounterVec,
     sflow_port_speed: IntGaugeVec,
     sflow_port_octets: IntCounterVec,
+    sflow_uplink_rate: GaugeVec,
+    sflow_uplink_elephants: IntGaugeVec,
+    sflow_uplink_colliding: IntGaugeVec,
+    sflow_colliding_uplinks: IntGaugeVec,
     /// Link speed per interface, bits per second (pause quanta to seconds); absent: unknown.
     link_speed_bps: HashMap<String, u64>,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
@@ -302,6 +306,10 @@ impl Metrics {
             sflow_cnp_packets: counter(&r, "rocemon_sflow_cnp_packets_estimated_total", "RoCEv2 CNPs across the sampled fabric, estimated.", &[])?,
             sflow_port_speed: int_gauge(&r, "rocemon_sflow_port_speed_bits_per_second", "A switch port's speed from its counter samples.", &["agent", "ifindex"])?,
             sflow_port_octets: counter(&r, "rocemon_sflow_port_octets_total", "A switch port's octets from its counter samples (direction in or out): its link load.", &["agent", "ifindex", "direction"])?,
+            sflow_uplink_rate: gauge(&r, "rocemon_sflow_uplink_bytes_per_second", "Load of a switch uplink in an sFlow ECMP group ([[sflow.groups]]): from counter samples where the switch sends them, else the sampled estimate.", &["group", "uplink"])?,
+            sflow_uplink_elephants: int_gauge(&r, "rocemon_sflow_uplink_elephants", "Elephant flows on a switch uplink, by estimated rate.", &["group", "uplink"])?,
+            sflow_uplink_colliding: int_gauge(&r, "rocemon_sflow_uplink_colliding", "1 when the switch uplink carries two or more elephants while another uplink of its group carries none.", &["group", "uplink"])?,
+            sflow_colliding_uplinks: int_gauge(&r, "rocemon_sflow_colliding_uplinks", "Colliding uplinks of a switch's ECMP group (sFlow fabric view).", &["group"])?,
             link_speed_bps: HashMap::new(),
             poll_duration,
             prev: HashMap::new(),

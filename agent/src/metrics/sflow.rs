@@ -84,3 +84,26 @@ impl Metrics {
         );
     }
 }
+
+impl Metrics {
+    /// The fabric view: per switch uplink load, elephants and collisions.
+    pub fn set_sflow_fabric(&self, groups: &[crate::detect::ecmp::GroupView]) {
+        for g in groups {
+            self.sflow_colliding_uplinks
+                .with_label_values(&[&g.name])
+                .set(g.colliding_members as i64);
+            for m in &g.members {
+                let l = [g.name.as_str(), m.member.as_str()];
+                self.sflow_uplink_rate
+                    .with_label_values(&l)
+                    .set(m.bytes_per_second);
+                self.sflow_uplink_elephants
+                    .with_label_values(&l)
+                    .set(m.elephants as i64);
+                self.sflow_uplink_colliding
+                    .with_label_values(&l)
+                    .set(i64::from(m.colliding));
+            }
+        }
+    }
+}

@@ -96,6 +96,8 @@ pub struct Collector {
     pub ports_dropped: u64,
     pub flows: BTreeMap<FlowKey, FlowEstimate>,
     pub flows_dropped: u64,
+    /// Estimated bytes of each flow on each port (the fabric view's rates).
+    pub port_flows: BTreeMap<(PortKey, FlowKey), u64>,
 }
 
 impl Collector {
@@ -182,6 +184,7 @@ impl Collector {
                 direction: "source",
             });
         }
+        let ports_of_sample = ports.clone();
         for key in ports {
             if let Some(p) = self.port(key) {
                 p.samples += 1;
@@ -199,6 +202,12 @@ impl Collector {
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);
         let key = RocePacket::flow_key(&i, Hook::Xdp);
+        for port in &ports_of_sample {
+            let k = (*port, key);
+            if self.port_flows.contains_key(&k) || self.port_flows.len() < 2 * MAX_FLOWS {
+                *self.port_flows.entry(k).or_default() += bytes * weight;
+            }
+        }
         if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
             self.flows_dropped += 1;
             return;

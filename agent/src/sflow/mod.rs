@@ -4,11 +4,13 @@
 //! - [`decode`]: the datagram decoder (bounded, every malformed part counted by reason).
 //! - [`collector`]: samples through the shared parser; raw and estimated RoCE per opcode,
 //!   ECN, CNP, flow and switch port; lost datagrams per agent.
+//! - [`fabric`]: ECMP groups of switch uplinks; elephants and collisions on estimated rates.
 //! - [`report`]: the JSON shape (`analyze --format json`'s `"sflow"`, `/api/v1/sflow`).
 //! - [`receiver`]: the live UDP receiver.
 
 pub mod collector;
 pub mod decode;
+pub mod fabric;
 pub mod receiver;
 pub mod report;
 

@@ -29,6 +29,8 @@ pub struct SflowReport {
     pub flows: Vec<Flow>,
     pub flows_total: usize,
     pub flows_dropped: u64,
+    /// ECMP at the switches (with `[[sflow.groups]]` configured).
+    pub fabric: Option<super::fabric::FabricReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -112,7 +114,8 @@ fn totals(t: &RoceTotals) -> Totals {
     }
 }
 
-pub fn build(c: &Collector) -> SflowReport {
+/// The report of a collector, with the fabric view when groups are configured.
+pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowReport {
     let mut flows: Vec<(&agent_common::FlowKey, &FlowEstimate)> = c.flows.iter().collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.1.estimated_bytes));
     SflowReport {
@@ -167,5 +170,6 @@ pub fn build(c: &Collector) -> SflowReport {
             })
             .collect(),
         flows_dropped: c.flows_dropped,
+        fabric: fabric.map(|f| f.report()),
     }
 }

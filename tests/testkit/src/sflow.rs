@@ -191,16 +191,27 @@ impl Datagram {
     }
 }
 
-/// A capture of sFlow datagrams as a collector receives them (IPv4, UDP to 6343).
+/// A capture of sFlow datagrams as a collector receives them (IPv4, UDP to 6343), one
+/// millisecond apart.
 pub fn capture(name: &'static str, datagrams: &[Vec<u8>]) -> Fixture {
+    let timed: Vec<(u64, Vec<u8>)> = datagrams
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (i as u64 * 1_000_000, d.clone()))
+        .collect();
+    capture_timed(name, &timed)
+}
+
+/// [`capture`] with each datagram at its own time (nanoseconds from the capture's start).
+pub fn capture_timed(name: &'static str, datagrams: &[(u64, Vec<u8>)]) -> Fixture {
     let frames = datagrams
         .iter()
         .enumerate()
-        .map(|(i, d)| {
+        .map(|(i, (t, d))| {
             let udp = frames::udp(40_000 + (i % 7) as u16, 6343, d);
             let ip = frames::ipv4([192, 0, 2, 10], [192, 0, 2, 1], 0, 17, 0, &udp);
             (
-                1_764_547_200_000_000_000 + i as u64 * 1_000_000,
+                1_764_547_200_000_000_000 + t,
                 frames::ethernet(&[], frames::ETH_IPV4, &ip),
             )
         })
