@@ -73,6 +73,11 @@ file_errors! {
     classes_dscp_empty: "[classes]\ncnp_dscp = []" => "classes.cnp_dscp is empty";
     classes_priority_above_7: "[classes]\nroce_priority = 9" => "classes.roce_priority 9 is not a priority; use 0 to 7, or \"any\"";
     classes_unknown_key: "[classes]\nroce_dcsp = [26]" => "unknown field `roce_dcsp`";
+    sflow_listen_not_an_address: "[sflow]\nlisten = \"nowhere\"" => "is not IP or IP:PORT; use e.g. 0.0.0.0 (port 6343)";
+    sflow_buffer_too_small: "[sflow]\nlisten = \"127.0.0.1\"\nreceive_buffer_bytes = 10" => "sflow.receive_buffer_bytes 10 is out of range; use 65536";
+    sflow_group_of_one_uplink: "[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.1\"\nuplinks = [1, 1]" => "sflow group 'a' needs at least two distinct uplinks";
+    sflow_group_twice: "[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.1\"\nuplinks = [1, 2]\n[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.2\"\nuplinks = [1, 2]" => "sflow group 'a' is defined twice";
+    sflow_group_bad_agent: "[[sflow.groups]]\nname = \"a\"\nagent = \"switch1\"\nuplinks = [1, 2]" => "invalid IP address syntax";
     unknown_key: "top_kk = 3" => "unknown field `top_kk`";
     wrong_type: "top_k = \"three\"" => "invalid type";
 }
@@ -179,4 +184,30 @@ fn reload_of_no_process() {
 fn reload_of_another_program() {
     let me = std::process::id().to_string();
     assert_usage_error(&rocemon(&["reload", "--pid", &me]), "not rocemon");
+}
+
+/// An sFlow port already taken: exit 2, the address named, the flag to change.
+#[test]
+fn sflow_port_taken() {
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let out = rocemon(&[
+        "run",
+        "--sflow-listen",
+        &addr,
+        "--listen",
+        "127.0.0.1:0",
+        "--no-pin",
+    ]);
+    assert_usage_error(&out, &format!("cannot receive sFlow on udp://{addr}"));
+    assert_usage_error(&out, "--sflow-listen");
+}
+
+/// Neither an interface nor an sFlow address: the message offers both.
+#[test]
+fn nothing_to_watch_names_both_ways() {
+    assert_usage_error(
+        &rocemon(&["run"]),
+        "or --sflow-listen ADDR to collect sFlow only",
+    );
 }
