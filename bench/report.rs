@@ -199,5 +199,18 @@ pub(crate) fn markdown(r: &Value) -> String {
     if !r["robustness"].is_null() {
         robustness::markdown(&r["robustness"], &mut s);
     }
+    let f = &r["sflow"];
+    if !f.is_null() {
+        let _ = writeln!(
+            s,
+            "\n## sFlow collector capacity (one core, {} datagrams of {} samples)\n\n| path | samples/s | datagrams/s |\n| --- | --- | --- |\n| decode, shared parser, collector tables | {:.0} | {:.0} |\n| the shared parser alone over the same headers (baseline) | {:.0} | |\n\nThe collector costs **{:.1}x** the parser alone.",
+            f["datagrams"],
+            f["samples"].as_f64().unwrap_or(0.0) / f["datagrams"].as_f64().unwrap_or(1.0),
+            f["collector_samples_per_second"].as_f64().unwrap_or(0.0),
+            f["collector_datagrams_per_second"].as_f64().unwrap_or(0.0),
+            f["parse_only_samples_per_second"].as_f64().unwrap_or(0.0),
+            f["ratio_vs_parse_only"].as_f64().unwrap_or(0.0)
+        );
+    }
     s
 }

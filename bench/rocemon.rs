@@ -10,6 +10,7 @@
 //!   count-only program attached the same way ([`baseline`]) and with nothing; AF_XDP delivery;
 //! - [`robustness`]: `/metrics` under one hostile client, `analyze` on captures built to blow
 //!   it up, and the last fuzzing run's figures;
+//! - [`sflow`]: samples per second one core takes through the sFlow collector;
 //! - [`report`]: `report.json` and `REPORT.md` (with the verdicts) in the directory given as
 //!   the first argument;
 //! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`).
@@ -22,6 +23,7 @@ mod live;
 mod report;
 mod robustness;
 mod scale;
+mod sflow;
 
 use agent_common::{FlowKey, FlowStats, Hook, SliceReader, MAP_FLOWS};
 use anyhow::{bail, Context, Result};
@@ -105,6 +107,7 @@ fn main() -> Result<()> {
         "analyze": if want("analyze") { analyze::analyze_bench(tmp.path())? } else { Value::Null },
         "scale": if want("scale") { scale::scale_in_subprocess()? } else { Value::Null },
         "live": if want("live") { live::live_bench()? } else { Value::Null },
+        "sflow": if want("sflow") { sflow::sflow_bench()? } else { Value::Null },
         "robustness": if want("robustness") {
             json!({
                 "http": robustness::http_under_attack(BIN, tmp.path())?,

@@ -64,12 +64,12 @@ impl Metrics {
                 }
             }
         }
-        for (op, n) in &c.estimated.opcodes {
+        for (op, n) in c.estimated.opcodes() {
             follow(
                 &self
                     .sflow_opcode_packets
-                    .with_label_values(&[&opcode::name(*op)]),
-                *n,
+                    .with_label_values(&[&opcode::name(op)]),
+                n,
             );
         }
         for (i, cp) in ECN_LABELS.iter().enumerate() {

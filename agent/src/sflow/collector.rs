@@ -5,6 +5,7 @@
 
 use super::decode::{self, IfCounters, Malformed, Port, Sample};
 use agent_common::{parse_frame, FlowKey, Hook, LinkType, Parsed, RocePacket, SliceReader};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -24,8 +25,9 @@ pub struct RoceTotals {
     pub cnp: u64,
     /// not_ect, ect1, ect0, ce (the two ECN bits).
     pub ecn: [u64; 4],
+    /// By BTH opcode (256 entries once anything was added).
     #[serde(skip)]
-    pub opcodes: BTreeMap<u8, u64>,
+    pub opcodes: Vec<u64>,
 }
 
 impl RoceTotals {
@@ -36,7 +38,19 @@ impl RoceTotals {
         if cnp {
             self.cnp += weight;
         }
-        *self.opcodes.entry(opcode).or_default() += weight;
+        if self.opcodes.is_empty() {
+            self.opcodes = vec![0; 256];
+        }
+        self.opcodes[opcode as usize] += weight;
+    }
+
+    /// The opcodes seen: (opcode, packets).
+    pub fn opcodes(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
+        self.opcodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(op, n)| (op as u8, *n))
     }
 }
 
@@ -57,12 +71,21 @@ pub struct PortKey {
     pub direction: &'static str,
 }
 
+/// RoCE of one port: samples, and packets and bytes estimated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortRoce {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
 /// Samples of one port.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PortStats {
     pub samples: u64,
-    pub roce: RoceTotals,
-    pub estimated: RoceTotals,
+    /// RoCE samples (packets = samples, bytes = their frame lengths).
+    pub roce: PortRoce,
+    /// Weighted by the sampling rate.
+    pub estimated: PortRoce,
     /// The port's last interface counters (counter samples).
     pub counters: Option<IfCounters>,
 }
@@ -92,12 +115,12 @@ pub struct Collector {
     pub samples: RoceTotals,
     /// RoCE samples weighted by their sampling rate.
     pub estimated: RoceTotals,
-    pub ports: BTreeMap<PortKey, PortStats>,
+    pub ports: FxHashMap<PortKey, PortStats>,
     pub ports_dropped: u64,
-    pub flows: BTreeMap<FlowKey, FlowEstimate>,
+    pub flows: FxHashMap<FlowKey, FlowEstimate>,
     pub flows_dropped: u64,
     /// Estimated bytes of each flow on each port (the fabric view's rates).
-    pub port_flows: BTreeMap<(PortKey, FlowKey), u64>,
+    pub port_flows: FxHashMap<(PortKey, FlowKey), u64>,
 }
 
 impl Collector {
@@ -166,7 +189,7 @@ impl Collector {
         };
         let weight = u64::from(f.sampling_rate);
         let bytes = u64::from(h.frame_length);
-        let mut ports = Vec::with_capacity(2);
+        let mut ports: Vec<PortKey> = Vec::with_capacity(2);
         for (port, direction) in [(f.input, "ingress"), (f.output, "egress")] {
             if let Port::IfIndex(i) = port {
                 ports.push(PortKey {
@@ -188,10 +211,11 @@ impl Collector {
         for key in ports {
             if let Some(p) = self.port(key) {
                 p.samples += 1;
-                if let Some(i) = &roce {
-                    let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
-                    p.roce.add(op, ecn, cnp, bytes, 1);
-                    p.estimated.add(op, ecn, cnp, bytes, weight);
+                if roce.is_some() {
+                    p.roce.packets += 1;
+                    p.roce.bytes += bytes;
+                    p.estimated.packets += weight;
+                    p.estimated.bytes += bytes * weight;
                 }
             }
         }

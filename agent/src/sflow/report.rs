@@ -103,12 +103,11 @@ fn totals(t: &RoceTotals) -> Totals {
             ce: t.ecn[3],
         },
         opcodes: t
-            .opcodes
-            .iter()
+            .opcodes()
             .map(|(op, n)| Opcode {
-                opcode: *op,
-                name: opcode::name(*op),
-                packets: *n,
+                opcode: op,
+                name: opcode::name(op),
+                packets: n,
             })
             .collect(),
     }
@@ -117,7 +116,7 @@ fn totals(t: &RoceTotals) -> Totals {
 /// The report of a collector, with the fabric view when groups are configured.
 pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowReport {
     let mut flows: Vec<(&agent_common::FlowKey, &FlowEstimate)> = c.flows.iter().collect();
-    flows.sort_by_key(|f| std::cmp::Reverse(f.1.estimated_bytes));
+    flows.sort_by_key(|f| (std::cmp::Reverse(f.1.estimated_bytes), *f.0));
     SflowReport {
         datagrams: c.datagrams,
         lost_datagrams: c.lost_datagrams(),
@@ -138,21 +137,24 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             .collect(),
         samples: totals(&c.samples),
         estimated: totals(&c.estimated),
-        ports: c
-            .ports
-            .iter()
-            .map(|(k, p)| Port {
-                agent: k.agent.to_string(),
-                ifindex: k.if_index,
-                direction: k.direction,
-                samples: p.samples,
-                roce_samples: p.roce.packets,
-                estimated_packets: p.estimated.packets,
-                estimated_bytes: p.estimated.bytes,
-                few_samples: p.roce.packets < FEW_SAMPLES,
-                counters: p.counters,
-            })
-            .collect(),
+        ports: {
+            let mut ports: Vec<_> = c.ports.iter().collect();
+            ports.sort_by_key(|(k, _)| **k);
+            ports
+        }
+        .into_iter()
+        .map(|(k, p)| Port {
+            agent: k.agent.to_string(),
+            ifindex: k.if_index,
+            direction: k.direction,
+            samples: p.samples,
+            roce_samples: p.roce.packets,
+            estimated_packets: p.estimated.packets,
+            estimated_bytes: p.estimated.bytes,
+            few_samples: p.roce.packets < FEW_SAMPLES,
+            counters: p.counters,
+        })
+        .collect(),
         ports_dropped: c.ports_dropped,
         flows_total: c.flows.len(),
         flows: flows
