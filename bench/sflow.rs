@@ -28,7 +28,7 @@ fn datagrams() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
                     crate::ip("10.200.0.1"),
                     0xC000 + (i % 4096) as u16,
                     0x100 + i % 4096,
-                    if i % 10 == 0 { 0x81 } else { 0x0A },
+                    if i.is_multiple_of(10) { 0x81 } else { 0x0A },
                 );
                 r.payload = 4096;
                 r.dma_len = 4096;
