@@ -393,6 +393,23 @@ fn the_live_collector_equals_tshark_on_what_pmacct_sent() {
         400_000_000_000
     );
     assert_eq!(m("rocemon_sflow_dropped_datagrams_total", &[]), 0);
+    // `rocemon top` shows the switches' view.
+    let top = ns
+        .output(
+            env!("CARGO_BIN_EXE_rocemon"),
+            &["top", "--addr", HTTP, "--iterations", "1"],
+        )
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        screen.contains(&format!(
+            "SFLOW {} datagrams from {} agents ({} lost)",
+            e.datagrams,
+            e.agents.len(),
+            e.lost_datagrams
+        )),
+        "{screen}"
+    );
     let (status, _) = agent.stop().unwrap();
     assert!(status.success());
 }

@@ -89,8 +89,9 @@ fn n(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
 
-/// Renders one screen from the API documents (`lossless` may be null: an older agent).
-pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, color: bool) -> String {
+/// Renders one screen from the API documents (`lossless` and `sflow` may be null: an older
+/// agent, or no sFlow collector).
+pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, sflow: &Value, color: bool) -> String {
     let (hi, lo) = if color {
         ("\x1b[1;31m", "\x1b[0m")
     } else {
@@ -194,7 +195,83 @@ pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, color: bool) -> Str
         .unwrap_or(0);
     let _ = writeln!(s, "\nshared 5-tuples: {shared}");
     render_lossless(&mut s, lossless, hi, lo);
+    render_sflow(&mut s, sflow, hi, lo);
     s
+}
+
+/// The switches' view: datagrams, estimates, the busiest ports, and the fabric groups.
+fn render_sflow(s: &mut String, doc: &Value, hi: &str, lo: &str) {
+    if !doc.is_object() {
+        return;
+    }
+    let e = &doc["estimated"];
+    let _ = writeln!(
+        s,
+        "\nSFLOW {} datagrams from {} agents ({} lost): RoCE ~{:.0} packets, ~{} (CE {:.0}, CNP {:.0}) from {} samples",
+        n(&doc["datagrams"]),
+        doc["agents"].as_array().map_or(0, Vec::len),
+        n(&doc["lost_datagrams"]),
+        n(&e["packets"]),
+        human_bytes(n(&e["bytes"])),
+        n(&e["ecn"]["ce"]),
+        n(&e["cnp"]),
+        n(&doc["samples"]["packets"])
+    );
+    let mut ports: Vec<&Value> = doc["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| n(&p["roce_samples"]) > 0.0)
+        .collect();
+    ports.sort_by(|a, b| n(&b["estimated_bytes"]).total_cmp(&n(&a["estimated_bytes"])));
+    for p in ports.iter().take(5) {
+        let _ = writeln!(
+            s,
+            "  {:<24} {:<7} ~{:>10} {:>6} samples{}",
+            format!(
+                "{}/{}",
+                p["agent"].as_str().unwrap_or("?"),
+                n(&p["ifindex"])
+            ),
+            p["direction"].as_str().unwrap_or("?"),
+            human_bytes(n(&p["estimated_bytes"])),
+            n(&p["roce_samples"]),
+            if p["few_samples"].as_bool().unwrap_or(false) {
+                " (few)"
+            } else {
+                ""
+            }
+        );
+    }
+    for g in doc["fabric"]["groups"].as_array().into_iter().flatten() {
+        let collision = g["collision"].as_bool().unwrap_or(false);
+        let members: Vec<String> = g["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let c = m["colliding"].as_bool().unwrap_or(false);
+                format!(
+                    "{}{} {}e{}",
+                    if c { hi } else { "" },
+                    m["member"].as_str().unwrap_or("?"),
+                    n(&m["elephants"]),
+                    if c { lo } else { "" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  switch group {}: {}{}",
+            g["name"].as_str().unwrap_or("?"),
+            members.join("  "),
+            if collision {
+                format!("  {hi}COLLISION{lo}")
+            } else {
+                String::new()
+            }
+        );
+    }
 }
 
 /// The lossless fabric: per interface and hook, PFC by priority, PAUSE and lossy RoCE (totals
@@ -264,7 +341,10 @@ pub fn run(args: TopArgs) -> Result<()> {
         // An agent from before the lossless view has no such document: show the rest.
         let lossless =
             get(&agent, &format!("{base}/api/v1/lossless"), auth.as_deref()).unwrap_or(Value::Null);
-        let screen = render(&flows, &ecmp, &lossless, tty);
+        // 404 without a collector: no sFlow section.
+        let sflow =
+            get(&agent, &format!("{base}/api/v1/sflow"), auth.as_deref()).unwrap_or(Value::Null);
+        let screen = render(&flows, &ecmp, &lossless, &sflow, tty);
         let mut out = std::io::stdout().lock();
         if tty {
             // Home and clear: refresh in place.
@@ -296,13 +376,13 @@ mod tests {
             {"member": "up0", "bytes_per_second": 5e6, "flows": 2, "elephants": 2, "colliding": true},
             {"member": "up1", "bytes_per_second": 0.0, "flows": 0, "elephants": 0, "colliding": false}]}],
             "predicted": null, "shared_5tuple_groups": 1, "shared_5tuples": [{}]});
-        let s = render(&flows, &ecmp, &Value::Null, true);
+        let s = render(&flows, &ecmp, &Value::Null, &Value::Null, true);
         assert!(s.contains("2 flows, 1 elephants"));
         assert!(s.contains("\x1b[1;31mE up0"), "{s}");
         assert!(s.contains("COLLISION"));
         assert!(s.contains("<- collision"));
         assert!(s.contains("shared 5-tuples: 1"));
-        let plain = render(&flows, &ecmp, &Value::Null, false);
+        let plain = render(&flows, &ecmp, &Value::Null, &Value::Null, false);
         assert!(!plain.contains('\x1b'));
     }
 
@@ -317,7 +397,7 @@ mod tests {
             {"iface": "eth1", "hook": "xdp", "pfc": {"frames": 0, "priorities": []}, "pause": {"frames": 0},
              "lossy": {"packets": 0, "cnp_out_of_class": 0}}],
             "nic": [{"iface": "eth2", "priority": 3, "rx": 7, "tx": 9, "origin": "dcb"}]});
-        let s = render(&empty, &ecmp, &lossless, false);
+        let s = render(&empty, &ecmp, &lossless, &Value::Null, false);
         assert!(
             s.contains("LOSSLESS eth0 xdp: PFC 40 (p3 xoff 38 xon 2)  PAUSE 1"),
             "{s}"
@@ -325,5 +405,28 @@ mod tests {
         assert!(s.contains("lossy RoCE 5 packets"), "{s}");
         assert!(!s.contains("eth1"), "quiet interfaces are left out: {s}");
         assert!(s.contains("NIC eth2 p3 PFC rx 7 tx 9 (dcb)"), "{s}");
+    }
+
+    #[test]
+    fn renders_the_switches_view() {
+        let empty = serde_json::json!({"flows_total": 0, "elephants_total": 0, "flows": []});
+        let ecmp = serde_json::json!({"groups": [], "predicted": null, "shared_5tuples": []});
+        let sflow = serde_json::json!({"datagrams": 95, "lost_datagrams": 2, "agents": [{}],
+            "samples": {"packets": 621}, "estimated": {"packets": 2484, "bytes": 1.4e6, "cnp": 92, "ecn": {"ce": 600}},
+            "ports": [{"agent": "10.0.0.1", "ifindex": 49, "direction": "egress", "roce_samples": 20,
+                       "estimated_bytes": 1e6, "few_samples": true}],
+            "fabric": {"groups": [{"name": "leaf-a", "collision": true, "members": [
+                {"member": "10.0.0.1/49", "elephants": 2, "colliding": true},
+                {"member": "10.0.0.1/50", "elephants": 0, "colliding": false}]}]}});
+        let s = render(&empty, &ecmp, &Value::Null, &sflow, false);
+        assert!(
+            s.contains("SFLOW 95 datagrams from 1 agents (2 lost): RoCE ~2484 packets"),
+            "{s}"
+        );
+        assert!(s.contains("10.0.0.1/49") && s.contains("(few)"), "{s}");
+        assert!(
+            s.contains("switch group leaf-a: 10.0.0.1/49 2e  10.0.0.1/50 0e  COLLISION"),
+            "{s}"
+        );
     }
 }
