@@ -11,6 +11,7 @@ use crate::http::{self, Shared};
 use crate::loader::{self, Probe};
 use crate::metrics::Metrics;
 use crate::report::human_bytes;
+use crate::sources::rdma::RdmaView;
 use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
 use std::future::Future;
@@ -167,7 +168,7 @@ pub async fn run(
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
-                rdma.refresh(&config);
+                rdma.refresh(&config.rdma);
                 poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref());
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
@@ -506,7 +507,7 @@ fn poll(
     }
     m.set_rdma_counters(&crate::sources::rdma::port_counters(&config.sysfs_root));
     let mut views = table.views();
-    views.extend(rdma.views(config.rdma.elephants()));
+    views.extend(rdma_views(rdma, config.rdma.elephants()));
     m.set_rdma_connections(&rdma.connections);
     let report = ecmp::analyze(&views, &table.ifaces, &config.ecmp);
     m.set_flows(table, config.top_k);
@@ -536,43 +537,20 @@ fn poll(
     drop(m);
 }
 
-/// The host's RC connections from the RDMA resource view, for the predicted ECMP view.
-#[derive(Default)]
-struct RdmaView {
-    connections: Vec<crate::sources::rdma::Connection>,
-    read_at: Option<Instant>,
-}
-
-/// How often `rdma res` is read (connections of a training job live for minutes to days).
-const RDMA_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl RdmaView {
-    fn refresh(&mut self, config: &Config) {
-        if !config.rdma.enabled() || self.read_at.is_some_and(|t| t.elapsed() < RDMA_REFRESH) {
-            return;
-        }
-        self.read_at = Some(Instant::now());
-        match crate::sources::rdma::load_connections(
-            config.rdma.qp_json.as_deref(),
-            config.rdma.cm_id_json.as_deref(),
-        ) {
-            Ok(c) => self.connections = c,
-            Err(e) => log::warn!("RDMA connections: {e}"),
-        }
-    }
-
-    /// The connections as flows of no watched interface: the hash model places them; observed
-    /// groups do not see them; a flow the hooks also see is counted once.
-    fn views(&self, elephants: bool) -> impl Iterator<Item = crate::detect::ecmp::FlowView> + '_ {
-        self.connections.iter().filter_map(move |c| {
-            Some(crate::detect::ecmp::FlowView {
-                iface: usize::MAX,
-                key: c.flow_key()?,
-                rate_bytes: 0.0,
-                elephant: elephants,
-            })
+/// The RC connections as flows of no watched interface: the hash model places them; observed
+/// groups do not see them; a flow the hooks also see is counted once.
+fn rdma_views(
+    rdma: &RdmaView,
+    elephants: bool,
+) -> impl Iterator<Item = crate::detect::ecmp::FlowView> + '_ {
+    rdma.connections.iter().filter_map(move |c| {
+        Some(crate::detect::ecmp::FlowView {
+            iface: usize::MAX,
+            key: c.flow_key()?,
+            rate_bytes: 0.0,
+            elephant: elephants,
         })
-    }
+    })
 }
 
 /// A one-line live summary (the demo prints it every few seconds).

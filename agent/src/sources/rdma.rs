@@ -198,6 +198,31 @@ pub fn connections(
         .collect())
 }
 
+/// The host's RC connections from the RDMA resource view, for the predicted ECMP view.
+#[derive(Default)]
+pub struct RdmaView {
+    pub connections: Vec<Connection>,
+    /// When `rdma res` was last read (`None`: read at the next refresh).
+    pub read_at: Option<std::time::Instant>,
+}
+
+/// How often `rdma res` is read (connections of a training job live for minutes to days).
+const RDMA_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl RdmaView {
+    /// Reads the connections again when the refresh interval has passed.
+    pub fn refresh(&mut self, config: &RdmaConfig) {
+        if !config.enabled() || self.read_at.is_some_and(|t| t.elapsed() < RDMA_REFRESH) {
+            return;
+        }
+        self.read_at = Some(std::time::Instant::now());
+        match load_connections(config.qp_json.as_deref(), config.cm_id_json.as_deref()) {
+            Ok(c) => self.connections = c,
+            Err(e) => log::warn!("RDMA connections: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
