@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz --seconds N`: cargo-fuzz (libFuzzer) on the shared parser and the capture
+//! `cargo xtask fuzz --seconds N`: cargo-fuzz (libFuzzer) on the shared parser, the sFlow collector and the capture
 //! reader, seeded from `fuzz/seeds/`, then a differential fuzz of the kernel programs against
 //! the host parser through BPF_PROG_TEST_RUN. Crashes land in `fuzz/artifacts/`; copy each into
 //! `fuzz/regressions/<target>/` so the test suite replays it forever.
@@ -19,12 +19,18 @@ pub struct FuzzArgs {
     write_seeds: bool,
 }
 
-/// Seeds: single frames from every fixture for the parser; small whole captures for the reader.
+/// Seeds: single frames from every fixture for the parser; small whole captures for the reader;
+/// datagrams of the test encoder for the sFlow collector (next to pmacct's, kept in the repo).
 fn write_seeds(dir: &Path) -> Result<()> {
     let parse = dir.join("parse");
     let capture = dir.join("capture");
+    let sflow = dir.join("sflow");
     std::fs::create_dir_all(&parse)?;
     std::fs::create_dir_all(&capture)?;
+    std::fs::create_dir_all(&sflow)?;
+    for (i, d) in sflow_seeds().into_iter().enumerate() {
+        std::fs::write(sflow.join(format!("encoder-{i}")), d)?;
+    }
     for fx in fixtures::all() {
         for (i, (_, _, data)) in fx.records().enumerate().step_by(7).take(6) {
             std::fs::write(parse.join(format!("{}-{i}", fx.name)), data)?;
@@ -34,6 +40,65 @@ fn write_seeds(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// sFlow datagrams: flow and expanded flow samples with RoCE headers, counter samples, an IPv6
+/// agent, an unknown sample format.
+fn sflow_seeds() -> Vec<Vec<u8>> {
+    use rocemon_testkit::sflow::{Datagram, Sample};
+    let header = fixtures::rc_ipv4()
+        .records()
+        .next()
+        .map(|(_, _, d)| d[..d.len().min(128)].to_vec())
+        .unwrap_or_default();
+    let flow = |expanded: bool| Sample::Flow {
+        expanded,
+        sequence: 1,
+        source_index: 3,
+        sampling_rate: 4096,
+        sample_pool: 4096,
+        drops: 0,
+        input: 3,
+        output: 7,
+        frame_length: 1090,
+        header: header.clone(),
+        switch: true,
+    };
+    let counters = |expanded: bool| Sample::Counters {
+        expanded,
+        sequence: 1,
+        if_index: 7,
+        speed: 400_000_000_000,
+        in_octets: 1,
+        out_octets: 2,
+        ethernet: true,
+    };
+    [
+        ("192.0.2.1", vec![flow(false), counters(false)]),
+        ("2001:db8::1", vec![flow(true), counters(true)]),
+        (
+            "192.0.2.2",
+            vec![
+                Sample::Raw {
+                    format: (9 << 12) | 5,
+                    body: vec![0; 8],
+                },
+                flow(false),
+            ],
+        ),
+    ]
+    .into_iter()
+    .map(|(agent, samples)| {
+        Datagram {
+            agent: agent.parse().expect("seed agent"),
+            sub_agent: 0,
+            sequence: 1,
+            uptime_ms: 0,
+            samples,
+        }
+        .encode()
+    })
+    .collect()
 }
 
 fn ensure_cargo_fuzz() -> Result<()> {
@@ -58,7 +123,7 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
     ensure_cargo_fuzz()?;
     let mut summary = Vec::new();
     let mut targets = Vec::new();
-    for target in ["parse", "capture"] {
+    for target in ["parse", "capture", "sflow"] {
         let corpus = root().join("fuzz/corpus").join(target);
         std::fs::create_dir_all(&corpus)?;
         let out = Command::new("cargo")
@@ -69,7 +134,8 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
             .arg("--")
             .arg(format!("-max_total_time={}", a.seconds))
             .arg("-print_final_stats=1")
-            // The capture target links the agent library; its BPF object is not needed here.
+            // The capture and sflow targets link the agent library; its BPF object is not
+            // needed here.
             .env("AYA_BUILD_SKIP", "1")
             .output()
             .context("run cargo fuzz")?;
