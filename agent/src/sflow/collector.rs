@@ -32,16 +32,20 @@ pub struct RoceTotals {
 
 impl RoceTotals {
     fn add(&mut self, opcode: u8, ecn: u8, cnp: bool, bytes: u64, weight: u64) {
-        self.packets += weight;
-        self.bytes += bytes * weight;
-        self.ecn[(ecn & 3) as usize] += weight;
+        // Saturating: a hostile agent's rate and frame length must not wrap the totals.
+        let b = bytes.saturating_mul(weight);
+        self.packets = self.packets.saturating_add(weight);
+        self.bytes = self.bytes.saturating_add(b);
+        let e = &mut self.ecn[(ecn & 3) as usize];
+        *e = e.saturating_add(weight);
         if cnp {
-            self.cnp += weight;
+            self.cnp = self.cnp.saturating_add(weight);
         }
         if self.opcodes.is_empty() {
             self.opcodes = vec![0; 256];
         }
-        self.opcodes[opcode as usize] += weight;
+        let o = &mut self.opcodes[opcode as usize];
+        *o = o.saturating_add(weight);
     }
 
     /// The opcodes seen: (opcode, packets).
@@ -144,7 +148,7 @@ impl Collector {
             let gap = h.sequence.wrapping_sub(last);
             // A gap below 2^31 is loss; anything else is a restart or reordering.
             if gap > 1 && gap < 1 << 31 {
-                a.lost_datagrams += u64::from(gap - 1);
+                a.lost_datagrams = a.lost_datagrams.saturating_add(u64::from(gap - 1));
             }
         }
         a.last_sequence = Some(h.sequence);
@@ -213,9 +217,12 @@ impl Collector {
                 p.samples += 1;
                 if roce.is_some() {
                     p.roce.packets += 1;
-                    p.roce.bytes += bytes;
-                    p.estimated.packets += weight;
-                    p.estimated.bytes += bytes * weight;
+                    p.roce.bytes = p.roce.bytes.saturating_add(bytes);
+                    p.estimated.packets = p.estimated.packets.saturating_add(weight);
+                    p.estimated.bytes = p
+                        .estimated
+                        .bytes
+                        .saturating_add(bytes.saturating_mul(weight));
                 }
             }
         }
@@ -229,7 +236,8 @@ impl Collector {
         for port in &ports_of_sample {
             let k = (*port, key);
             if self.port_flows.contains_key(&k) || self.port_flows.len() < 2 * MAX_FLOWS {
-                *self.port_flows.entry(k).or_default() += bytes * weight;
+                let v = self.port_flows.entry(k).or_default();
+                *v = v.saturating_add(bytes.saturating_mul(weight));
             }
         }
         if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
@@ -238,8 +246,10 @@ impl Collector {
         }
         let fl = self.flows.entry(key).or_default();
         fl.samples += 1;
-        fl.estimated_packets += weight;
-        fl.estimated_bytes += bytes * weight;
+        fl.estimated_packets = fl.estimated_packets.saturating_add(weight);
+        fl.estimated_bytes = fl
+            .estimated_bytes
+            .saturating_add(bytes.saturating_mul(weight));
     }
 
     /// Lost datagrams over all agents.
