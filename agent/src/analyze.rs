@@ -78,6 +78,8 @@ pub struct Analysis {
     pub timeline: crate::timeline::Timeline,
     /// sFlow datagrams found in the capture (UDP 6343), as the live collector counts them.
     pub sflow: crate::sflow::collector::Collector,
+    /// The step rhythm and RDMA message sizes.
+    pub training: crate::training::Training,
     /// The sFlow fabric view, ticked with the flow table.
     pub fabric: crate::sflow::fabric::Fabric,
     opts: AnalyzeOptions,
@@ -102,6 +104,7 @@ impl Analysis {
             timeline: crate::timeline::Timeline::new(),
             sflow: Default::default(),
             fabric: Default::default(),
+            training: Default::default(),
             opts,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
@@ -188,6 +191,7 @@ impl Analysis {
                 self.sessions.entry(sk).or_default().record(info, len);
             }
             self.timeline.record(info, len, f.ts_ns);
+            self.training.record(info, len, f.ts_ns);
             // Captures carry no hook; flows are keyed as if seen at XDP.
             let key = info.flow_key(Hook::Xdp);
             let (ev, created) = self.flows.record(0, key, info, len, f.ts_ns);

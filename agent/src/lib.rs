@@ -44,4 +44,5 @@ pub mod sources;
 pub mod testrun;
 pub mod timeline;
 pub mod top;
+pub mod training;
 pub mod web;

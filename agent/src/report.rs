@@ -37,6 +37,8 @@ pub struct Report {
     pub pfc: lossless::Pfc,
     /// 802.3x PAUSE frames, and other MAC control frames.
     pub pause: lossless::Pause,
+    /// The training job's step rhythm (null fields when there is none).
+    pub training: crate::detect::rhythm::Rhythm,
     /// sFlow datagrams in the capture (UDP 6343); null when there are none.
     pub sflow: Option<crate::sflow::report::SflowReport>,
 }
@@ -80,6 +82,8 @@ pub struct Roce {
     pub cnp_classes: lossless::CnpClasses,
     /// RoCE outside the configured lossless class.
     pub lossy: lossless::Lossy,
+    /// RDMA messages: WRITE and READ by their RETH DMA length, SEND by their payloads.
+    pub messages: Vec<crate::training::MessageReport>,
 }
 
 #[derive(Serialize, Debug)]
@@ -271,9 +275,11 @@ pub fn build(a: &Analysis) -> Report {
             pcp: lossless::pcp(c),
             cnp_classes: lossless::cnp_classes(c),
             lossy: lossless::lossy(c, &a.options().classes),
+            messages: a.training.messages(),
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
+        training: a.training.rhythm(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
                 &a.sflow,
@@ -386,6 +392,7 @@ pub fn table(r: &Report, top: usize) -> String {
         }
     }
     lossless::table(&mut s, &r.pfc, &r.pause, &r.roce.dscp, &r.roce.lossy);
+    crate::training::table(&mut s, &r.training, &r.roce.messages);
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
     let tail = if r.truncated_tail {

@@ -1,6 +1,8 @@
 //! Detectors over the flow table: elephants, ECMP (observed, predicted, entropy), and the
 //! switch hash models the predicted view uses. PSN/NAK health is counted per packet in
-//! `agent-common::psn` (kernel and analyze alike) and only reported from here.
+//! `agent-common::psn` (kernel and analyze alike) and only reported from here. [`rhythm`]: the
+//! training job's step rhythm from RoCE bytes over time.
 pub mod ecmp;
 pub mod elephant;
 pub mod hash;
+pub mod rhythm;

@@ -14,6 +14,7 @@ pub mod hostile;
 pub mod lossless;
 pub mod netns;
 pub mod sflow;
+pub mod training;
 pub mod tshark;
 pub mod tshark_sflow;
 

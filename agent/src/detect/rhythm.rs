@@ -1,0 +1,217 @@
+//! The training rhythm: a large training job talks in steps (compute, then a burst of
+//! collective communication over RoCE, then compute again). From RoCE bytes in 1 ms buckets
+//! this finds the period of the bursts (autocorrelation of the series, the smallest lag whose
+//! correlation is close to the best), each step (a burst start to the next), its bytes and
+//! duration, the communication duty (the share of a step with traffic), and the steps that
+//! ran markedly longer than the recent period (slow steps). Traffic without a rhythm (steady,
+//! or random) gives no period: the correlation peak must be clear and the steps regular.
+
+use serde::Serialize;
+
+/// Bucket width of the series.
+pub const BUCKET_NS: u64 = 1_000_000;
+/// Shortest and longest period looked for.
+pub const MIN_PERIOD_MS: usize = 10;
+pub const MAX_PERIOD_MS: usize = 5_000;
+/// The autocorrelation a period needs (of the series' variance).
+const MIN_CORRELATION: f64 = 0.3;
+/// A lag within this share of the best peak counts as a candidate (the smallest wins: the
+/// fundamental, not a multiple of it).
+const PEAK_SHARE: f64 = 0.8;
+/// A step longer than this times the median of the recent steps is slow.
+pub const SLOW_FACTOR: f64 = 1.5;
+/// Recent steps the median is taken over.
+const RECENT: usize = 16;
+/// Steps needed before a rhythm is reported.
+const MIN_STEPS: usize = 4;
+
+/// One step: a communication burst start to the next.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    pub start_ns: u64,
+    pub seconds: f64,
+    pub bytes: u64,
+    /// Longer than [`SLOW_FACTOR`] times the median of the recent steps.
+    pub slow: bool,
+}
+
+/// What the series shows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Rhythm {
+    pub period_seconds: Option<f64>,
+    pub duty_ratio: Option<f64>,
+    pub steps: Vec<Step>,
+    pub slow_steps: usize,
+}
+
+/// RoCE bytes per 1 ms bucket from a start time (bounded: older buckets fall off).
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    pub start_ns: u64,
+    pub buckets: Vec<u64>,
+    /// Buckets held at most (0: no bound, for a window cut from another series).
+    pub max: usize,
+}
+
+impl Series {
+    /// A series holding at most `max_buckets` (the oldest are dropped).
+    pub fn new(max_buckets: usize) -> Series {
+        Series {
+            start_ns: 0,
+            buckets: Vec::new(),
+            max: max_buckets.max(1),
+        }
+    }
+
+    /// Adds `bytes` at time `ts_ns` (times before the series' start are ignored).
+    pub fn add(&mut self, ts_ns: u64, bytes: u64) {
+        if self.buckets.is_empty() {
+            self.start_ns = ts_ns - ts_ns % BUCKET_NS;
+        }
+        if ts_ns < self.start_ns {
+            return;
+        }
+        let i = ((ts_ns - self.start_ns) / BUCKET_NS) as usize;
+        if i >= self.buckets.len() {
+            // A jump larger than the window restarts the series.
+            if self.max > 0 && i - self.buckets.len() >= self.max {
+                self.buckets.clear();
+                self.start_ns = ts_ns - ts_ns % BUCKET_NS;
+                self.buckets.push(bytes);
+                return;
+            }
+            self.buckets.resize(i + 1, 0);
+        }
+        let i = ((ts_ns - self.start_ns) / BUCKET_NS) as usize;
+        self.buckets[i] = self.buckets[i].saturating_add(bytes);
+        if self.max > 0 && self.buckets.len() > self.max {
+            let drop = self.buckets.len() - self.max;
+            self.buckets.drain(..drop);
+            self.start_ns += drop as u64 * BUCKET_NS;
+        }
+    }
+}
+
+/// The period in buckets, if the series has a clear one.
+pub fn period(x: &[u64]) -> Option<f64> {
+    let n = x.len();
+    let max_lag = MAX_PERIOD_MS.min(n / 3);
+    if max_lag <= MIN_PERIOD_MS {
+        return None;
+    }
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+    let d: Vec<f64> = x.iter().map(|&v| v as f64 - mean).collect();
+    let var: f64 = d.iter().map(|v| v * v).sum();
+    if var <= 0.0 {
+        return None;
+    }
+    let r: Vec<f64> = (0..=max_lag + 1)
+        .map(|k| {
+            let s: f64 = d[..n - k].iter().zip(&d[k..]).map(|(a, b)| a * b).sum();
+            // Unbiased for the shorter overlap.
+            s / var * n as f64 / (n - k) as f64
+        })
+        .collect();
+    // Local maxima above the floor, after the correlation first fell (the burst's own width).
+    let first_low = (1..=max_lag).find(|&k| r[k] < r[0] * 0.5)?;
+    let peaks: Vec<usize> = (first_low.max(MIN_PERIOD_MS)..=max_lag)
+        .filter(|&k| r[k] >= r[k - 1] && r[k] >= r[k + 1] && r[k] >= MIN_CORRELATION)
+        .collect();
+    let best = peaks.iter().map(|&k| r[k]).fold(f64::MIN, f64::max);
+    let k = *peaks.iter().find(|&&k| r[k] >= best * PEAK_SHARE)?;
+    // Parabolic refinement of the peak.
+    let (a, b, c) = (r[k - 1], r[k], r[k + 1]);
+    let den = a - 2.0 * b + c;
+    let shift = if den.abs() > 1e-12 {
+        (0.5 * (a - c) / den).clamp(-0.5, 0.5)
+    } else {
+        0.0
+    };
+    Some(k as f64 + shift)
+}
+
+/// Steps of a series with period `p` buckets: a burst starts where traffic follows a silence
+/// of at least a tenth of the period (and 2 ms).
+fn steps(s: &Series, p: f64) -> (Vec<Step>, f64) {
+    let gap = ((p * 0.1).round() as usize).max(2);
+    let x = &s.buckets;
+    let mut starts = Vec::new();
+    let mut idle = gap;
+    for (i, &v) in x.iter().enumerate() {
+        if v > 0 {
+            if idle >= gap {
+                starts.push(i);
+            }
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+    let mut out = Vec::new();
+    let mut active_share = Vec::new();
+    for w in starts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let seg = &x[a..b];
+        out.push(Step {
+            start_ns: s.start_ns + a as u64 * BUCKET_NS,
+            seconds: (b - a) as f64 * BUCKET_NS as f64 / 1e9,
+            bytes: seg.iter().sum(),
+            slow: false,
+        });
+        active_share.push(seg.iter().filter(|&&v| v > 0).count() as f64 / seg.len() as f64);
+    }
+    let duty = if active_share.is_empty() {
+        0.0
+    } else {
+        active_share.iter().sum::<f64>() / active_share.len() as f64
+    };
+    (out, duty)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The rhythm of a series (see the module doc).
+pub fn detect(s: &Series) -> Rhythm {
+    let Some(p) = period(&s.buckets) else {
+        return Rhythm::default();
+    };
+    let (mut st, duty) = steps(s, p);
+    if st.len() < MIN_STEPS {
+        return Rhythm::default();
+    }
+    // Regular steps only: most step durations near the period.
+    let near = st
+        .iter()
+        .filter(|x| (x.seconds * 1e3 - p).abs() <= 0.25 * p)
+        .count();
+    if (near as f64) < 0.6 * st.len() as f64 {
+        return Rhythm::default();
+    }
+    let mut slow = 0;
+    for i in 0..st.len() {
+        let from = i.saturating_sub(RECENT);
+        let recent: Vec<f64> = st[from..i].iter().map(|x| x.seconds).collect();
+        let base = if recent.len() >= 3 {
+            median(recent)
+        } else {
+            p / 1e3
+        };
+        if st[i].seconds > SLOW_FACTOR * base {
+            st[i].slow = true;
+            slow += 1;
+        }
+    }
+    Rhythm {
+        period_seconds: Some(p / 1e3),
+        duty_ratio: Some(duty),
+        steps: st,
+        slow_steps: slow,
+    }
+}
+
+#[cfg(test)]
+#[path = "rhythm_tests.rs"]
+mod tests;

@@ -1,0 +1,124 @@
+//! Rhythms of known parameters (the truth is the generator's), and series without one.
+
+use super::*;
+
+/// A job: `steps` steps of `period_ms` (± `jitter_ms`, deterministic), each opening with
+/// `comm_ms` of traffic; step `slow_at` lasts `slow_factor` times longer.
+fn job(period_ms: u64, comm_ms: u64, jitter_ms: u64, steps: u64, slow_at: Option<u64>) -> Series {
+    let mut s = Series::new(1 << 22);
+    let mut t = 1_000_000_000u64;
+    let mut rng = 12345u64;
+    for i in 0..steps {
+        for ms in 0..comm_ms {
+            s.add(t + ms * BUCKET_NS + 100, 64 * 1024);
+        }
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = if jitter_ms > 0 {
+            (rng >> 33) % (2 * jitter_ms + 1)
+        } else {
+            jitter_ms
+        };
+        let mut len = period_ms + j - jitter_ms;
+        if slow_at == Some(i) {
+            len *= 2;
+        }
+        t += len * BUCKET_NS;
+    }
+    s
+}
+
+fn close(a: f64, b: f64, share: f64) -> bool {
+    (a - b).abs() <= share * b
+}
+
+#[test]
+fn a_50_ms_rhythm() {
+    let r = detect(&job(50, 10, 0, 100, None));
+    let p = r.period_seconds.unwrap();
+    assert!(close(p, 0.050, 0.03), "{p}");
+    assert!(close(r.duty_ratio.unwrap(), 0.2, 0.1));
+    assert_eq!(r.slow_steps, 0);
+}
+
+#[test]
+fn a_2_s_rhythm() {
+    let r = detect(&job(2000, 300, 0, 12, None));
+    assert!(close(r.period_seconds.unwrap(), 2.0, 0.03), "{r:?}");
+}
+
+#[test]
+fn jitter_does_not_hide_the_period() {
+    let r = detect(&job(200, 40, 15, 60, None));
+    assert!(
+        close(r.period_seconds.unwrap(), 0.200, 0.05),
+        "{:?}",
+        r.period_seconds
+    );
+    assert_eq!(r.slow_steps, 0, "jitter of 7% is no slow step");
+}
+
+#[test]
+fn a_slow_step_is_flagged_once() {
+    let r = detect(&job(100, 20, 0, 50, Some(30)));
+    assert!(close(r.period_seconds.unwrap(), 0.100, 0.03));
+    assert_eq!(r.slow_steps, 1);
+    let slow: Vec<usize> = r
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.slow)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(slow, [30]);
+    assert!(close(r.steps[30].seconds, 0.200, 0.02));
+}
+
+#[test]
+fn steps_carry_their_bytes() {
+    let r = detect(&job(100, 20, 0, 20, None));
+    for s in &r.steps {
+        assert_eq!(s.bytes, 20 * 64 * 1024);
+    }
+    assert_eq!(r.steps.len(), 19);
+}
+
+#[test]
+fn steady_traffic_has_no_rhythm() {
+    let mut s = Series::new(1 << 20);
+    for ms in 0..20_000u64 {
+        s.add(ms * BUCKET_NS, 10_000);
+    }
+    assert_eq!(detect(&s), Rhythm::default());
+}
+
+#[test]
+fn random_bursts_have_no_rhythm() {
+    let mut s = Series::new(1 << 20);
+    let mut rng = 7u64;
+    let mut t = 0u64;
+    for _ in 0..300 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let gap = 5 + (rng >> 33) % 400;
+        for ms in 0..5 {
+            s.add((t + ms) * BUCKET_NS, 1000);
+        }
+        t += gap;
+    }
+    assert_eq!(detect(&s).period_seconds, None);
+}
+
+#[test]
+fn the_series_is_bounded_and_restarts_after_a_jump() {
+    let mut s = Series::new(100);
+    for ms in 0..1000u64 {
+        s.add(ms * BUCKET_NS, 1);
+    }
+    assert_eq!(s.buckets.len(), 100);
+    assert_eq!(s.start_ns, 900 * BUCKET_NS);
+    s.add(1_000_000 * BUCKET_NS, 5);
+    assert_eq!(s.buckets, [5]);
+}
