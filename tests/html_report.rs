@@ -157,3 +157,70 @@ fn the_html_report_renders_offline_with_the_json_numbers() {
     let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report.png");
     let _ = std::fs::copy(&shot, keep);
 }
+
+/// The lossless fabric, the training rhythm with message sizes, and the switches' view have
+/// their sections when the capture holds them (one capture of three files).
+#[test]
+fn the_report_shows_the_lossless_training_and_sflow_sections() {
+    use rocemon_testkit::{lossless, sflow, training};
+    let dir = TempDir::new("rocemon-html-views").unwrap();
+    let a = lossless::lossless().write(dir.path()).unwrap();
+    let b = training::capture(
+        "job",
+        training::Job {
+            period_ms: 100,
+            comm_ms: 20,
+            jitter_ms: 0,
+            steps: 40,
+            slow_at: Some(20),
+            missing_at: None,
+        },
+    )
+    .write(dir.path())
+    .unwrap();
+    let d = rocemon_testkit::sflow::Datagram {
+        agent: "192.0.2.1".parse().unwrap(),
+        sub_agent: 0,
+        sequence: 1,
+        uptime_ms: 0,
+        samples: vec![sflow::Sample::Counters {
+            expanded: false,
+            sequence: 1,
+            if_index: 3,
+            speed: 1,
+            in_octets: 1,
+            out_octets: 1,
+            ethernet: false,
+        }],
+    }
+    .encode();
+    let c = sflow::capture("sflow_one", &[d]).write(dir.path()).unwrap();
+    let page = dir.path().join("views.html");
+    let out = Command::new(BIN)
+        .args(["analyze", "--format", "json", "--no-progress", "--html"])
+        .arg(&page)
+        .args([&a, &b, &c])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    for want in [
+        "<h2>Training rhythm and RDMA messages</h2>",
+        "step period",
+        "rdma_write",
+        "<h2>Lossless fabric</h2>",
+        "PFC frames",
+        "Lossy RoCE",
+        "<h2>Switches (sFlow)</h2>",
+        "counter samples",
+    ] {
+        assert!(html.contains(want), "{want:?} missing from the page");
+    }
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["training"]["slow_steps"], 1, "{}", j["training"]);
+    assert!(!html.contains("<script"));
+}

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod pins;
 pub mod report;
 pub mod report_html;
+pub mod report_html_views;
 pub mod report_lossless;
 pub mod run;
 pub mod sflow;

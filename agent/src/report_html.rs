@@ -14,7 +14,7 @@ const COLORS: [&str; OpClass::COUNT] = [
 ];
 
 /// Escapes text for HTML (element content and attribute values).
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -34,7 +34,12 @@ const H: f64 = 220.0;
 const PAD: f64 = 84.0;
 
 /// A line chart: `series` of (name, colour, values per bucket), y from 0 to the maximum.
-fn line_chart(title: &str, unit: &str, dt: f64, series: &[(&str, &str, Vec<f64>)]) -> String {
+pub(crate) fn line_chart(
+    title: &str,
+    unit: &str,
+    dt: f64,
+    series: &[(&str, &str, Vec<f64>)],
+) -> String {
     let n = series.iter().map(|s| s.2.len()).max().unwrap_or(0);
     let max = series
         .iter()
@@ -122,7 +127,7 @@ fn axis_label(max: f64, unit: &str) -> String {
     }
 }
 
-fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = String::from("<table><thead><tr>");
     for h in head {
         let _ = write!(t, "<th>{}</th>", esc(h));
@@ -352,6 +357,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
     s.push_str("<p>UDP source ports per host pair (fewest first):</p>");
     s.push_str(&table(&["host pair", "source ports", "flows"], &rows));
 
+    crate::report_html_views::sections(r, &mut s);
     // Health and outcomes.
     s.push_str("<h2>PSN and NAK health</h2>");
     let mut rows = vec![

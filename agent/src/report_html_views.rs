@@ -1,0 +1,187 @@
+//! The HTML report's sections for the lossless fabric, the training rhythm and RDMA message
+//! sizes, and the switches' view (sFlow): only what the capture has.
+
+use crate::report::{human_bytes, Report};
+use crate::report_html::{line_chart, table};
+use std::fmt::Write as _;
+
+fn kpi(k: &str, v: String) -> Vec<String> {
+    vec![k.to_string(), v]
+}
+
+/// Appends the sections to the page.
+pub fn sections(r: &Report, s: &mut String) {
+    training(r, s);
+    lossless(r, s);
+    sflow(r, s);
+}
+
+fn training(r: &Report, s: &mut String) {
+    s.push_str("<h2>Training rhythm and RDMA messages</h2>");
+    let t = &r.training;
+    match (t.period_seconds, t.duty_ratio) {
+        (Some(p), Some(d)) => {
+            s.push_str(&table(
+                &["", "value"],
+                &[
+                    kpi("step period", format!("{:.1} ms", p * 1e3)),
+                    kpi(
+                        "communication share of a step",
+                        format!("{:.0}%", d * 100.0),
+                    ),
+                    kpi("steps", t.steps.len().to_string()),
+                    kpi("slow steps", t.slow_steps.to_string()),
+                ],
+            ));
+            let secs: Vec<f64> = t.steps.iter().map(|x| x.seconds * 1e3).collect();
+            // One point per step, a period apart on the time axis.
+            s.push_str(&line_chart(
+                "Step durations",
+                "ms",
+                p,
+                &[("step", "#4472c4", secs)],
+            ));
+        }
+        _ => s.push_str("<p>No step rhythm in this capture.</p>"),
+    }
+    let rows: Vec<Vec<String>> = r
+        .roce
+        .messages
+        .iter()
+        .filter(|m| m.messages > 0)
+        .map(|m| {
+            vec![
+                m.op.to_string(),
+                m.messages.to_string(),
+                human_bytes(m.bytes as f64),
+                human_bytes(m.bytes as f64 / m.messages as f64),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        s.push_str(&table(
+            &["operation", "messages", "bytes", "mean size"],
+            &rows,
+        ));
+    }
+}
+
+fn lossless(r: &Report, s: &mut String) {
+    s.push_str("<h2>Lossless fabric</h2>");
+    if r.pfc.frames + r.pause.frames + r.pause.other_mac_control > 0 {
+        let rows: Vec<Vec<String>> = r
+            .pfc
+            .priorities
+            .iter()
+            .filter(|p| p.xoff + p.xon > 0)
+            .map(|p| {
+                vec![
+                    p.priority.to_string(),
+                    p.xoff.to_string(),
+                    p.xon.to_string(),
+                    p.quanta.to_string(),
+                ]
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "<p>{} PFC frames, {} PAUSE frames ({} XON), {} other MAC control frames.</p>",
+            r.pfc.frames, r.pause.frames, r.pause.xon, r.pause.other_mac_control
+        );
+        s.push_str(&table(&["priority", "XOFF", "XON", "pause quanta"], &rows));
+    } else {
+        s.push_str("<p>No PFC or PAUSE frames.</p>");
+    }
+    let rows: Vec<Vec<String>> = r
+        .roce
+        .dscp
+        .iter()
+        .map(|c| {
+            vec![
+                c.dscp.unwrap_or(0).to_string(),
+                c.packets.to_string(),
+                human_bytes(c.bytes as f64),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        s.push_str(&table(&["RoCE DSCP", "packets", "bytes"], &rows));
+    }
+    let l = &r.roce.lossy;
+    let _ = write!(
+        s,
+        "<p>Lossy RoCE (outside {}): {} packets, {}; CNPs out of class: {}.</p>",
+        crate::report_html::esc(&l.expected),
+        l.packets,
+        human_bytes(l.bytes as f64),
+        l.cnp_out_of_class
+    );
+}
+
+fn sflow(r: &Report, s: &mut String) {
+    let Some(f) = &r.sflow else {
+        return;
+    };
+    s.push_str("<h2>Switches (sFlow)</h2>");
+    s.push_str(&table(
+        &["", "value"],
+        &[
+            kpi("datagrams", f.datagrams.to_string()),
+            kpi("lost datagrams", f.lost_datagrams.to_string()),
+            kpi("agents", f.agents.len().to_string()),
+            kpi("flow samples", f.flow_samples.to_string()),
+            kpi("counter samples", f.counter_samples.to_string()),
+            kpi("RoCE samples", f.samples.packets.to_string()),
+            kpi("RoCE packets, estimated", f.estimated.packets.to_string()),
+            kpi(
+                "RoCE bytes, estimated",
+                human_bytes(f.estimated.bytes as f64),
+            ),
+            kpi("CNPs, estimated", f.estimated.cnp.to_string()),
+        ],
+    ));
+    let mut ports: Vec<&crate::sflow::report::Port> =
+        f.ports.iter().filter(|p| p.roce_samples > 0).collect();
+    ports.sort_by(|a, b| b.estimated_bytes.cmp(&a.estimated_bytes));
+    let rows: Vec<Vec<String>> = ports
+        .iter()
+        .take(20)
+        .map(|p| {
+            vec![
+                format!("{}/{} {}", p.agent, p.ifindex, p.direction),
+                p.roce_samples.to_string(),
+                human_bytes(p.estimated_bytes as f64),
+                if p.few_samples { "few samples" } else { "" }.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        s.push_str(&table(
+            &["port", "RoCE samples", "estimated bytes", ""],
+            &rows,
+        ));
+    }
+    if let Some(fab) = &f.fabric {
+        for g in &fab.groups {
+            let rows: Vec<Vec<String>> = g
+                .members
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.member.clone(),
+                        m.flows.to_string(),
+                        m.elephants.to_string(),
+                        if m.colliding { "collision" } else { "" }.to_string(),
+                    ]
+                })
+                .collect();
+            let _ = write!(
+                s,
+                "<p>Switch group {}: {}</p>",
+                crate::report_html::esc(&g.name),
+                if g.collision { "COLLISION" } else { "balanced" }
+            );
+            s.push_str(&table(&["uplink", "flows", "elephants", ""], &rows));
+        }
+    }
+}
