@@ -142,7 +142,7 @@ fn sflow(r: &Report, s: &mut String) {
     ));
     let mut ports: Vec<&crate::sflow::report::Port> =
         f.ports.iter().filter(|p| p.roce_samples > 0).collect();
-    ports.sort_by(|a, b| b.estimated_bytes.cmp(&a.estimated_bytes));
+    ports.sort_by_key(|p| std::cmp::Reverse(p.estimated_bytes));
     let rows: Vec<Vec<String>> = ports
         .iter()
         .take(20)
