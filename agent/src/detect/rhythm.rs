@@ -92,11 +92,16 @@ impl Series {
     }
 }
 
-/// The period in buckets, if the series has a clear one.
+/// The period in buckets, if the series has a clear one (at least [`MIN_PERIOD_MS`]).
 pub fn period(x: &[u64]) -> Option<f64> {
+    period_in(x, MIN_PERIOD_MS)
+}
+
+/// The period in buckets, at least `min_lag` buckets.
+fn period_in(x: &[u64], min_lag: usize) -> Option<f64> {
     let n = x.len();
     let max_lag = MAX_PERIOD_MS.min(n / 3);
-    if max_lag <= MIN_PERIOD_MS {
+    if max_lag <= min_lag {
         return None;
     }
     let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
@@ -114,7 +119,7 @@ pub fn period(x: &[u64]) -> Option<f64> {
         .collect();
     // Local maxima above the floor, after the correlation first fell (the burst's own width).
     let first_low = (1..=max_lag).find(|&k| r[k] < r[0] * 0.5)?;
-    let peaks: Vec<usize> = (first_low.max(MIN_PERIOD_MS)..=max_lag)
+    let peaks: Vec<usize> = (first_low.max(min_lag)..=max_lag)
         .filter(|&k| r[k] >= r[k - 1] && r[k] >= r[k + 1] && r[k] >= MIN_CORRELATION)
         .collect();
     let best = peaks.iter().map(|&k| r[k]).fold(f64::MIN, f64::max);
@@ -173,14 +178,69 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Buckets and lags of the fine search (1 ms): periods up to 1.4 s in the last 4 s.
+const FINE_BUCKETS: usize = 4_096;
+/// The coarse search sums this many buckets into one: periods up to 5 s in the last minute.
+const COARSE: usize = 10;
+const COARSE_BUCKETS: usize = 6_000;
+
+/// Bursts in a series (traffic after a silence of at least `gap` buckets).
+fn bursts(x: &[u64], gap: usize) -> usize {
+    let mut n = 0;
+    let mut idle = gap;
+    for &v in x {
+        if v > 0 {
+            if idle >= gap {
+                n += 1;
+            }
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+    n
+}
+
+/// The period (in 1 ms buckets) of the last part of the series: the fine search first, the
+/// coarse one for long periods. The autocorrelation's cost is bounded (a few million
+/// multiply-adds), whatever the series' length.
+fn candidates(s: &Series) -> Vec<f64> {
+    let x = &s.buckets;
+    let mut out = Vec::new();
+    let fine = &x[x.len().saturating_sub(FINE_BUCKETS)..];
+    if let Some(p) = period(fine) {
+        out.push(p);
+    }
+    let coarse: Vec<u64> = x[x.len().saturating_sub(COARSE_BUCKETS * COARSE)..]
+        .chunks(COARSE)
+        .map(|c| c.iter().sum())
+        .collect();
+    if let Some(p) = period_in(&coarse, 2) {
+        out.push(p * COARSE as f64);
+    }
+    out
+}
+
 /// The rhythm of a series (see the module doc).
 pub fn detect(s: &Series) -> Rhythm {
-    let Some(p) = period(&s.buckets) else {
+    // A series without a few separate bursts has no steps to find (cheap, before any
+    // correlation).
+    if bursts(&s.buckets, 2) <= MIN_STEPS {
         return Rhythm::default();
-    };
+    }
+    for p in candidates(s) {
+        if let Some(r) = rhythm_at(s, p) {
+            return r;
+        }
+    }
+    Rhythm::default()
+}
+
+/// The steps at period `p` (buckets), if they are regular.
+fn rhythm_at(s: &Series, p: f64) -> Option<Rhythm> {
     let (mut st, duty) = steps(s, p);
     if st.len() < MIN_STEPS {
-        return Rhythm::default();
+        return None;
     }
     // Regular steps only: most step durations near the period.
     let near = st
@@ -188,7 +248,7 @@ pub fn detect(s: &Series) -> Rhythm {
         .filter(|x| (x.seconds * 1e3 - p).abs() <= 0.25 * p)
         .count();
     if (near as f64) < 0.6 * st.len() as f64 {
-        return Rhythm::default();
+        return None;
     }
     let mut slow = 0;
     for i in 0..st.len() {
@@ -204,12 +264,12 @@ pub fn detect(s: &Series) -> Rhythm {
             slow += 1;
         }
     }
-    Rhythm {
+    Some(Rhythm {
         period_seconds: Some(p / 1e3),
         duty_ratio: Some(duty),
         steps: st,
         slow_steps: slow,
-    }
+    })
 }
 
 #[cfg(test)]
