@@ -23,11 +23,7 @@ fn analyze(args: &[&str], path: &std::path::Path) -> (bool, String, String) {
 }
 
 fn json(args: &[&str], path: &std::path::Path) -> Value {
-    let mut a = vec!["--format", "json", "--no-progress"];
-    a.extend_from_slice(args);
-    let (ok, out, err) = analyze(&a, path);
-    assert!(ok, "rocemon analyze failed: {err}");
-    serde_json::from_str(&out).expect("JSON output")
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), args, &[path])
 }
 
 fn u(v: &Value) -> u64 {

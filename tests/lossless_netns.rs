@@ -3,58 +3,89 @@
 //! and CNPs in right and wrong classes) replayed with tcpreplay, `/metrics` equal to tshark's
 //! decode.
 
-use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
+use rocemon_testkit::netns::{http_get_in, metric_sum, try_metric_sum, Agent, VethPair};
 use rocemon_testkit::{lossless, require_tshark, tshark, TempDir};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9442";
 
-#[test]
-fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
-    if !rocemon_testkit::netns::can_run_e2e() {
-        return;
-    }
+/// The lossless fixture replayed into `rocemon run ARGS` on one end of a fresh veth pair; waits
+/// until every hook in `hooks` counted tshark's PFC frames and RoCE packets. Returns what the
+/// test needs to look further (the pair and agent stay alive with it).
+struct Replayed {
+    _dir: TempDir,
+    pair: VethPair,
+    agent: Agent,
+    e: tshark::Expected,
+    body: String,
+}
+
+fn replayed(prefix: &str, args: &[&str], hooks: &[&str], config: Option<&str>) -> Replayed {
     require_tshark();
     let dir = TempDir::new("rocemon-lossless-live").unwrap();
     let path = lossless::lossless().write(dir.path()).unwrap();
     let e = tshark::expected(&path).unwrap();
-    let pair = VethPair::new("rcpfc").unwrap();
-    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--no-pin",
-            "--iface",
-            ifn,
-            "--hooks",
-            "xdp,tc-ingress",
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "100",
-        ],
-    )
-    .unwrap();
-    agent.wait_ready(ns, ADDR).unwrap();
+    let pair = VethPair::new(prefix).unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    let mut full = vec![
+        "run",
+        "--no-pin",
+        "--iface",
+        pair.a_if.as_str(),
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "100",
+    ];
+    if let Some(text) = config {
+        std::fs::write(&cfg, text).unwrap();
+        full.extend(["--config", cfg.to_str().unwrap()]);
+    }
+    full.extend_from_slice(args);
+    let mut agent = Agent::start(&pair.ns_a, BIN, &full).unwrap();
+    agent.wait_ready(&pair.ns_a, ADDR).unwrap();
     pair.replay_from_b(&path).unwrap();
     let t = Instant::now();
     let body = loop {
-        let b = match http_get_in(ns, ADDR, "/metrics") {
+        let b = match http_get_in(&pair.ns_a, ADDR, "/metrics") {
             Ok((200, b)) => b,
             _ => String::new(),
         };
-        let done = ["xdp", "tc_ingress"].iter().all(|h| {
-            metric_sum(&b, "rocemon_pfc_frames_total", &[("hook", h)]) as u64 >= e.pfc_frames
-                && metric_sum(&b, "rocemon_packets_total", &[("hook", h)]) as u64 >= e.roce_packets
+        let at_least = |name: &str, h: &str, n: u64| {
+            try_metric_sum(&b, name, &[("hook", h)]).unwrap_or(0.0) as u64 >= n
+        };
+        let done = hooks.iter().all(|h| {
+            at_least("rocemon_pfc_frames_total", h, e.pfc_frames)
+                && at_least("rocemon_packets_total", h, e.roce_packets)
         });
         if done || t.elapsed() > Duration::from_secs(20) {
             break b;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
+    Replayed {
+        _dir: dir,
+        pair,
+        agent,
+        e,
+        body,
+    }
+}
+
+#[test]
+fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let r = replayed(
+        "rcpfc",
+        &["--hooks", "xdp,tc-ingress"],
+        &["xdp", "tc_ingress"],
+        None,
+    );
+    let (e, body, pair, agent) = (&r.e, &r.body, &r.pair, r.agent);
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
     for hook in ["xdp", "tc_ingress"] {
         let f = |name: &str, extra: &[(&str, &str)]| {
             let mut l = vec![("hook", hook), ("iface", ifn.as_str())];
@@ -195,55 +226,15 @@ fn pfc_in_the_kernel_and_classes_in_userspace_under_afxdp_equal_tshark() {
     if !rocemon_testkit::netns::can_run_e2e() {
         return;
     }
-    require_tshark();
-    let dir = TempDir::new("rocemon-lossless-afxdp").unwrap();
-    let path = lossless::lossless().write(dir.path()).unwrap();
-    let e = tshark::expected(&path).unwrap();
-    let pair = VethPair::new("rcpfx").unwrap();
-    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
     // Everything the fixture sends on DSCP 26 or 34, any priority, is in class.
-    let cfg = dir.path().join("classes.toml");
-    std::fs::write(
-        &cfg,
-        "[classes]\nroce_dscp = [26, 34]\nroce_priority = \"any\"\ncnp_dscp = [48]\n",
-    )
-    .unwrap();
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--no-pin",
-            "--iface",
-            ifn,
-            "--capture",
-            "afxdp",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "100",
-        ],
-    )
-    .unwrap();
-    agent.wait_ready(ns, ADDR).unwrap();
-    pair.replay_from_b(&path).unwrap();
-    let t = Instant::now();
-    let body = loop {
-        let b = match http_get_in(ns, ADDR, "/metrics") {
-            Ok((200, b)) => b,
-            _ => String::new(),
-        };
-        if (metric_sum(&b, "rocemon_pfc_frames_total", &[("hook", "afxdp")]) as u64 >= e.pfc_frames
-            && metric_sum(&b, "rocemon_packets_total", &[("hook", "afxdp")]) as u64
-                >= e.roce_packets)
-            || t.elapsed() > Duration::from_secs(20)
-        {
-            break b;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let r = replayed(
+        "rcpfx",
+        &["--capture", "afxdp"],
+        &["afxdp"],
+        Some("[classes]\nroce_dscp = [26, 34]\nroce_priority = \"any\"\ncnp_dscp = [48]\n"),
+    );
+    let (e, body, agent) = (&r.e, &r.body, r.agent);
+    let ifn = &r.pair.a_if;
     let f = |name: &str, extra: &[(&str, &str)]| {
         let mut l = vec![("hook", "afxdp"), ("iface", ifn.as_str())];
         l.extend_from_slice(extra);

@@ -11,17 +11,7 @@ use std::net::IpAddr;
 use std::process::Command;
 
 fn analyze(path: &std::path::Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--format", "json", "--no-progress"])
-        .arg(path)
-        .output()
-        .expect("run rocemon");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &[], &[path])
 }
 
 fn u(v: &Value) -> u64 {

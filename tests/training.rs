@@ -7,17 +7,7 @@ use serde_json::Value;
 use std::process::Command;
 
 fn analyze(path: &std::path::Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--format", "json", "--no-progress"])
-        .arg(path)
-        .output()
-        .expect("run rocemon");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &[], &[path])
 }
 
 fn run(job: Job) -> Value {

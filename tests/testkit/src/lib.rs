@@ -120,3 +120,19 @@ pub const AFXDP_CAPTURED_OUTCOMES: [&str; 6] = [
     "bad_vxlan",
     "truncated_erspan",
 ];
+
+/// `BIN analyze --format json --no-progress ARGS FILES`, which must succeed: its JSON.
+pub fn analyze_json(bin: &str, args: &[&str], files: &[&std::path::Path]) -> serde_json::Value {
+    let out = std::process::Command::new(bin)
+        .args(["analyze", "--format", "json", "--no-progress"])
+        .args(args)
+        .args(files)
+        .output()
+        .expect("run rocemon");
+    assert!(
+        out.status.success(),
+        "rocemon analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// InfiniBand payload heuristics that tshark 4.0 registers; all switched off.
-const IB_HEURISTICS: &[&str] = &[
+pub const IB_HEURISTICS: &[&str] = &[
     "smcr_infiniband",
     "smb_direct_infiniband",
     "rpcrdma_infiniband",

@@ -75,18 +75,7 @@ pub fn expected(capture: &Path) -> Result<SflowExpected> {
     }
     let mut cmd = Command::new("tshark");
     cmd.arg("-n").arg("-r").arg(capture).args(["-T", "pdml"]);
-    for h in [
-        "smcr_infiniband",
-        "smb_direct_infiniband",
-        "rpcrdma_infiniband",
-        "nvme_rdma",
-        "lnet_ib",
-        "iser_infiniband",
-        "eth_over_ib",
-        "sdp_infiniband",
-        "fc_infiniband",
-        "drbd_rdma",
-    ] {
+    for h in crate::tshark::IB_HEURISTICS {
         cmd.args(["--disable-heuristic", h]);
     }
     let out = cmd.output().context("run tshark")?;
