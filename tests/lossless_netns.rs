@@ -90,7 +90,7 @@ fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
         let f = |name: &str, extra: &[(&str, &str)]| {
             let mut l = vec![("hook", hook), ("iface", ifn.as_str())];
             l.extend_from_slice(extra);
-            metric_sum(&body, name, &l) as u64
+            metric_sum(body, name, &l) as u64
         };
         assert_eq!(
             f("rocemon_pfc_frames_total", &[]),
@@ -238,7 +238,7 @@ fn pfc_in_the_kernel_and_classes_in_userspace_under_afxdp_equal_tshark() {
     let f = |name: &str, extra: &[(&str, &str)]| {
         let mut l = vec![("hook", "afxdp"), ("iface", ifn.as_str())];
         l.extend_from_slice(extra);
-        metric_sum(&body, name, &l) as u64
+        metric_sum(body, name, &l) as u64
     };
     assert_eq!(f("rocemon_pfc_frames_total", &[]), e.pfc_frames, "PFC");
     assert_eq!(
