@@ -1,0 +1,164 @@
+//! The flow table: rates, ticks, top-K, eviction and elephants.
+use super::*;
+
+fn key(qp: u32) -> FlowKey {
+    FlowKey {
+        ip_version: 4,
+        dest_qp: qp,
+        ..FlowKey::default()
+    }
+}
+
+fn stats(bytes: u64) -> FlowStats {
+    FlowStats {
+        bytes,
+        packets: bytes / 100,
+        ..FlowStats::default()
+    }
+}
+
+#[test]
+fn rates_top_k_and_eviction() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    let cfg = ElephantConfig {
+        threshold_bytes_per_second: 500_000.0,
+        min_duration_seconds: 3.0,
+        ..Default::default()
+    };
+    t.begin_poll();
+    t.update(0, key(1), stats(0));
+    t.update(0, key(2), stats(0));
+    t.end_poll(&[0]);
+    let mut events = vec![];
+    for i in 1..=50u64 {
+        t.begin_poll();
+        t.update(0, key(1), stats(i * 1_000_000));
+        t.update(0, key(2), stats(i * 1_000));
+        t.end_poll(&[0]);
+        events.extend(t.tick(1.0, &cfg, &[500_000.0]));
+    }
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].key.dest_qp, 1);
+    assert_eq!(events[0].transition, Transition::Started);
+    assert_eq!(events[0].at_s, 3.0);
+    assert_eq!(t.elephants_for(0), 1);
+    let top = t.top_k(1);
+    assert_eq!(top[0].key.dest_qp, 1);
+    // converged near 1 MB/s
+    assert!(
+        (top[0].rate_bytes - 1e6).abs() < 1e4,
+        "{}",
+        top[0].rate_bytes
+    );
+    t.begin_poll();
+    t.update(0, key(1), stats(51_000_000));
+    assert_eq!(t.end_poll(&[0]), vec![1]);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.count_for(0), 1);
+}
+
+/// After a restart over pinned maps, the first poll finds totals of unknown age: they are a
+/// baseline, not a burst (no spurious elephant, no rate spike).
+#[test]
+fn totals_found_at_the_first_poll_are_a_baseline() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    let cfg = ElephantConfig {
+        threshold_bytes_per_second: 5_000_000.0,
+        min_duration_seconds: 0.0,
+        ..Default::default()
+    };
+    let mut events = vec![];
+    for i in 0..10u64 {
+        t.begin_poll();
+        t.update(0, key(1), stats(50_000_000_000 + i * 1_000_000));
+        t.end_poll(&[0]);
+        events.extend(t.tick(1.0, &cfg, &[5_000_000.0]));
+        let r = t.top_k(1)[0].rate_bytes;
+        assert!(r <= 1_000_001.0, "poll {i}: rate {r}");
+    }
+    assert!(events.is_empty(), "{events:?}");
+    assert!((t.top_k(1)[0].rate_bytes - 1e6).abs() < 1.0);
+}
+
+#[test]
+fn addresses() {
+    let mut k = key(1);
+    k.src[..4].copy_from_slice(&[10, 0, 0, 1]);
+    assert_eq!(addr(4, &k.src).to_string(), "10.0.0.1");
+    let mut b = [0u8; 16];
+    b[0] = 0xfd;
+    b[15] = 1;
+    assert_eq!(addr(6, &b).to_string(), "fd00::1");
+}
+
+/// A RoCE packet (the independent frame builder of the tests) and a wire length.
+fn roce(bytes_each: u64) -> (RoceInfo, u64) {
+    let ip = |s: &str| s.parse().unwrap();
+    let f = rocemon_testkit::frames::Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 1, 1, 0x04).frame();
+    let info = agent_common::parse(
+        &agent_common::SliceReader(&f),
+        agent_common::LinkType::Ethernet,
+    )
+    .unwrap();
+    (info, bytes_each)
+}
+
+/// Ticks cost what moved: flows that went quiet leave the active list, and their rates
+/// decay lazily to what every skipped tick would have made of them.
+#[test]
+fn quiet_flows_leave_the_ticks_and_decay_lazily() {
+    let cfg = ElephantConfig::default();
+    let (info, len) = roce(1000);
+    let mut lazy = FlowTable::new(vec!["c".into()]);
+    for q in 0..1000 {
+        lazy.record(0, key(q), &info, len, 0);
+    }
+    assert_eq!(lazy.active_len(), 1000);
+    lazy.tick(1.0, &cfg, &[1e12]);
+    assert_eq!(lazy.active_len(), 1000, "they moved in this interval");
+    lazy.tick(1.0, &cfg, &[1e12]);
+    assert_eq!(lazy.active_len(), 0, "nothing moved: none is visited again");
+    for _ in 0..20 {
+        lazy.tick(0.5, &cfg, &[1e12]);
+    }
+    lazy.settle();
+    // What ticking every flow every time gives: 1000 B/s seeded, then decayed by
+    // exp(-dt/tau) per tick over 1 + 20 x 0.5 = 11 s.
+    let want = 1000.0 * (-11.0 / lazy.tau_s).exp();
+    for e in lazy.iter() {
+        assert!(
+            (e.rate_bytes - want).abs() <= want * 1e-9,
+            "{} vs {want}",
+            e.rate_bytes
+        );
+    }
+    // A quiet flow that moves again is ticked again, from its decayed rate.
+    lazy.record(0, key(7), &info, len, 0);
+    assert_eq!(lazy.active_len(), 1);
+    lazy.tick(1.0, &cfg, &[1e12]);
+    let e = lazy.iter().find(|e| e.key == key(7)).unwrap();
+    let alpha = 1.0 - (-1.0 / lazy.tau_s).exp();
+    let decayed = 1000.0 * (-11.0 / lazy.tau_s).exp();
+    assert!((e.rate_bytes - (decayed + alpha * (1000.0 - decayed))).abs() < 1e-6);
+}
+
+/// A bounded table: when full, the flows quiet longest leave and their totals are kept;
+/// held + evicted accounts for every packet.
+#[test]
+fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
+    let (info, len) = roce(100);
+    let mut t = FlowTable::new(vec!["c".into()]);
+    t.max_flows = Some(64);
+    for q in 0..1000u32 {
+        for _ in 0..3 {
+            t.record(0, key(q), &info, len, u64::from(q) * 1000);
+        }
+    }
+    assert!(t.len() <= 64, "{} flows held", t.len());
+    let held: u64 = t.iter().map(|e| e.stats.packets).sum();
+    assert_eq!(held + t.evicted.packets, 3000);
+    assert_eq!(t.len() as u64 + t.evicted.flows, 1000);
+    // The newest flows stay.
+    assert!(t.iter().any(|e| e.key == key(999)));
+    assert!(!t.iter().any(|e| e.key == key(0)));
+}

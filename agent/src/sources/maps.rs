@@ -1,0 +1,89 @@
+//! The kernel maps as a source: the counter blocks, the mirror sessions and the flows of a
+//! loaded object, merged over CPUs (read at every poll; the loader owns the object).
+
+use agent_common::{
+    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
+    MAP_SESSIONS,
+};
+use anyhow::{Context, Result};
+use aya::maps::{PerCpuArray, PerCpuHashMap};
+use aya::Ebpf;
+use rustc_hash::FxHashMap;
+
+/// Every mirror session of an object, merged over CPUs.
+pub fn read_sessions(ebpf: &Ebpf) -> Result<FxHashMap<SessionKey, SessionStats>> {
+    let map = ebpf.map(MAP_SESSIONS).context("SESSIONS map missing")?;
+    let sessions: PerCpuHashMap<_, SessionKey, SessionStats> = PerCpuHashMap::try_from(map)?;
+    let mut out = FxHashMap::default();
+    for (k, values) in sessions.iter().flatten() {
+        let s: &mut SessionStats = out.entry(k).or_default();
+        for v in values.iter() {
+            s.merge(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The counter blocks of every hook of an object, summed over CPUs.
+pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
+    let map = ebpf.map(MAP_COUNTERS).context("COUNTERS map missing")?;
+    let arr: PerCpuArray<_, HookCounters> = PerCpuArray::try_from(map)?;
+    let mut out = [HookCounters::ZERO; Hook::COUNT];
+    for h in Hook::ALL {
+        let values = arr.get(&(h as u32), 0).context("read COUNTERS")?;
+        for v in values.iter() {
+            out[h as usize].add(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Every flow of an object, merged over CPUs, and the number of entries that failed to read.
+/// Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to walking the keys
+/// (two syscalls per flow) on kernels without batch support.
+pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
+    if let aya::maps::Map::PerCpuLruHashMap(data) | aya::maps::Map::PerCpuHashMap(data) = map {
+        use std::os::fd::{AsFd, AsRawFd};
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        let mut out = Vec::new();
+        let read = crate::batch::lookup_percpu::<FlowKey, FlowStats>(
+            data.fd().as_fd().as_raw_fd(),
+            cpus,
+            |k, values| {
+                let mut s = FlowStats::default();
+                for v in values {
+                    s.merge(v);
+                }
+                out.push((*k, s));
+            },
+        );
+        match read {
+            Ok(()) => return Ok((out, 0)),
+            Err(e) => log::debug!("batch lookup unavailable ({e}); walking the keys"),
+        }
+    }
+    read_flows_by_key(ebpf)
+}
+
+/// Every flow, key by key (the fallback; an LRU map can evict a key between the key walk and
+/// the lookup, which counts as a read error).
+pub fn read_flows_by_key(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
+    let flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
+    let mut out = Vec::new();
+    let mut errors = 0;
+    for item in flows.iter() {
+        match item {
+            Ok((k, values)) => {
+                let mut s = FlowStats::default();
+                for v in values.iter() {
+                    s.merge(v);
+                }
+                out.push((k, s));
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    Ok((out, errors))
+}
