@@ -11,18 +11,7 @@ fn analyze_json(path: &std::path::Path) -> Value {
 
 /// `rocemon analyze --format json [extra] FILE`, which must succeed.
 fn analyze_json_with(path: &std::path::Path, extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--format", "json"])
-        .args(extra)
-        .arg(path)
-        .output()
-        .expect("run rocemon");
-    assert!(
-        out.status.success(),
-        "rocemon analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON output")
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), extra, &[path])
 }
 
 fn u(v: &Value) -> u64 {

@@ -8,7 +8,6 @@ use rocemon_testkit::{fixtures, frames, may_run, require_tshark, TempDir};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::process::Command;
 
 fn analyze(path: &std::path::Path) -> Value {
     rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &[], &[path])
@@ -460,18 +459,11 @@ fn the_fabric_view_finds_colliding_elephants_on_switch_uplinks() {
          [[sflow.groups]]\nname = \"leaf-b\"\nagent = \"192.0.2.20\"\nuplinks = [1, 2]\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--format", "json", "--no-progress", "--config"])
-        .arg(&cfg)
-        .arg(&cap)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let j = rocemon_testkit::analyze_json(
+        env!("CARGO_BIN_EXE_rocemon"),
+        &["--config", cfg.to_str().unwrap()],
+        &[&cap],
     );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let groups = j["sflow"]["fabric"]["groups"].as_array().unwrap().clone();
     let group = |name: &str| {
         groups
