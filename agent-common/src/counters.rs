@@ -5,10 +5,12 @@
 //! frame is counted the same way wherever it is seen.
 
 use crate::classes::TrafficClasses;
+use crate::flow::FlowEvent;
 use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
+use crate::message::{bucket, MsgOp, MSG_BUCKET_SLOTS};
 use crate::packet::RocePacket;
 use crate::parse::{Outcome, Parsed};
-use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, NAK_SLOTS};
+use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, NAK_SLOTS};
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
 pub const OUTCOME_SLOTS: usize = 32;
@@ -148,6 +150,12 @@ pub struct HookCounters {
     pub pause_quanta: u64,
     /// MAC control frames of other opcodes.
     pub mac_control_other: u64,
+    /// RDMA messages ([`crate::message`]): per [`MsgOp`], the count, the summed bytes, and a
+    /// histogram ([`MSG_BUCKET_SLOTS`] slots per operation, [`crate::message::MSG_BUCKETS`]
+    /// used: `le` 1 KiB .. 1 GiB, then +Inf; not cumulative).
+    pub messages: [u64; MsgOp::COUNT],
+    pub message_bytes: [u64; MsgOp::COUNT],
+    pub message_buckets: [u64; MsgOp::COUNT * MSG_BUCKET_SLOTS],
 }
 
 impl Default for HookCounters {
@@ -197,6 +205,9 @@ impl HookCounters {
         pause_xon: 0,
         pause_quanta: 0,
         mac_control_other: 0,
+        messages: [0; MsgOp::COUNT],
+        message_bytes: [0; MsgOp::COUNT],
+        message_buckets: [0; MsgOp::COUNT * MSG_BUCKET_SLOTS],
     };
 
     /// Counts one frame of `frame_len` wire bytes.
@@ -304,10 +315,23 @@ impl HookCounters {
 
     /// Adds what a packet did to its flow's PSN sequence.
     #[inline(always)]
-    pub fn record_psn(&mut self, ev: &PsnEvent) {
-        self.psn_gaps += ev.gap as u64;
-        if ev.retransmit {
+    pub fn record_flow(&mut self, ev: &FlowEvent) {
+        self.psn_gaps += ev.psn.gap as u64;
+        if ev.psn.retransmit {
             self.retransmits += 1;
+        }
+        let m = &ev.message;
+        if m.op != 0 {
+            let op = ((m.op - 1) as usize) % MsgOp::COUNT;
+            self.messages[op] += 1;
+            self.message_bytes[op] += m.bytes;
+            // The bucket goes through memory so that LLVM keeps the mask: it knows `bucket`'s
+            // range and would drop it, and the BPF verifier, which does not, needs it.
+            let b = bucket(m.bytes);
+            // SAFETY: a valid reference to a local.
+            let b = unsafe { core::ptr::read_volatile(&b) } & (MSG_BUCKET_SLOTS - 1);
+            self.message_buckets
+                [(op * MSG_BUCKET_SLOTS + b) % (MsgOp::COUNT * MSG_BUCKET_SLOTS)] += 1;
         }
     }
 
@@ -402,6 +426,9 @@ counter_fields! {
     pause_xon: scalar,
     pause_quanta: scalar,
     mac_control_other: scalar,
+    messages: array,
+    message_bytes: array,
+    message_buckets: array,
 }
 
 /// The counters where two blocks differ: `(field[index], a, b)`.
@@ -439,6 +466,7 @@ mod tests {
             core::mem::size_of::<HookCounters>(),
             8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 4)
                 + 8 * (4 * 64 + 4 * 8 + 3 + 1 + 3 * 8 + 4)
+                + 8 * MsgOp::COUNT * (2 + MSG_BUCKET_SLOTS)
         );
     }
 

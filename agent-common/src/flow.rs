@@ -1,5 +1,6 @@
 //! Flow keys and per-flow statistics, and the one function that updates them.
 
+use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
 use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
@@ -20,7 +21,15 @@ pub struct FlowKey {
     pub dest_qp: u32,
 }
 
-/// What a flow did. `#[repr(C)]`, 184 bytes, no implicit padding (BPF map value).
+/// What one packet did to its flow, for the hook's counters: the PSN sequence and a completed
+/// RDMA message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowEvent {
+    pub psn: PsnEvent,
+    pub message: Message,
+}
+
+/// What a flow did. `#[repr(C)]`, 240 bytes, no implicit padding (BPF map value).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowStats {
@@ -50,13 +59,18 @@ pub struct FlowStats {
     pub last_psn: u32,
     pub last_opcode: u8,
     pub pad: [u8; 3],
+    /// RDMA messages by [`MsgOp`] (see [`crate::message`]) and their bytes.
+    pub messages: [u64; MsgOp::COUNT],
+    pub message_bytes: [u64; MsgOp::COUNT],
+    /// The SEND message in progress (this record's CPU only).
+    pub send_progress: SendProgress,
 }
 
 impl FlowStats {
     /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
     /// did to the PSN sequence (for the global counters).
     #[inline(always)]
-    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64, now_ns: u64) -> PsnEvent {
+    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64, now_ns: u64) -> FlowEvent {
         self.record_with(p, frame_len, now_ns, true)
     }
 
@@ -69,7 +83,7 @@ impl FlowStats {
         frame_len: u64,
         now_ns: u64,
         track_psn: bool,
-    ) -> PsnEvent {
+    ) -> FlowEvent {
         if self.packets == 0 {
             self.first_seen_ns = now_ns;
         }
@@ -96,15 +110,27 @@ impl FlowStats {
                 self.rnr_naks += 1;
             }
         }
+        let m = message::observe(p, &mut self.send_progress);
+        if m.op != 0 {
+            let i = ((m.op - 1) as usize) % MsgOp::COUNT;
+            self.messages[i] += 1;
+            self.message_bytes[i] += m.bytes;
+        }
         if !track_psn {
-            return PsnEvent::default();
+            return FlowEvent {
+                psn: PsnEvent::default(),
+                message: m,
+            };
         }
         let ev = self.psn.observe(opcode, psn);
         self.psn_gaps += ev.gap as u64;
         if ev.retransmit {
             self.retransmits += 1;
         }
-        ev
+        FlowEvent {
+            psn: ev,
+            message: m,
+        }
     }
 
     /// Merges another partial record of the same flow (per-CPU values).
@@ -120,6 +146,7 @@ impl FlowStats {
             self.last_psn = o.last_psn;
             self.last_opcode = o.last_opcode;
             self.psn = o.psn;
+            self.send_progress = o.send_progress;
         }
         self.packets += o.packets;
         self.bytes += o.bytes;
@@ -135,6 +162,10 @@ impl FlowStats {
             *a += b;
         }
         self.rnr_naks += o.rnr_naks;
+        for i in 0..MsgOp::COUNT {
+            self.messages[i] += o.messages[i];
+            self.message_bytes[i] += o.message_bytes[i];
+        }
     }
 }
 
@@ -181,7 +212,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<FlowKey>(), 40);
         assert_eq!(
             core::mem::size_of::<FlowStats>(),
-            8 * (7 + OpClass::COUNT + 2 + NAK_SLOTS + 1) + 8 + 8
+            8 * (7 + OpClass::COUNT + 2 + NAK_SLOTS + 1) + 8 + 8 + 8 * (2 * MsgOp::COUNT + 1)
         );
     }
 

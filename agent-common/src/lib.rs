@@ -18,7 +18,9 @@
 //! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
+//! - [`ring`]: RoCE packets and bytes per millisecond, the kernel's ring (training rhythm).
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
+//! - [`message`]: RDMA message sizes (RETH DMA lengths, SEND payloads) and their histogram.
 //! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
 #![cfg_attr(not(feature = "std"), no_std)]
 
@@ -27,6 +29,7 @@ pub mod counters;
 pub mod fast;
 pub mod flow;
 pub mod headers;
+pub mod message;
 pub mod opcode;
 pub mod outcome;
 pub mod packet;
@@ -34,6 +37,7 @@ pub mod parse;
 pub mod psn;
 pub mod reader;
 pub mod record;
+pub mod ring;
 pub mod session;
 
 pub use classes::TrafficClasses;
@@ -80,6 +84,9 @@ pub const MAP_TC_SLOW: &str = "TC_SLOW";
 /// Load-time switches of the kernel programs (globals the loader sets; 1 on, 0 off).
 pub const SWITCH_TRACK_PSN: &str = "ROCEMON_TRACK_PSN";
 pub const SWITCH_SESSIONS: &str = "ROCEMON_SESSIONS";
+/// The hooks whose RoCE packets feed the per-millisecond ring ([`ring`]): a bit per [`Hook`]
+/// discriminant, 0 off. One ingress hook and egress, so that no packet is added twice.
+pub const SWITCH_RING_HOOKS: &str = "ROCEMON_RING_HOOKS";
 /// Load-time traffic class expectation ([`TrafficClasses`]): RoCE DSCP bit set (u64), RoCE
 /// priority (u8), CNP DSCP bit set (u64).
 pub const GLOBAL_ROCE_DSCP: &str = "ROCEMON_ROCE_DSCP";

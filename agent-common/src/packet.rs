@@ -29,6 +29,12 @@ pub trait RocePacket {
     fn tunnel_id(&self) -> u32;
     /// The AETH syndrome, when the packet carries an AETH.
     fn aeth_syndrome(&self) -> Option<u8>;
+    /// The RETH's DMA length, when the packet carries a RETH.
+    fn reth_dma_len(&self) -> Option<u32>;
+    /// The UDP length field (header included).
+    fn udp_len(&self) -> u16;
+    /// The BTH pad count.
+    fn pad_count(&self) -> u8;
     /// The flow this packet belongs to, as seen by `hook`.
     fn flow_key(&self, hook: Hook) -> FlowKey;
 
@@ -84,6 +90,18 @@ impl RocePacket for RoceInfo {
         self.aeth.map(|a| a.syndrome)
     }
     #[inline(always)]
+    fn reth_dma_len(&self) -> Option<u32> {
+        self.reth_dma_len
+    }
+    #[inline(always)]
+    fn udp_len(&self) -> u16 {
+        self.udp_len
+    }
+    #[inline(always)]
+    fn pad_count(&self) -> u8 {
+        self.bth.pad_count
+    }
+    #[inline(always)]
     fn flow_key(&self, hook: Hook) -> FlowKey {
         RoceInfo::flow_key(self, hook)
     }
@@ -133,6 +151,18 @@ impl RocePacket for PacketRecord {
     #[inline(always)]
     fn aeth_syndrome(&self) -> Option<u8> {
         PacketRecord::aeth_syndrome(self)
+    }
+    #[inline(always)]
+    fn reth_dma_len(&self) -> Option<u32> {
+        PacketRecord::reth_dma_len(self)
+    }
+    #[inline(always)]
+    fn udp_len(&self) -> u16 {
+        self.udp_len
+    }
+    #[inline(always)]
+    fn pad_count(&self) -> u8 {
+        self.pad_count
     }
     #[inline(always)]
     fn flow_key(&self, hook: Hook) -> FlowKey {

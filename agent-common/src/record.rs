@@ -245,6 +245,15 @@ impl PacketRecord {
         }
     }
 
+    #[inline(always)]
+    pub fn reth_dma_len(&self) -> Option<u32> {
+        if self.flags & HAS_RETH != 0 {
+            Some(self.reth_dma_len)
+        } else {
+            None
+        }
+    }
+
     /// Whether the AF_XDP capture mode hands this frame to userspace (as
     /// [`crate::parse::Parsed::captured`] on the result).
     #[inline(always)]

@@ -24,7 +24,7 @@ fn replay(dir: &Path) -> usize {
             c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
             if let Parsed::Roce(info) = &p {
                 let _ = info.flow_key(Hook::Xdp);
-                c.record_psn(&f.record(info, data.len() as u64, 0));
+                c.record_flow(&f.record(info, data.len() as u64, 0));
             }
         }
         assert_eq!(c.outcomes.iter().sum::<u64>(), c.frames, "{name}");

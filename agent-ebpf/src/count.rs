@@ -3,12 +3,16 @@
 //! in `rocemon::sources::tally`).
 
 use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
+use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
     PacketReader, RocePacket, SessionKey, SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns, macros::map, maps::PerCpuArray,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    macros::map,
+    maps::PerCpuArray,
 };
 
 /// The parse result of the frame being counted, handed from a parse path to
@@ -24,6 +28,44 @@ static PARSED: PerCpuArray<PacketRecord> = PerCpuArray::with_max_entries(1, 0);
 static ROCEMON_TRACK_PSN: u8 = 1;
 #[no_mangle]
 static ROCEMON_SESSIONS: u8 = 1;
+/// The hooks whose RoCE packets feed [`RING`] (a bit per hook; the loader picks one ingress
+/// hook and egress so that no packet is added twice; 0: the ring is off).
+#[no_mangle]
+static ROCEMON_RING_HOOKS: u8 = 0;
+
+/// RoCE packets and bytes per millisecond ([`agent_common::ring`]): the fine series the
+/// agent finds the training rhythm in.
+#[map]
+static RING: PerCpuArray<RingSlot> = PerCpuArray::with_max_entries(RING_SLOTS, 0);
+
+/// Whether `hook`'s RoCE packets feed the ring.
+#[inline(always)]
+fn ring_on(hook: Hook) -> bool {
+    // SAFETY: a valid reference to a static the loader may have rewritten.
+    unsafe { core::ptr::read_volatile(&ROCEMON_RING_HOOKS) & (1 << (hook as u8)) != 0 }
+}
+
+/// Adds a RoCE packet to this CPU's ring slot of its millisecond; returns the clock (ns).
+#[inline(always)]
+fn ring_add(frame_len: u64) -> u64 {
+    // SAFETY: the helper has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ms = now / 1_000_000;
+    if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
+        // SAFETY: this CPU's slot, as for the counter block.
+        unsafe { (*s).add(ms, frame_len) };
+    }
+    now
+}
+
+/// The AF_XDP classifier feeds the ring itself for the RoCE frames it hands to a socket (the
+/// socket's reader counts everything else about them in userspace).
+#[inline(always)]
+pub fn ring_captured(rec: &PacketRecord, frame_len: u64) {
+    if rec.is_roce() && ring_on(Hook::AfXdp) {
+        ring_add(frame_len);
+    }
+}
 
 /// The traffic classes RoCE and CNPs are expected in (lossy RoCE), set by the loader from the
 /// configuration like the switches; the defaults are `TrafficClasses::DEFAULT`.
@@ -212,14 +254,19 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         }
     }
     let key = RocePacket::flow_key(info, hook);
-    // The coarse clock (jiffy resolution) is enough for first/last seen and rates over polls,
-    // and cheaper per packet than bpf_ktime_get_ns.
-    // SAFETY: the helper has no preconditions.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    // The ring needs the fine clock and the flow takes the same reading; without the ring the
+    // coarse clock (jiffy resolution) is enough for first/last seen and rates over polls, and
+    // cheaper per packet.
+    let now = if ring_on(hook) {
+        ring_add(frame_len)
+    } else {
+        // SAFETY: the helper has no preconditions.
+        unsafe { bpf_ktime_get_coarse_ns() }
+    };
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: this CPU's value of an existing element, as above.
         let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
-        c.record_psn(&ev);
+        c.record_flow(&ev);
         return false;
     }
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
@@ -236,7 +283,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         .insert(&key, unsafe { &*scratch }, BPF_NOEXIST as u64)
         .is_ok()
     {
-        c.record_psn(&ev);
+        c.record_flow(&ev);
         c.flows_created += 1;
         return false;
     }
@@ -244,7 +291,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     if let Some(s) = FLOWS.get_ptr_mut(&key) {
         // SAFETY: as above.
         let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
-        c.record_psn(&ev);
+        c.record_flow(&ev);
         return false;
     }
     c.flow_update_errors += 1;

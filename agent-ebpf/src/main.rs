@@ -157,6 +157,7 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
         let wanted = rec.captured();
         if wanted {
             if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
+                count::ring_captured(rec, len);
                 return action;
             }
         }
@@ -184,6 +185,7 @@ pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     let wanted = rec.captured();
     if wanted {
         if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
+            count::ring_captured(rec, len);
             return action;
         }
     }

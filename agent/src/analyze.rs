@@ -198,7 +198,7 @@ impl Analysis {
             if created {
                 self.counters.flows_created += 1;
             }
-            self.counters.record_psn(&ev);
+            self.counters.record_flow(&ev);
         }
         self.first_ts_ns.get_or_insert(f.ts_ns);
         self.last_ts_ns = f.ts_ns;

@@ -167,6 +167,10 @@ pub struct RunArgs {
     /// without mirror traffic).
     #[arg(long)]
     pub no_session_counters: bool,
+    /// Leave the per-millisecond RoCE series out of the kernel programs: no training rhythm
+    /// (rocemon_training_* stay absent), one clock read and one array update less per packet.
+    #[arg(long)]
+    pub no_rhythm: bool,
     /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,

@@ -49,6 +49,8 @@ pub struct FileConfig {
     pub psn_tracking: Option<bool>,
     /// Count per mirror session / tunnel id in the kernel programs (default true).
     pub session_counters: Option<bool>,
+    /// Keep RoCE bytes per millisecond in the kernel for the training rhythm (default true).
+    pub rhythm: Option<bool>,
     /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
     pub pin_dir: Option<std::path::PathBuf>,
     /// TLS, basic auth (a web configuration file), request timeout, connection bounds.
@@ -337,6 +339,7 @@ impl Config {
                 session_counters: !args.no_session_counters
                     && file.session_counters.unwrap_or(true),
                 classes,
+                rhythm: !args.no_rhythm && file.rhythm.unwrap_or(true),
             },
             pin_dir: args
                 .pin_dir
@@ -518,9 +521,10 @@ impl Config {
                 }
             ),
             format!(
-                "kernel: psn tracking {}, session counters {}, program stats {}",
+                "kernel: psn tracking {}, session counters {}, rhythm {}, program stats {}",
                 on_off(self.switches.psn_tracking),
                 on_off(self.switches.session_counters),
+                on_off(self.switches.rhythm),
                 on_off(self.program_stats)
             ),
             crate::classes::summary(&self.switches.classes),

@@ -4,7 +4,7 @@
 
 use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
-use agent_common::psn::PsnEvent;
+use agent_common::flow::FlowEvent;
 use agent_common::{FlowKey, FlowStats, RoceInfo};
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -336,7 +336,7 @@ impl FlowTable {
         info: &RoceInfo,
         frame_len: u64,
         ts_ns: u64,
-    ) -> (PsnEvent, bool) {
+    ) -> (FlowEvent, bool) {
         let e = self.entry(iface, key);
         let created = e.stats.packets == 0;
         (e.stats.record(info, frame_len, ts_ns), created)

@@ -6,7 +6,9 @@ use crate::config::XdpMode;
 use crate::error::UsageError;
 use crate::pins::IfacePins;
 use crate::sources::afxdp::{BindMode, Capture, QueueStats};
-pub use crate::sources::maps::{read_counters, read_flows, read_flows_by_key, read_sessions};
+pub use crate::sources::maps::{
+    read_counters, read_flows, read_flows_by_key, read_ring, read_sessions,
+};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_FLOWS, MAP_XSKS,
 };
@@ -117,14 +119,33 @@ pub fn raise_memlock() {
 
 /// Loads the object with the flow map sized to `flow_entries`, without attaching anything.
 pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
-    load_object_pinned(flow_entries, None, Switches::default())
+    load_object_with(flow_entries, Switches::default())
+}
+
+/// The hooks whose RoCE packets feed the per-millisecond ring, as the kernel's bit set: the
+/// first ingress hook attached (XDP, AF_XDP, else tc ingress, which sees the same packets)
+/// and tc egress. 0 when the rhythm is off.
+pub fn ring_hooks(hooks: &[Hook], rhythm: bool) -> u8 {
+    if !rhythm {
+        return 0;
+    }
+    let ingress = [Hook::Xdp, Hook::AfXdp, Hook::TcIngress]
+        .into_iter()
+        .find(|h| hooks.contains(h));
+    let egress = hooks.contains(&Hook::TcEgress).then_some(Hook::TcEgress);
+    ingress
+        .into_iter()
+        .chain(egress)
+        .fold(0, |m, h| m | 1 << (h as u8))
 }
 
 pub use crate::sources::tally::Switches;
 
-/// Loads the object with the given switches (not pinned).
+/// Loads the object with the given switches (not pinned; the ring, when on, fed by every
+/// hook: tests run one hook at a time).
 pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
-    load_object_pinned(flow_entries, None, switches)
+    let ring = if switches.rhythm { 0x0F } else { 0 };
+    load_object_pinned(flow_entries, None, switches, ring)
 }
 
 /// Loads the object; with `pins`, the counting maps are opened from (or created at) their
@@ -133,6 +154,7 @@ fn load_object_pinned(
     flow_entries: u32,
     pins: Option<&IfacePins>,
     switches: Switches,
+    ring_hooks: u8,
 ) -> Result<Ebpf> {
     let mut l = EbpfLoader::new();
     l.map_max_entries(MAP_FLOWS, flow_entries);
@@ -142,6 +164,7 @@ fn load_object_pinned(
     );
     l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
     l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
+    l.override_global(agent_common::SWITCH_RING_HOOKS, &ring_hooks, true);
     let c = &switches.classes;
     let (roce_dscp, roce_priority, cnp_dscp) = (c.roce_dscp, c.roce_priority, c.cnp_dscp);
     l.override_global(agent_common::GLOBAL_ROCE_DSCP, &roce_dscp, true);
@@ -217,7 +240,12 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
         None
     };
     let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
-    let mut ebpf = load_object_pinned(o.flow_entries, pins.as_ref(), o.switches)?;
+    let mut ebpf = load_object_pinned(
+        o.flow_entries,
+        pins.as_ref(),
+        o.switches,
+        ring_hooks(o.hooks, o.switches.rhythm),
+    )?;
     load_programs(&mut ebpf, o.hooks)?;
     let mut capture = None;
     if o.hooks.contains(&Hook::AfXdp) {
@@ -507,6 +535,12 @@ impl Probe {
             flows = all.into_iter().collect();
         }
         Ok((flows, errors))
+    }
+
+    /// RoCE packets and bytes per millisecond, `from_ms..=to_ms` (see
+    /// [`crate::sources::maps::read_ring`]).
+    pub fn read_ring(&self, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {
+        crate::sources::maps::read_ring(&self.ebpf, from_ms, to_ms)
     }
 
     /// Mirror sessions / tunnel ids with what they carried (kernel and AF_XDP queues).

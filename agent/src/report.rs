@@ -39,6 +39,9 @@ pub struct Report {
     pub pause: lossless::Pause,
     /// The training job's step rhythm (null fields when there is none).
     pub training: crate::detect::rhythm::Rhythm,
+    /// The rhythm of each source host with the most bytes (several jobs on one link); empty
+    /// with one source.
+    pub training_sources: Vec<crate::training::SourceRhythm>,
     /// sFlow datagrams in the capture (UDP 6343); null when there are none.
     pub sflow: Option<crate::sflow::report::SflowReport>,
 }
@@ -275,11 +278,12 @@ pub fn build(a: &Analysis) -> Report {
             pcp: lossless::pcp(c),
             cnp_classes: lossless::cnp_classes(c),
             lossy: lossless::lossy(c, &a.options().classes),
-            messages: a.training.messages(),
+            messages: crate::training::messages(c),
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
         training: a.training.rhythm(),
+        training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
                 &a.sflow,

@@ -5,15 +5,18 @@ use crate::api::{self, ApiView};
 use crate::config::Config;
 use crate::detect::ecmp;
 use crate::detect::elephant::{link_speed_mbps, Transition};
+use crate::detect::steps::StepTracker;
 use crate::error::UsageError;
 use crate::flows::FlowTable;
 use crate::http::{self, Shared};
 use crate::loader::{self, Probe};
 use crate::metrics::Metrics;
+use crate::metrics::RhythmSource;
 use crate::report::human_bytes;
 use crate::sources::rdma::RdmaView;
 use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
+use rustc_hash::FxHashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -126,6 +129,10 @@ pub async fn run(
     let mut rdma = RdmaView::default();
     let mut tick = tokio::time::interval(config.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The kernel rings hold 4 s: read them every second whatever the poll interval.
+    let mut ring_tick = tokio::time::interval(RING_READ_EVERY);
+    ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rhythm = LiveRhythm::default();
     let mut last_poll = Instant::now();
     let mut last_summary = Instant::now();
     tokio::pin!(shutdown);
@@ -163,13 +170,18 @@ pub async fn run(
             } => {
                 reconcile(&mut probes, &mut mtus, &config, &shared);
             }
+            _ = ring_tick.tick(), if config.switches.rhythm => {
+                if let Ok(m) = shared.metrics.lock() {
+                    drain_rings(&probes, &mut rhythm.ifaces, &m);
+                }
+            }
             _ = tick.tick() => {
                 reconcile(&mut probes, &mut mtus, &config, &shared);
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
                 rdma.refresh(&config.rdma);
-                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref());
+                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref(), &mut rhythm);
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
@@ -368,7 +380,7 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
         kept.push("program_stats");
     }
     if new.switches != config.switches {
-        kept.push("psn_tracking/session_counters");
+        kept.push("psn_tracking/session_counters/rhythm");
     }
     if !kept.is_empty() {
         log::warn!(
@@ -404,6 +416,7 @@ fn poll(
     enter_bps: &[f64],
     rdma: &RdmaView,
     sflow: Option<&crate::sflow::receiver::Receiver>,
+    rhythm: &mut LiveRhythm,
 ) {
     let started = Instant::now();
     table.begin_poll();
@@ -413,6 +426,19 @@ fn poll(
         log::error!("metrics lock poisoned; skipping poll");
         return;
     };
+    let rhythm_due = rhythm.due();
+    if config.switches.rhythm {
+        drain_rings(probes, &mut rhythm.ifaces, &m);
+        if rhythm_due {
+            detect_rhythms(
+                rhythm
+                    .ifaces
+                    .iter_mut()
+                    .map(|(i, t)| (RhythmSource::Iface(i), t)),
+                &m,
+            );
+        }
+    }
     for (i, p) in probes.iter_mut().enumerate() {
         // An interface that is gone has no probe: nothing to read until it is back.
         let Some(p) = p else {
@@ -517,7 +543,27 @@ fn poll(
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
     if let Some(r) = sflow {
-        if let (Ok(c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
+        if let (Ok(mut c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
+            if rhythm_due {
+                let ports: Vec<(String, String, &mut StepTracker)> = c
+                    .rhythms
+                    .iter_mut()
+                    .map(|((a, i), t)| (a.to_string(), i.to_string(), t))
+                    .collect();
+                let mut ports = ports;
+                detect_rhythms(
+                    ports.iter_mut().map(|(a, i, t)| {
+                        (
+                            RhythmSource::SflowPort {
+                                agent: a,
+                                ifindex: i,
+                            },
+                            &mut **t,
+                        )
+                    }),
+                    &m,
+                );
+            }
             let groups = &config.sflow_groups;
             if !groups.is_empty() {
                 f.tick(&c, groups, &config.elephant, config.rate_window_s, dt);
@@ -585,4 +631,83 @@ fn summary_line(probes: &[Option<Probe>], table: &FlowTable) -> String {
         table.len(),
         top
     )
+}
+
+/// How often the kernel rings are read (they hold 4.096 s).
+const RING_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often the rhythm is looked for (a few ms of autocorrelation per source).
+const RHYTHM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The live sources' rhythms: per interface (its kernel ring), and when it was last looked for.
+#[derive(Default)]
+struct LiveRhythm {
+    ifaces: FxHashMap<String, StepTracker>,
+    detected_at: Option<Instant>,
+}
+
+impl LiveRhythm {
+    /// Whether the rhythm is to be looked for now (and from now on, not before RHYTHM_EVERY).
+    fn due(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .detected_at
+            .is_some_and(|t| now.duration_since(t) < RHYTHM_EVERY)
+        {
+            return false;
+        }
+        self.detected_at = Some(now);
+        true
+    }
+}
+
+/// Reads every probe's ring since its last read into its step tracker (the ring holds 4.096 s;
+/// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
+/// in progress may still be counted on another CPU.
+fn drain_rings(probes: &[Option<Probe>], steps: &mut FxHashMap<String, StepTracker>, m: &Metrics) {
+    let to = crate::sources::maps::monotonic_ms().saturating_sub(2);
+    let depth = u64::from(agent_common::ring::RING_SLOTS) - 1;
+    for p in probes.iter().flatten() {
+        let t = steps.entry(p.iface.clone()).or_default();
+        let earliest = to.saturating_sub(depth);
+        let from = match t.next_ms {
+            Some(n) if n < earliest => {
+                t.lost_ms += earliest - n;
+                earliest
+            }
+            Some(n) => n,
+            None => earliest,
+        };
+        if from > to {
+            continue;
+        }
+        match p.read_ring(from, to) {
+            Ok(v) => t.push(from, v.into_iter().map(|(_, bytes)| bytes)),
+            Err(e) => {
+                log::warn!(
+                    "read {} on {}: {e:#}",
+                    agent_common::ring::MAP_RING,
+                    p.iface
+                );
+                m.map_read_error(&p.iface, agent_common::ring::MAP_RING, 1);
+            }
+        }
+    }
+}
+
+/// Finds the rhythm of every tracked source, logs its new slow steps and sets its series.
+fn detect_rhythms<'a>(
+    steps: impl Iterator<Item = (crate::metrics::RhythmSource<'a>, &'a mut StepTracker)>,
+    m: &Metrics,
+) {
+    for (src, t) in steps {
+        for s in t.detect() {
+            let period = t.rhythm.period_seconds.unwrap_or(0.0);
+            log::warn!(
+                "slow training step on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
+                s.seconds,
+                s.bytes
+            );
+        }
+        m.set_training(src, t);
+    }
 }

@@ -4,8 +4,8 @@
 //! ONLY).
 
 use crate::detect::rhythm::{self, Rhythm, Series};
-use agent_common::opcode::{class, ext_layout, OpClass};
-use agent_common::{FlowKey, Hook, RoceInfo};
+use agent_common::message::{bucket_le, MsgOp, MSG_BUCKETS, MSG_BUCKET_SLOTS};
+use agent_common::{HookCounters, RocePacket};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -13,125 +13,110 @@ use serde::Serialize;
 const SERIES_BUCKETS: usize = 600_000;
 /// The rhythm is looked for in the last minute of it (autocorrelation cost).
 const RHYTHM_WINDOW: usize = 60_000;
-/// SEND messages in flight per flow, at most (a flow table of its own, bounded).
-const MAX_PARTIAL: usize = 65_536;
+/// Source hosts whose own rhythm is followed (the first seen; a minute each, 480 KB), and how
+/// many of them (by bytes) the report shows.
+const MAX_SOURCES: usize = 64;
+const REPORTED_SOURCES: usize = 8;
 
-/// Messages of one operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Messages {
-    pub messages: u64,
-    pub bytes: u64,
-}
-
-/// The training view of a capture.
+/// The training view of a capture: the series of all RoCE, and one per source host (two jobs
+/// interleaved on one link each keep their own rhythm).
 #[derive(Clone, Debug)]
 pub struct Training {
     pub series: Series,
-    pub write: Messages,
-    pub read: Messages,
-    pub send: Messages,
-    partial: FxHashMap<FlowKey, u64>,
+    sources: FxHashMap<(u8, [u8; 16]), (Series, u64)>,
 }
 
 impl Default for Training {
     fn default() -> Self {
         Training {
             series: Series::new(SERIES_BUCKETS),
-            write: Messages::default(),
-            read: Messages::default(),
-            send: Messages::default(),
-            partial: FxHashMap::default(),
+            sources: FxHashMap::default(),
         }
     }
 }
 
-/// The payload bytes of a packet: the datagram less UDP, BTH, extension headers, pad, ICRC.
-fn payload(info: &RoceInfo) -> u64 {
-    let ext = u64::from(ext_layout(info.bth.opcode).len);
-    u64::from(info.udp_len)
-        .saturating_sub(8 + 12 + 4)
-        .saturating_sub(ext)
-        .saturating_sub(u64::from(info.bth.pad_count))
+/// The rhythm of one source host.
+#[derive(Clone, Debug, Serialize)]
+pub struct SourceRhythm {
+    pub src: String,
+    pub bytes: u64,
+    #[serde(flatten)]
+    pub rhythm: Rhythm,
+}
+
+/// The rhythm of the last minute of a series.
+fn tail_rhythm(s: &Series) -> Rhythm {
+    let b = &s.buckets;
+    let from = b.len().saturating_sub(RHYTHM_WINDOW);
+    let tail = Series {
+        start_ns: s.start_ns + from as u64 * rhythm::BUCKET_NS,
+        buckets: b[from..].to_vec(),
+        ..Series::default()
+    };
+    rhythm::detect(&tail)
 }
 
 impl Training {
     /// Adds one RoCE packet of `len` wire bytes at `ts_ns`.
-    pub fn record(&mut self, info: &RoceInfo, len: u64, ts_ns: u64) {
+    pub fn record<P: RocePacket>(&mut self, p: &P, len: u64, ts_ns: u64) {
         self.series.add(ts_ns, len);
-        let op = info.bth.opcode;
-        match class(op) {
-            OpClass::Write | OpClass::ReadRequest => {
-                if let Some(dma) = info.reth_dma_len {
-                    let m = if class(op) == OpClass::Write {
-                        &mut self.write
-                    } else {
-                        &mut self.read
-                    };
-                    m.messages += 1;
-                    m.bytes = m.bytes.saturating_add(u64::from(dma));
-                }
-            }
-            OpClass::Send => {
-                let key = info.flow_key(Hook::Xdp);
-                let p = payload(info);
-                match op & 0x1F {
-                    // FIRST
-                    0x00 => {
-                        if self.partial.len() < MAX_PARTIAL || self.partial.contains_key(&key) {
-                            self.partial.insert(key, p);
-                        }
-                    }
-                    // MIDDLE
-                    0x01 => {
-                        if let Some(v) = self.partial.get_mut(&key) {
-                            *v = v.saturating_add(p);
-                        }
-                    }
-                    // LAST, LAST with immediate, LAST with invalidate
-                    0x02 | 0x03 | 0x16 => {
-                        if let Some(v) = self.partial.remove(&key) {
-                            self.send.messages += 1;
-                            self.send.bytes = self.send.bytes.saturating_add(v.saturating_add(p));
-                        }
-                    }
-                    // ONLY (with immediate, with invalidate); UD's SEND ONLY
-                    _ => {
-                        self.send.messages += 1;
-                        self.send.bytes = self.send.bytes.saturating_add(p);
-                    }
-                }
-            }
-            _ => {}
+        let k = p.flow_key(agent_common::Hook::Xdp);
+        let key = (k.ip_version, k.src);
+        if self.sources.len() < MAX_SOURCES || self.sources.contains_key(&key) {
+            let (s, bytes) = self
+                .sources
+                .entry(key)
+                .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0));
+            s.add(ts_ns, len);
+            *bytes += len;
         }
     }
 
     /// The rhythm over the last minute of the series.
     pub fn rhythm(&self) -> Rhythm {
-        let b = &self.series.buckets;
-        let from = b.len().saturating_sub(RHYTHM_WINDOW);
-        let tail = Series {
-            start_ns: self.series.start_ns + from as u64 * rhythm::BUCKET_NS,
-            buckets: b[from..].to_vec(),
-            ..Series::default()
-        };
-        rhythm::detect(&tail)
+        tail_rhythm(&self.series)
     }
 
-    /// The messages as reported: `[{op, messages, bytes}]`.
-    pub fn messages(&self) -> Vec<MessageReport> {
-        [
-            ("rdma_write", self.write),
-            ("rdma_read", self.read),
-            ("send", self.send),
-        ]
+    /// The rhythms of the source hosts with the most bytes (only when there are several: one
+    /// source's rhythm is the capture's).
+    pub fn sources(&self) -> Vec<SourceRhythm> {
+        if self.sources.len() < 2 {
+            return Vec::new();
+        }
+        let mut v: Vec<_> = self.sources.iter().collect();
+        v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+        v.into_iter()
+            .take(REPORTED_SOURCES)
+            .map(|((ipv, src), (s, bytes))| SourceRhythm {
+                src: crate::flows::addr(*ipv, src).to_string(),
+                bytes: *bytes,
+                rhythm: tail_rhythm(s),
+            })
+            .collect()
+    }
+}
+
+/// The messages of a counter block as reported: `[{op, messages, bytes, buckets}]`.
+pub fn messages(c: &HookCounters) -> Vec<MessageReport> {
+    MsgOp::ALL
         .into_iter()
-        .map(|(op, m)| MessageReport {
-            op,
-            messages: m.messages,
-            bytes: m.bytes,
+        .map(|op| {
+            let i = op as usize;
+            let at = i * MSG_BUCKET_SLOTS;
+            MessageReport {
+                op: op.name(),
+                messages: c.messages[i],
+                bytes: c.message_bytes[i],
+                buckets: (0..MSG_BUCKETS)
+                    .filter(|b| c.message_buckets[at + b] > 0)
+                    .map(|b| MessageBucket {
+                        le: bucket_le(b),
+                        messages: c.message_buckets[at + b],
+                    })
+                    .collect(),
+            }
         })
         .collect()
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,6 +124,15 @@ pub struct MessageReport {
     pub op: &'static str,
     pub messages: u64,
     pub bytes: u64,
+    /// Messages per size bucket (not cumulative; `le` null is above 1 GiB); empty buckets left
+    /// out.
+    pub buckets: Vec<MessageBucket>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MessageBucket {
+    pub le: Option<u64>,
+    pub messages: u64,
 }
 
 /// The table's lines: the rhythm (or that there is none) and the message sizes.

@@ -6,3 +6,4 @@ pub mod ecmp;
 pub mod elephant;
 pub mod hash;
 pub mod rhythm;
+pub mod steps;

@@ -12,9 +12,13 @@ use prometheus::{
 };
 use std::collections::HashMap;
 
+mod histogram;
 mod lossless;
 mod observe;
 mod sflow;
+mod training;
+
+pub use training::RhythmSource;
 
 /// ECN codepoint label values, indexed by the two ECN bits.
 pub const ECN_LABELS: [&str; 4] = ["not_ect", "ect1", "ect0", "ce"];
@@ -114,6 +118,12 @@ pub struct Metrics {
     sflow_uplink_elephants: IntGaugeVec,
     sflow_uplink_colliding: IntGaugeVec,
     sflow_colliding_uplinks: IntGaugeVec,
+    training_period: GaugeVec,
+    training_duty: GaugeVec,
+    training_step_bytes: GaugeVec,
+    training_slow_steps: IntCounterVec,
+    training_lost: prometheus::CounterVec,
+    pub message_bytes: histogram::CountedHistogram,
     /// Link speed per interface, bits per second (pause quanta to seconds); absent: unknown.
     link_speed_bps: HashMap<String, u64>,
     /// Last kernel totals per (iface, hook): counters advance by the difference.
@@ -214,7 +224,27 @@ impl Metrics {
             Box::new(poll_duration.clone()),
             &["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}")),
         )?;
+        let message_bytes = histogram::CountedHistogram::new(
+            "rocemon_rdma_message_bytes",
+            "RDMA message sizes by operation: rdma_write and rdma_read (the RETH's DMA length of each request), send (the payload of FIRST..LAST or ONLY).",
+            &with("op"),
+            (0..agent_common::message::MSG_BUCKETS - 1)
+                .filter_map(|i| agent_common::message::bucket_le(i).map(|b| b as f64))
+                .collect(),
+        )?;
+        let h = "rocemon_rdma_message_bytes";
+        r.add(
+            Box::new(message_bytes.clone()),
+            &["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}")),
+        )?;
+        const RHYTHM: &[&str] = &["iface", "agent", "ifindex"];
         Ok(Metrics {
+            training_period: gauge(&r, "rocemon_training_step_period_seconds", "Period of the training job's steps (communication bursts) in RoCE traffic, by interface or sFlow switch port (agent, ifindex); absent when the traffic has no rhythm.", RHYTHM)?,
+            training_duty: gauge(&r, "rocemon_training_comm_duty_ratio", "Share of each step with RoCE traffic (communication), mean over the last minute's steps.", RHYTHM)?,
+            training_step_bytes: gauge(&r, "rocemon_training_step_bytes", "RoCE bytes per step, mean over the recent steps (sFlow ports: sampled bytes, not scaled).", RHYTHM)?,
+            training_slow_steps: counter(&r, "rocemon_training_slow_steps_total", "Steps that ran more than 1.5 times the median of the recent steps.", RHYTHM)?,
+            training_lost: float_counter(&r, "rocemon_training_series_lost_seconds_total", "Time of the per-millisecond RoCE series the agent read too late (the kernel ring holds 4.096 s): the rhythm has gaps there.", &["iface"])?,
+            message_bytes,
             packets: counter(&r, "rocemon_packets_total", "RoCEv2 packets by BTH opcode.", &with("opcode"))?,
             bytes: counter(&r, "rocemon_bytes_total", "RoCEv2 wire bytes by BTH opcode.", &with("opcode"))?,
             ecn: counter(&r, "rocemon_ecn_packets_total", "RoCEv2 packets by IP ECN codepoint (not_ect, ect0, ect1, ce).", &with("codepoint"))?,

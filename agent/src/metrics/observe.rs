@@ -196,6 +196,7 @@ impl Metrics {
         let before = *prev;
         *prev = *cur;
         self.observe_lossless(iface, hook, cur, &before);
+        self.observe_messages(iface, hook, cur, &before);
     }
 
     pub fn map_read_error(&self, iface: &str, map: &str, n: u64) {

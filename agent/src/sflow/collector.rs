@@ -4,6 +4,7 @@
 //! goes through `agent-common`'s parser, cut at 128 bytes as switches send it.
 
 use super::decode::{self, IfCounters, Malformed, Port, Sample};
+use crate::detect::steps::StepTracker;
 use agent_common::{parse_frame, FlowKey, Hook, LinkType, Parsed, RocePacket, SliceReader};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -125,7 +126,14 @@ pub struct Collector {
     pub flows_dropped: u64,
     /// Estimated bytes of each flow on each port (the fabric view's rates).
     pub port_flows: FxHashMap<(PortKey, FlowKey), u64>,
+    /// The training rhythm per switch port (agent, ifIndex), from the RoCE samples' estimated
+    /// bytes at the agent's uptime clock; at most [`MAX_RHYTHM_PORTS`] ports.
+    pub rhythms: BTreeMap<(IpAddr, u32), StepTracker>,
+    pub rhythm_ports_dropped: u64,
 }
+
+/// Switch ports whose rhythm is followed (480 KB each: the last minute in 1 ms buckets).
+pub const MAX_RHYTHM_PORTS: usize = 64;
 
 impl Collector {
     /// Adds one datagram's payload (what arrived on UDP 6343).
@@ -154,7 +162,7 @@ impl Collector {
         a.last_sequence = Some(h.sequence);
         for s in &d.samples {
             match s {
-                Sample::Flow(f) => self.flow_sample(h.agent, f),
+                Sample::Flow(f) => self.flow_sample(h.agent, f, h.uptime_ms),
                 Sample::Counters(c) => {
                     self.counter_samples += 1;
                     if let Some(g) = c.generic {
@@ -181,7 +189,7 @@ impl Collector {
         Some(self.ports.entry(key).or_default())
     }
 
-    fn flow_sample(&mut self, agent: IpAddr, f: &decode::FlowSample<'_>) {
+    fn flow_sample(&mut self, agent: IpAddr, f: &decode::FlowSample<'_>, uptime_ms: u32) {
         self.flow_samples += 1;
         let Some(h) = f.header.filter(|h| h.protocol == 1) else {
             self.other_headers += 1;
@@ -229,6 +237,17 @@ impl Collector {
         let Some(i) = roce else {
             return;
         };
+        for port in &ports_of_sample {
+            let k = (port.agent, port.if_index);
+            if !self.rhythms.contains_key(&k) && self.rhythms.len() >= MAX_RHYTHM_PORTS {
+                self.rhythm_ports_dropped += 1;
+                continue;
+            }
+            self.rhythms.entry(k).or_default().add_restarting(
+                u64::from(uptime_ms) * 1_000_000,
+                bytes.saturating_mul(weight),
+            );
+        }
         let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);

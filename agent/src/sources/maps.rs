@@ -1,6 +1,7 @@
 //! The kernel maps as a source: the counter blocks, the mirror sessions and the flows of a
 //! loaded object, merged over CPUs (read at every poll; the loader owns the object).
 
+use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
     MAP_SESSIONS,
@@ -86,4 +87,38 @@ pub fn read_flows_by_key(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)
         }
     }
     Ok((out, errors))
+}
+
+/// The kernel's monotonic clock in milliseconds (`bpf_ktime_get_ns` reads the same clock).
+pub fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// RoCE packets and bytes per millisecond from `from_ms` to `to_ms` (inclusive) out of the
+/// ring ([`agent_common::ring`]), summed over CPUs; a slot of another lap held nothing then.
+/// At most [`RING_SLOTS`] milliseconds back from `to_ms` can be had: `from_ms` is raised to
+/// that (the caller counts what it lost).
+pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {
+    let map = ebpf.map(MAP_RING).context("RING map missing")?;
+    let arr: PerCpuArray<_, RingSlot> = PerCpuArray::try_from(map)?;
+    let from = from_ms.max(to_ms.saturating_sub(u64::from(RING_SLOTS) - 1));
+    let mut out = Vec::with_capacity(to_ms.saturating_sub(from) as usize + 1);
+    for ms in from..=to_ms {
+        let values = arr.get(&slot_of(ms), 0).context("read RING")?;
+        let (mut p, mut b) = (0, 0);
+        for v in values.iter() {
+            if let Some((vp, vb)) = v.at(ms) {
+                p += vp;
+                b += vb;
+            }
+        }
+        out.push((p, b));
+    }
+    Ok(out)
 }

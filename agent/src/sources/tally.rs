@@ -20,6 +20,9 @@ pub struct Switches {
     pub session_counters: bool,
     /// The classes RoCE and CNPs are expected in.
     pub classes: TrafficClasses,
+    /// Kernel only: RoCE bytes per millisecond in the ring the training rhythm is found in
+    /// ([`agent_common::ring`]).
+    pub rhythm: bool,
 }
 
 impl Default for Switches {
@@ -28,6 +31,7 @@ impl Default for Switches {
             psn_tracking: true,
             session_counters: true,
             classes: TrafficClasses::DEFAULT,
+            rhythm: true,
         }
     }
 }
@@ -84,7 +88,7 @@ impl Tally {
         let key = info.flow_key(self.hook);
         if let Some(s) = self.flows.get_mut(&key) {
             let ev = s.record_with(info, frame_len, now_ns, track_psn);
-            self.counters.record_psn(&ev);
+            self.counters.record_flow(&ev);
             return;
         }
         if self.flows.len() >= self.flow_limit {
@@ -94,7 +98,7 @@ impl Tally {
         let mut s = FlowStats::default();
         let ev = s.record_with(info, frame_len, now_ns, track_psn);
         self.flows.insert(key, s);
-        self.counters.record_psn(&ev);
+        self.counters.record_flow(&ev);
         self.counters.flows_created += 1;
     }
 }

@@ -1,0 +1,154 @@
+//! The training rhythm of a live source (an interface's kernel ring, or a switch port's sFlow
+//! samples): the last minute of its RoCE bytes per millisecond, the rhythm found in it
+//! ([`crate::detect::rhythm`]), and the slow steps, each counted and logged once.
+
+use crate::detect::rhythm::{self, Rhythm, Series, BUCKET_NS};
+
+/// The series kept: the last minute (what the coarse search looks at), 480 KB.
+const WINDOW_BUCKETS: usize = 60_000;
+/// Recent steps the step-bytes figure is the mean of.
+const RECENT_STEPS: usize = 16;
+
+/// One source's rhythm.
+#[derive(Clone, Debug)]
+pub struct StepTracker {
+    series: Series,
+    /// The next millisecond to read (None before the first read).
+    pub next_ms: Option<u64>,
+    /// The rhythm of the last detection.
+    pub rhythm: Rhythm,
+    /// Slow steps counted so far, and the start of the last step looked at.
+    pub slow_steps: u64,
+    counted_until_ns: u64,
+    /// Milliseconds the source could no longer give when read (the ring had moved on).
+    pub lost_ms: u64,
+    /// The last time added ([`Self::add_restarting`]).
+    last_ns: u64,
+}
+
+impl Default for StepTracker {
+    fn default() -> Self {
+        StepTracker {
+            series: Series::new(WINDOW_BUCKETS),
+            next_ms: None,
+            rhythm: Rhythm::default(),
+            slow_steps: 0,
+            counted_until_ns: 0,
+            lost_ms: 0,
+            last_ns: 0,
+        }
+    }
+}
+
+/// What the exporters show of a rhythm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepSummary {
+    pub period_seconds: f64,
+    pub duty_ratio: f64,
+    /// Mean bytes of the recent steps.
+    pub step_bytes: f64,
+}
+
+impl StepTracker {
+    /// Adds bytes per millisecond from `first_ms` on (one value per millisecond).
+    pub fn push(&mut self, first_ms: u64, bytes: impl IntoIterator<Item = u64>) {
+        let mut ms = first_ms;
+        for b in bytes {
+            self.series.add(ms * BUCKET_NS, b);
+            ms += 1;
+        }
+        self.next_ms = Some(ms);
+    }
+
+    /// Adds `bytes` at `ts_ns` of a clock that may restart (an sFlow agent's uptime: the
+    /// switch rebooted): a time more than the window before the last one starts the series
+    /// over. The series fills the gaps between samples with zeros.
+    pub fn add_restarting(&mut self, ts_ns: u64, bytes: u64) {
+        let window = WINDOW_BUCKETS as u64 * BUCKET_NS;
+        if ts_ns.saturating_add(window) < self.last_ns {
+            self.series = Series::new(WINDOW_BUCKETS);
+            self.counted_until_ns = 0;
+        }
+        self.last_ns = ts_ns;
+        self.series.add(ts_ns, bytes);
+    }
+
+    /// Looks for the rhythm in the series; returns the slow steps not seen before.
+    pub fn detect(&mut self) -> Vec<rhythm::Step> {
+        self.rhythm = rhythm::detect(&self.series);
+        let mut new = Vec::new();
+        for s in &self.rhythm.steps {
+            if s.start_ns > self.counted_until_ns {
+                if s.slow {
+                    new.push(s.clone());
+                }
+                self.counted_until_ns = s.start_ns;
+            }
+        }
+        self.slow_steps += new.len() as u64;
+        new
+    }
+
+    /// The rhythm's figures, when there is one.
+    pub fn summary(&self) -> Option<StepSummary> {
+        let r = &self.rhythm;
+        let (period_seconds, duty_ratio) = (r.period_seconds?, r.duty_ratio?);
+        let recent = &r.steps[r.steps.len().saturating_sub(RECENT_STEPS)..];
+        let step_bytes = if recent.is_empty() {
+            0.0
+        } else {
+            recent.iter().map(|s| s.bytes as f64).sum::<f64>() / recent.len() as f64
+        };
+        Some(StepSummary {
+            period_seconds,
+            duty_ratio,
+            step_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bursts of `burst` ms every `period` ms for `steps` steps, one step `slow_at` ran `slow`
+    /// times as long.
+    fn rhythm_ms(period: u64, burst: u64, steps: u64, slow_at: Option<u64>) -> Vec<u64> {
+        let mut out = Vec::new();
+        for s in 0..steps {
+            let len = if Some(s) == slow_at {
+                period * 2
+            } else {
+                period
+            };
+            for i in 0..len {
+                out.push(if i < burst { 1_000_000 } else { 0 });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn finds_the_period_and_counts_a_slow_step_once() {
+        let mut t = StepTracker::default();
+        t.push(1_000, rhythm_ms(100, 20, 30, Some(20)));
+        let slow = t.detect();
+        assert_eq!(slow.len(), 1, "{:?}", t.rhythm);
+        let s = t.summary().expect("a rhythm");
+        assert!((s.period_seconds - 0.1).abs() < 0.005, "{s:?}");
+        assert!((s.duty_ratio - 0.2).abs() < 0.03, "{s:?}");
+        assert!((s.step_bytes - 20e6).abs() < 1e6, "{s:?}");
+        // Read again with nothing new: the same slow step is not counted twice.
+        assert!(t.detect().is_empty());
+        assert_eq!(t.slow_steps, 1);
+        assert_eq!(t.next_ms, Some(1_000 + 31 * 100));
+    }
+
+    #[test]
+    fn steady_traffic_has_no_summary() {
+        let mut t = StepTracker::default();
+        t.push(0, std::iter::repeat_n(5_000, 5_000));
+        assert!(t.detect().is_empty());
+        assert_eq!(t.summary(), None);
+    }
+}
