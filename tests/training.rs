@@ -95,73 +95,6 @@ fn steady_traffic_reports_no_rhythm() {
     assert_eq!(t["steps"].as_array().unwrap().len(), 0);
 }
 
-/// WRITE and READ messages by their RETH DMA length, SEND messages by their packets'
-/// payloads, each against tshark's decode.
-#[test]
-fn message_sizes_equal_tshark() {
-    require_tshark();
-    let dir = TempDir::new("rocemon-training-msg").unwrap();
-    let p = training::capture("messages", Job { steps: 5, ..BASE })
-        .write(dir.path())
-        .unwrap();
-    let out = Command::new("tshark")
-        .args(["-n", "-r"])
-        .arg(&p)
-        .args([
-            "-T",
-            "fields",
-            "-E",
-            "separator=/t",
-            "-e",
-            "infiniband.bth.opcode",
-            "-e",
-            "infiniband.reth.dmalen",
-            "-e",
-            "data.len",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let (mut write, mut read, mut send) = ((0u64, 0u64), (0u64, 0u64), (0u64, 0u64));
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let c: Vec<&str> = line.split('\t').collect();
-        // tshark prints the opcode in decimal
-        let op: u8 = c[0].parse().unwrap();
-        let n = |s: &str| s.parse::<u64>().unwrap_or(0);
-        match op {
-            0x06 | 0x0A | 0x0B => {
-                write.0 += 1;
-                write.1 += n(c[1]);
-            }
-            0x0C => {
-                read.0 += 1;
-                read.1 += n(c[1]);
-            }
-            0x00..=0x05 => {
-                // data.len is the payload (tshark shows the ICRC apart)
-                send.1 += n(c[2]);
-                if matches!(op, 0x02..=0x05) {
-                    send.0 += 1;
-                }
-            }
-            _ => {}
-        }
-    }
-    let j = analyze(&p);
-    let m = j["roce"]["messages"].as_array().unwrap();
-    let get = |op: &str| {
-        let x = m.iter().find(|x| x["op"] == op).unwrap();
-        (
-            x["messages"].as_u64().unwrap(),
-            x["bytes"].as_u64().unwrap(),
-        )
-    };
-    assert!(write.0 > 0 && read.0 > 0 && send.0 > 0);
-    assert_eq!(get("rdma_write"), write, "WRITE vs tshark");
-    assert_eq!(get("rdma_read"), read, "READ vs tshark");
-    assert_eq!(get("send"), send, "SEND vs tshark");
-}
-
 #[test]
 fn the_table_shows_the_rhythm_and_the_sizes() {
     let dir = TempDir::new("rocemon-training-table").unwrap();
@@ -174,4 +107,101 @@ fn the_table_shows_the_rhythm_and_the_sizes() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("Training    period 100."), "{s}");
     assert!(s.contains("Messages    rdma_write "), "{s}");
+}
+
+/// Two jobs from different hosts share the link: each source host keeps its own period, and
+/// the link as a whole claims no false one (none, or one of the two).
+#[test]
+fn two_interleaved_jobs_keep_their_own_periods() {
+    let dir = TempDir::new("rocemon-training-two").unwrap();
+    let one = Job { steps: 120, ..BASE };
+    let two = Job {
+        period_ms: 170,
+        comm_ms: 30,
+        steps: 70,
+        ..BASE
+    };
+    let p = training::interleaved("two", one, two)
+        .write(dir.path())
+        .unwrap();
+    let j = analyze(&p);
+    let sources = j["training_sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 2, "{j}");
+    let of = |src: &str| {
+        let s = sources
+            .iter()
+            .find(|s| s["src"] == src)
+            .unwrap_or_else(|| panic!("{src} in {sources:?}"));
+        period(s)
+    };
+    assert!(
+        (of("10.78.0.1") - 0.100).abs() < 0.003,
+        "{}",
+        of("10.78.0.1")
+    );
+    assert!(
+        (of("10.78.0.3") - 0.170).abs() < 0.005,
+        "{}",
+        of("10.78.0.3")
+    );
+    if let Some(p) = j["training"]["period_seconds"].as_f64() {
+        assert!(
+            (p - 0.100).abs() < 0.003 || (p - 0.170).abs() < 0.005,
+            "the link's period {p} is neither job's"
+        );
+    }
+}
+
+/// One job alone: no per-source list (the link's rhythm is the job's).
+#[test]
+fn one_job_lists_no_sources() {
+    let dir = TempDir::new("rocemon-training-one").unwrap();
+    let p = training::capture("one", BASE).write(dir.path()).unwrap();
+    assert_eq!(analyze(&p)["training_sources"], serde_json::json!([]));
+}
+
+/// The message counts and bytes, the histogram buckets (powers of four from 1 KiB) and each
+/// flow's messages, against the messages rebuilt from tshark's fields.
+#[test]
+fn messages_histogram_and_per_flow_messages_equal_tshark() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-training-msg").unwrap();
+    let p = training::capture("messages", Job { steps: 5, ..BASE })
+        .write(dir.path())
+        .unwrap();
+    let want = training::tshark_messages(&p).unwrap();
+    assert!(want.histogram.len() >= 3, "{want:?}");
+    let j = analyze(&p);
+    let mut got = training::TsharkMessages::default();
+    for m in j["roce"]["messages"].as_array().unwrap() {
+        let op = m["op"].as_str().unwrap().to_string();
+        assert_eq!(
+            (
+                m["messages"].as_u64().unwrap(),
+                m["bytes"].as_u64().unwrap()
+            ),
+            want.total(&op),
+            "{op} vs tshark"
+        );
+        for b in m["buckets"].as_array().unwrap() {
+            got.histogram.insert(
+                (op.clone(), b["le"].as_u64().unwrap()),
+                b["messages"].as_u64().unwrap(),
+            );
+        }
+    }
+    for f in j["flows"].as_array().unwrap() {
+        let qp = f["dest_qp"].as_u64().unwrap();
+        for (op, m) in f["messages"].as_object().unwrap() {
+            let v = (
+                m["messages"].as_u64().unwrap(),
+                m["bytes"].as_u64().unwrap(),
+            );
+            if v.0 > 0 {
+                got.flows.insert((qp, op.clone()), v);
+            }
+        }
+    }
+    assert_eq!(got.histogram, want.histogram, "histogram vs tshark");
+    assert_eq!(got.flows, want.flows, "per-flow messages vs tshark");
 }

@@ -244,6 +244,9 @@ impl Analysis {
             }
         }
         self.short_capture_elephants();
+        for t in self.sflow.rhythms.values_mut() {
+            t.detect();
+        }
         self.flows.settle();
         let mut views = self.flows.views();
         for v in views.iter_mut() {

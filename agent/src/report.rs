@@ -142,6 +142,15 @@ pub struct Flow {
     pub rnr_naks: u64,
     /// Packets by operation class.
     pub ops: BTreeMap<&'static str, u64>,
+    /// RDMA messages by operation (rdma_write, rdma_read, send): count and bytes.
+    pub messages: BTreeMap<&'static str, FlowMessages>,
+}
+
+/// A flow's RDMA messages of one operation.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct FlowMessages {
+    pub messages: u64,
+    pub bytes: u64,
 }
 
 /// NAK counts by name.
@@ -187,6 +196,17 @@ impl Flow {
             ops: OpClass::ALL
                 .iter()
                 .map(|c| (c.name(), e.stats.class_packets[*c as usize]))
+                .collect(),
+            messages: agent_common::message::MsgOp::ALL
+                .iter()
+                .map(|o| {
+                    let i = *o as usize;
+                    let m = FlowMessages {
+                        messages: e.stats.messages[i],
+                        bytes: e.stats.message_bytes[i],
+                    };
+                    (o.name(), m)
+                })
                 .collect(),
         }
     }

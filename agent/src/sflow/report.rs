@@ -31,6 +31,20 @@ pub struct SflowReport {
     pub flows_dropped: u64,
     /// ECMP at the switches (with `[[sflow.groups]]` configured).
     pub fabric: Option<super::fabric::FabricReport>,
+    /// The training rhythm per switch port (as last detected; ports with RoCE samples, at
+    /// most [`super::collector::MAX_RHYTHM_PORTS`]).
+    pub rhythms: Vec<PortRhythm>,
+    pub rhythm_ports_dropped: u64,
+}
+
+/// A switch port's rhythm: estimated RoCE bytes at the agent's uptime clock.
+#[derive(Clone, Debug, Serialize)]
+pub struct PortRhythm {
+    pub agent: String,
+    pub ifindex: u32,
+    pub period_seconds: Option<f64>,
+    pub duty_ratio: Option<f64>,
+    pub slow_steps: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -173,5 +187,17 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             .collect(),
         flows_dropped: c.flows_dropped,
         fabric: fabric.map(|f| f.report()),
+        rhythms: c
+            .rhythms
+            .iter()
+            .map(|((agent, ifindex), t)| PortRhythm {
+                agent: agent.to_string(),
+                ifindex: *ifindex,
+                period_seconds: t.rhythm.period_seconds,
+                duty_ratio: t.rhythm.duty_ratio,
+                slow_steps: t.slow_steps,
+            })
+            .collect(),
+        rhythm_ports_dropped: c.rhythm_ports_dropped,
     }
 }

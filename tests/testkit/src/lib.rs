@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod frames;
 pub mod hostile;
 pub mod lossless;
+pub mod metrics;
 pub mod netns;
 pub mod sflow;
 pub mod training;

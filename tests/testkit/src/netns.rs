@@ -4,6 +4,8 @@ use anyhow::{bail, Context, Result};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub use crate::metrics::{metric_labels, metric_sum, metric_value, try_metric_sum};
+
 /// Runs a command, failing with its stderr when it exits non-zero.
 pub fn run(cmd: &str, args: &[&str]) -> Result<Output> {
     let out = Command::new(cmd)
@@ -139,6 +141,13 @@ impl VethPair {
             "tcpreplay",
             &["-q", "--topspeed", "-i", &self.b_if, path],
         )?;
+        Ok(())
+    }
+
+    /// Replays a capture out of `b_if` at its own timing (tcpreplay's default pacing).
+    pub fn replay_paced_from_b(&self, pcap: &std::path::Path) -> Result<()> {
+        let path = pcap.to_str().context("capture path is not UTF-8")?;
+        self.exec(&self.ns_b, "tcpreplay", &["-q", "-i", &self.b_if, path])?;
         Ok(())
     }
 }
@@ -376,58 +385,6 @@ impl Drop for Agent {
             let _ = c.wait();
         }
     }
-}
-
-/// Sums the samples of metric `name` whose labels include every `(key, value)` of `filter`.
-/// A metric with no sample at all in `text` is an error (panics): a renamed or vanished
-/// metric must fail a test, not read as zero. See [`try_metric_sum`] for scrapes that may
-/// come before the agent serves.
-pub fn metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> f64 {
-    try_metric_sum(text, name, filter).unwrap_or_else(|| {
-        panic!("no series of {name} in the scrape (renamed, or never exported?)")
-    })
-}
-
-/// [`metric_sum`], or None when `text` holds no sample of `name` at all.
-pub fn try_metric_sum(text: &str, name: &str, filter: &[(&str, &str)]) -> Option<f64> {
-    let mut found = false;
-    let mut sum = 0.0;
-    for l in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let (n, labels) = match series.split_once('{') {
-            Some((n, rest)) => (n, rest.trim_end_matches('}')),
-            None => (series, ""),
-        };
-        if n != name {
-            continue;
-        }
-        found = true;
-        let ok = filter
-            .iter()
-            .all(|(k, v)| labels.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
-        if ok {
-            sum += value.parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    found.then_some(sum)
-}
-
-/// Label value of `key` for every sample of `name`.
-pub fn metric_labels(text: &str, name: &str, key: &str) -> Vec<(String, f64)> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let v = series.split(',').find_map(|kv| {
-                let kv = kv.trim_start_matches(&format!("{name}{{"));
-                kv.strip_prefix(&format!("{key}=\""))
-                    .map(|x| x.trim_end_matches('}').trim_end_matches('"').to_string())
-            })?;
-            Some((v, value.parse().ok()?))
-        })
-        .collect()
 }
 
 /// A real ECMP router in namespaces: a sender `s`, a router `r` with an equal-cost multipath

@@ -4,7 +4,11 @@
 
 use crate::fixtures::{whole, Fixture, Format};
 use crate::frames::Roce;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::Path;
+use std::process::Command;
 
 /// The generator's parameters.
 #[derive(Clone, Copy, Debug)]
@@ -27,8 +31,26 @@ fn ip(s: &str) -> IpAddr {
 /// (FIRST + LAST), a SEND of 3 packets (FIRST, MIDDLE, LAST), and every 4th millisecond a READ
 /// request of 64 KiB.
 pub fn capture(name: &'static str, job: Job) -> Fixture {
+    whole(
+        name,
+        Format::PcapNanos,
+        frames(job, "10.78.0.1", "10.78.0.2"),
+        false,
+    )
+}
+
+/// Two jobs on one link, from different hosts, their steps interleaved in time.
+pub fn interleaved(name: &'static str, one: Job, two: Job) -> Fixture {
+    let mut f = frames(one, "10.78.0.1", "10.78.0.2");
+    f.extend(frames(two, "10.78.0.3", "10.78.0.4"));
+    f.sort_by_key(|(t, _)| *t);
+    whole(name, Format::PcapNanos, f, false)
+}
+
+/// A job's frames from host `src` to host `dst`.
+fn frames(job: Job, src: &str, dst: &str) -> Vec<(u64, Vec<u8>)> {
     let mut f = Vec::new();
-    let (a, b) = (ip("10.78.0.1"), ip("10.78.0.2"));
+    let (a, b) = (ip(src), ip(dst));
     let mut t = 1_764_547_200_000_000_000u64;
     let mut rng = 99u64;
     let mut psn = 0u32;
@@ -73,7 +95,7 @@ pub fn capture(name: &'static str, job: Job) -> Fixture {
         }
         t += len * 1_000_000;
     }
-    whole(name, Format::PcapNanos, f, false)
+    f
 }
 
 /// Steady RoCE with no rhythm: one WRITE ONLY every millisecond for `seconds`.
@@ -89,4 +111,82 @@ pub fn steady(seconds: u64) -> Fixture {
         })
         .collect();
     whole("steady", Format::PcapNanos, f, false)
+}
+
+/// RDMA messages as tshark decodes a capture, rebuilt from its fields (SEND FIRST..LAST summed
+/// per destination QP): the oracle of the message counts, sizes and histogram.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TsharkMessages {
+    /// (op, bucket upper bound: 1 KiB x 4^i) -> messages.
+    pub histogram: BTreeMap<(String, u64), u64>,
+    /// (dest QP, op) -> (messages, bytes).
+    pub flows: BTreeMap<(u64, String), (u64, u64)>,
+}
+
+impl TsharkMessages {
+    /// (messages, bytes) of an operation over all flows.
+    pub fn total(&self, op: &str) -> (u64, u64) {
+        self.flows
+            .iter()
+            .filter(|((_, o), _)| o == op)
+            .fold((0, 0), |a, (_, v)| (a.0 + v.0, a.1 + v.1))
+    }
+}
+
+pub fn tshark_messages(pcap: &Path) -> Result<TsharkMessages> {
+    let out = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "separator=/t"])
+        .args(["-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp"])
+        .args(["-e", "infiniband.reth.dmalen", "-e", "data.len"])
+        .output()
+        .context("run tshark")?;
+    if !out.status.success() {
+        bail!("tshark: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut m = TsharkMessages::default();
+    let mut partial: BTreeMap<u64, u64> = BTreeMap::new();
+    let le = |size: u64| {
+        let mut b = 1024;
+        while b < size {
+            b *= 4;
+        }
+        b
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let c: Vec<&str> = line.split('\t').collect();
+        if c.len() < 4 || c[0].is_empty() {
+            continue;
+        }
+        // tshark prints the opcode in decimal, the QP in hex; data.len is the payload (it
+        // shows the ICRC apart).
+        let op: u8 = c[0].parse()?;
+        let qp = u64::from_str_radix(c[1].trim_start_matches("0x"), 16)?;
+        let n = |s: &str| s.parse::<u64>().unwrap_or(0);
+        let done = match op {
+            0x06 | 0x0A | 0x0B => Some(("rdma_write", n(c[2]))),
+            0x0C => Some(("rdma_read", n(c[2]))),
+            0x00 => {
+                partial.insert(qp, n(c[3]));
+                None
+            }
+            0x01 => {
+                if let Some(p) = partial.get_mut(&qp) {
+                    *p += n(c[3]);
+                }
+                None
+            }
+            0x02 | 0x03 => partial.remove(&qp).map(|p| ("send", p + n(c[3]))),
+            0x04 | 0x05 => Some(("send", n(c[3]))),
+            _ => None,
+        };
+        if let Some((op, size)) = done {
+            *m.histogram.entry((op.to_string(), le(size))).or_default() += 1;
+            let f = m.flows.entry((qp, op.to_string())).or_default();
+            f.0 += 1;
+            f.1 += size;
+        }
+    }
+    Ok(m)
 }
