@@ -7,6 +7,7 @@ use rocemon::metrics::Metrics;
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::Roce;
 use rocemon_testkit::netns::{http_get_in, run, unique_tag, Agent, VethPair};
+use rocemon_testkit::training::{self, Job};
 use rocemon_testkit::{require_root, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -213,11 +214,12 @@ fn storm(dir: &Path) -> PathBuf {
         .unwrap()
 }
 
-/// tcpreplay in a loop from namespace `ns`, out of `iface`, until dropped.
-fn replay_forever(ns: &str, iface: &str, pcaps: &[PathBuf], pps: u32) -> Killed {
+/// tcpreplay in a loop from namespace `ns`, out of `iface`, until dropped: at `pps` frames per
+/// second, or at the captures' own pace.
+fn replay_forever(ns: &str, iface: &str, pcaps: &[PathBuf], pps: Option<u32>) -> Killed {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, "tcpreplay", "-q", "--loop=0"])
-        .arg(format!("--pps={pps}"))
+        .args(pps.map(|p| format!("--pps={p}")))
         .args(["-i", iface])
         .args(pcaps)
         .stdout(Stdio::null())
@@ -246,16 +248,20 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
     let pair = VethPair::new("rcprom").unwrap();
     let tag = unique_tag();
     let (x1, x2) = (format!("rpx{tag}"), format!("rpy{tag}"));
-    run(
-        "ip",
-        &[
-            "link", "add", &x1, "netns", &pair.ns_a, "type", "veth", "peer", "name", &x2, "netns",
-            &pair.ns_b,
-        ],
-    )
-    .unwrap();
-    run("ip", &["-n", &pair.ns_a, "link", "set", &x1, "up"]).unwrap();
-    run("ip", &["-n", &pair.ns_b, "link", "set", &x2, "up"]).unwrap();
+    // and a link of its own for a training job's paced traffic (outside the ECMP group).
+    let (t1, t2) = (format!("rpt{tag}"), format!("rpu{tag}"));
+    for (a, b) in [(&x1, &x2), (&t1, &t2)] {
+        run(
+            "ip",
+            &[
+                "link", "add", a, "netns", &pair.ns_a, "type", "veth", "peer", "name", b, "netns",
+                &pair.ns_b,
+            ],
+        )
+        .unwrap();
+        run("ip", &["-n", &pair.ns_a, "link", "set", a, "up"]).unwrap();
+        run("ip", &["-n", &pair.ns_b, "link", "set", b, "up"]).unwrap();
+    }
 
     let sys = d.join("sys");
     for (rel, v) in [
@@ -298,7 +304,7 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
     std::fs::write(
         &host_cfg,
         format!(
-            r#"interfaces = [{a:?}, "lo"]
+            r#"interfaces = [{a:?}, "lo", {t1:?}]
 hooks = ["xdp"]
 pin = false
 listen = "127.0.0.1:9442"
@@ -364,8 +370,8 @@ cm_id_json = {cm:?}
     let tunnels = fixtures::tunnels().write(d).unwrap();
     let many = fixtures::many_flows().write(d).unwrap();
     let storm = storm(d);
-    let _t1 = replay_forever(&pair.ns_b, &pair.b_if, &[storm, rc], 50_000);
-    let _t2 = replay_forever(&pair.ns_b, &x2, &[tunnels, many], 5_000);
+    let _t1 = replay_forever(&pair.ns_b, &pair.b_if, &[storm, rc], Some(50_000));
+    let _t2 = replay_forever(&pair.ns_b, &x2, &[tunnels, many], Some(5_000));
     // A PFC storm on priority 3 (the longest pause time; 1,000 XOFF per second fire the storm
     // alert, and at 10 Gb/s each asks for 3.4 ms), with the lossless fixture's lossy RoCE and
     // CNPs outside their class.
@@ -385,7 +391,27 @@ cm_id_json = {cm:?}
     .write(d)
     .unwrap();
     let lossless = rocemon_testkit::lossless::lossless().write(d).unwrap();
-    let _t3 = replay_forever(&pair.ns_b, &pair.b_if, &[pfc, lossless], 5_000);
+    let _t3 = replay_forever(&pair.ns_b, &pair.b_if, &[pfc, lossless], Some(5_000));
+    // A training job, paced, on its own link: steps of 100 ms, then of 200 ms, a slow step in each part
+    // (the rhythm panels, the message sizes, and both training alerts: the period grows
+    // against its mean, and the switches stretch steps).
+    let job = |name, period_ms, comm_ms, steps| {
+        training::capture(
+            name,
+            Job {
+                period_ms,
+                comm_ms,
+                jitter_ms: 0,
+                steps,
+                slow_at: Some(steps / 2),
+                missing_at: None,
+            },
+        )
+        .write(d)
+        .unwrap()
+    };
+    let (fast, slow) = (job("job100", 100, 20, 60), job("job200", 200, 30, 40));
+    let _t4 = replay_forever(&pair.ns_b, &t2, &[fast, slow], None);
 
     let prom_cfg = d.join("prometheus.yml");
     std::fs::write(

@@ -204,19 +204,17 @@ fn bursts(x: &[u64], gap: usize) -> usize {
 /// The period (in 1 ms buckets) of the last part of the series: the fine search first, the
 /// coarse one for long periods. The autocorrelation's cost is bounded (a few million
 /// multiply-adds), whatever the series' length.
-fn candidates(s: &Series) -> Vec<f64> {
+fn candidates(s: &Series) -> Vec<(f64, usize)> {
     let x = &s.buckets;
     let mut out = Vec::new();
     let fine = &x[x.len().saturating_sub(FINE_BUCKETS)..];
     if let Some(p) = period(fine) {
-        out.push(p);
+        out.push((p, fine.len()));
     }
-    let coarse: Vec<u64> = x[x.len().saturating_sub(COARSE_BUCKETS * COARSE)..]
-        .chunks(COARSE)
-        .map(|c| c.iter().sum())
-        .collect();
+    let from = x.len().saturating_sub(COARSE_BUCKETS * COARSE);
+    let coarse: Vec<u64> = x[from..].chunks(COARSE).map(|c| c.iter().sum()).collect();
     if let Some(p) = period_in(&coarse, 2) {
-        out.push(p * COARSE as f64);
+        out.push((p * COARSE as f64, x.len() - from));
     }
     out
 }
@@ -228,26 +226,29 @@ pub fn detect(s: &Series) -> Rhythm {
     if bursts(&s.buckets, 2) <= MIN_STEPS {
         return Rhythm::default();
     }
-    for p in candidates(s) {
-        if let Some(r) = rhythm_at(s, p) {
+    for (p, window) in candidates(s) {
+        if let Some(r) = rhythm_at(s, p, window) {
             return r;
         }
     }
     Rhythm::default()
 }
 
-/// The steps at period `p` (buckets), if they are regular.
-fn rhythm_at(s: &Series, p: f64) -> Option<Rhythm> {
+/// The steps at period `p` (buckets), if they are regular in the last `window` buckets (where
+/// the period was found: a job that changed its period has the new one there).
+fn rhythm_at(s: &Series, p: f64, window: usize) -> Option<Rhythm> {
     let (mut st, duty) = steps(s, p);
-    if st.len() < MIN_STEPS {
+    let since = s.start_ns + s.buckets.len().saturating_sub(window) as u64 * BUCKET_NS;
+    let recent: Vec<&Step> = st.iter().filter(|x| x.start_ns >= since).collect();
+    if recent.len() < MIN_STEPS {
         return None;
     }
     // Regular steps only: most step durations near the period.
-    let near = st
+    let near = recent
         .iter()
         .filter(|x| (x.seconds * 1e3 - p).abs() <= 0.25 * p)
         .count();
-    if (near as f64) < 0.6 * st.len() as f64 {
+    if (near as f64) < 0.6 * recent.len() as f64 {
         return None;
     }
     let mut slow = 0;

@@ -122,3 +122,20 @@ fn the_series_is_bounded_and_restarts_after_a_jump() {
     s.add(1_000_000 * BUCKET_NS, 5);
     assert_eq!(s.buckets, [5]);
 }
+
+/// A job that slows from 100 ms to 200 ms steps: the recent period is the new one (the last
+/// minute still holds the old steps).
+#[test]
+fn a_period_that_changes_reports_the_new_one() {
+    let mut s = job(100, 20, 0, 100, None);
+    let end = s.start_ns + s.buckets.len() as u64 * BUCKET_NS;
+    let mut t = end + 80 * BUCKET_NS;
+    for _ in 0..30 {
+        for ms in 0..20 {
+            s.add(t + ms * BUCKET_NS, 64 * 1024);
+        }
+        t += 200 * BUCKET_NS;
+    }
+    let p = detect(&s).period_seconds.unwrap();
+    assert!(close(p, 0.200, 0.03), "{p}");
+}
