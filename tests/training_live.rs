@@ -126,6 +126,33 @@ fn live(prefix: &str, hooks: &[&str]) {
         }
     }
     assert_eq!(got, want.flows, "per-flow messages vs tshark");
+    // The rhythm in the JSON API and in `rocemon top`.
+    let (status, doc) = http_get_in(&pair.ns_a, ADDR, "/api/v1/training").unwrap();
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let i = doc["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["iface"] == pair.a_if.as_str())
+        .unwrap_or_else(|| panic!("{doc}"));
+    assert!(
+        (i["period_seconds"].as_f64().unwrap() - 0.1).abs() < 0.005,
+        "{i}"
+    );
+    assert_eq!(i["slow_steps"], 1, "{i}");
+    let top = pair
+        .exec(
+            &pair.ns_a,
+            BIN,
+            &["top", "--addr", ADDR, "--iterations", "1"],
+        )
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        screen.contains(&format!("TRAINING {}: step period 10", pair.a_if)),
+        "{screen}"
+    );
     let (status, _) = agent.stop().unwrap();
     assert!(status.success());
 }

@@ -105,6 +105,42 @@ pub struct ApiView {
     pub lossless: LosslessDoc,
     /// The sFlow collector's state, when it runs.
     pub sflow: Option<crate::sflow::report::SflowReport>,
+    pub training: TrainingDoc,
+}
+
+/// The training rhythm of every watched interface (`/api/v1/training`), as last detected.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TrainingDoc {
+    pub interfaces: Vec<IfaceRhythm>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct IfaceRhythm {
+    pub iface: String,
+    pub period_seconds: Option<f64>,
+    pub duty_ratio: Option<f64>,
+    /// Mean RoCE bytes of the recent steps.
+    pub step_bytes: Option<f64>,
+    pub slow_steps: u64,
+    pub lost_seconds: f64,
+    /// The last steps (at most 16).
+    pub steps: Vec<crate::detect::rhythm::Step>,
+}
+
+impl TrainingDoc {
+    pub fn add(&mut self, iface: &str, t: &crate::detect::steps::StepTracker) {
+        let s = t.summary();
+        let st = &t.rhythm.steps;
+        self.interfaces.push(IfaceRhythm {
+            iface: iface.to_string(),
+            period_seconds: s.map(|s| s.period_seconds),
+            duty_ratio: s.map(|s| s.duty_ratio),
+            step_bytes: s.map(|s| s.step_bytes),
+            slow_steps: t.slow_steps,
+            lost_seconds: t.lost_ms as f64 / 1e3,
+            steps: st[st.len().saturating_sub(16)..].to_vec(),
+        });
+    }
 }
 
 /// Builds the API view from the flow table and the ECMP report (at most `limit` flows).
@@ -152,5 +188,6 @@ pub fn build(
         ecmp: ecmp_report.clone(),
         lossless: LosslessDoc::default(),
         sflow: None,
+        training: TrainingDoc::default(),
     }
 }

@@ -542,6 +542,11 @@ fn poll(
     // seen this poll's metrics never reads an older API view.
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
+    let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
+    ifaces.sort_by(|a, b| a.0.cmp(b.0));
+    for (iface, t) in ifaces {
+        view.training.add(iface, t);
+    }
     if let Some(r) = sflow {
         if let (Ok(mut c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
             if rhythm_due {

@@ -91,7 +91,18 @@ fn n(v: &Value) -> f64 {
 
 /// Renders one screen from the API documents (`lossless` and `sflow` may be null: an older
 /// agent, or no sFlow collector).
-pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, sflow: &Value, color: bool) -> String {
+/// The agent's API documents one screen shows (Null: the agent has no such document).
+#[derive(Clone, Debug, Default)]
+pub struct Docs {
+    pub flows: Value,
+    pub ecmp: Value,
+    pub lossless: Value,
+    pub sflow: Value,
+    pub training: Value,
+}
+
+pub fn render(d: &Docs, color: bool) -> String {
+    let (flows, ecmp) = (&d.flows, &d.ecmp);
     let (hi, lo) = if color {
         ("\x1b[1;31m", "\x1b[0m")
     } else {
@@ -194,9 +205,33 @@ pub fn render(flows: &Value, ecmp: &Value, lossless: &Value, sflow: &Value, colo
         .map(|a| a.len())
         .unwrap_or(0);
     let _ = writeln!(s, "\nshared 5-tuples: {shared}");
-    render_lossless(&mut s, lossless, hi, lo);
-    render_sflow(&mut s, sflow, hi, lo);
+    render_lossless(&mut s, &d.lossless, hi, lo);
+    render_sflow(&mut s, &d.sflow, hi, lo);
+    render_training(&mut s, &d.training, hi, lo);
     s
+}
+
+/// The training rhythm of each interface that has one, and its slow steps.
+fn render_training(s: &mut String, doc: &Value, hi: &str, lo: &str) {
+    for i in doc["interfaces"].as_array().into_iter().flatten() {
+        let Some(p) = i["period_seconds"].as_f64() else {
+            continue;
+        };
+        let slow = n(&i["slow_steps"]);
+        let _ = writeln!(
+            s,
+            "\nTRAINING {}: step period {:.1} ms, communication {:.0}% of a step, {} per step{}",
+            i["iface"].as_str().unwrap_or("?"),
+            p * 1e3,
+            n(&i["duty_ratio"]) * 100.0,
+            human_bytes(n(&i["step_bytes"])),
+            if slow > 0.0 {
+                format!("  {hi}{slow} slow steps{lo}")
+            } else {
+                String::new()
+            }
+        );
+    }
 }
 
 /// The switches' view: datagrams, estimates, the busiest ports, and the fabric groups.
@@ -344,7 +379,16 @@ pub fn run(args: TopArgs) -> Result<()> {
         // 404 without a collector: no sFlow section.
         let sflow =
             get(&agent, &format!("{base}/api/v1/sflow"), auth.as_deref()).unwrap_or(Value::Null);
-        let screen = render(&flows, &ecmp, &lossless, &sflow, tty);
+        let training =
+            get(&agent, &format!("{base}/api/v1/training"), auth.as_deref()).unwrap_or(Value::Null);
+        let docs = Docs {
+            flows,
+            ecmp,
+            lossless,
+            sflow,
+            training,
+        };
+        let screen = render(&docs, tty);
         let mut out = std::io::stdout().lock();
         if tty {
             // Home and clear: refresh in place.
@@ -376,13 +420,18 @@ mod tests {
             {"member": "up0", "bytes_per_second": 5e6, "flows": 2, "elephants": 2, "colliding": true},
             {"member": "up1", "bytes_per_second": 0.0, "flows": 0, "elephants": 0, "colliding": false}]}],
             "predicted": null, "shared_5tuple_groups": 1, "shared_5tuples": [{}]});
-        let s = render(&flows, &ecmp, &Value::Null, &Value::Null, true);
+        let d = Docs {
+            flows,
+            ecmp,
+            ..Docs::default()
+        };
+        let s = render(&d, true);
         assert!(s.contains("2 flows, 1 elephants"));
         assert!(s.contains("\x1b[1;31mE up0"), "{s}");
         assert!(s.contains("COLLISION"));
         assert!(s.contains("<- collision"));
         assert!(s.contains("shared 5-tuples: 1"));
-        let plain = render(&flows, &ecmp, &Value::Null, &Value::Null, false);
+        let plain = render(&d, false);
         assert!(!plain.contains('\x1b'));
     }
 
@@ -397,7 +446,13 @@ mod tests {
             {"iface": "eth1", "hook": "xdp", "pfc": {"frames": 0, "priorities": []}, "pause": {"frames": 0},
              "lossy": {"packets": 0, "cnp_out_of_class": 0}}],
             "nic": [{"iface": "eth2", "priority": 3, "rx": 7, "tx": 9, "origin": "dcb"}]});
-        let s = render(&empty, &ecmp, &lossless, &Value::Null, false);
+        let d = Docs {
+            flows: empty,
+            ecmp,
+            lossless,
+            ..Docs::default()
+        };
+        let s = render(&d, false);
         assert!(
             s.contains("LOSSLESS eth0 xdp: PFC 40 (p3 xoff 38 xon 2)  PAUSE 1"),
             "{s}"
@@ -418,7 +473,13 @@ mod tests {
             "fabric": {"groups": [{"name": "leaf-a", "collision": true, "members": [
                 {"member": "10.0.0.1/49", "elephants": 2, "colliding": true},
                 {"member": "10.0.0.1/50", "elephants": 0, "colliding": false}]}]}});
-        let s = render(&empty, &ecmp, &Value::Null, &sflow, false);
+        let d = Docs {
+            flows: empty,
+            ecmp,
+            sflow,
+            ..Docs::default()
+        };
+        let s = render(&d, false);
         assert!(
             s.contains("SFLOW 95 datagrams from 1 agents (2 lost): RoCE ~2484 packets"),
             "{s}"
@@ -428,5 +489,23 @@ mod tests {
             s.contains("switch group leaf-a: 10.0.0.1/49 2e  10.0.0.1/50 0e  COLLISION"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn renders_the_training_rhythm() {
+        let training = serde_json::json!({"interfaces": [
+            {"iface": "eth0", "period_seconds": 0.1, "duty_ratio": 0.2, "step_bytes": 2.5e6, "slow_steps": 1},
+            {"iface": "eth1", "period_seconds": null, "duty_ratio": null, "step_bytes": null, "slow_steps": 0}]});
+        let d = Docs {
+            training,
+            ..Docs::default()
+        };
+        let s = render(&d, false);
+        assert!(
+            s.contains("TRAINING eth0: step period 100.0 ms, communication 20% of a step"),
+            "{s}"
+        );
+        assert!(s.contains("1 slow steps"), "{s}");
+        assert!(!s.contains("eth1"), "no rhythm, no line: {s}");
     }
 }
