@@ -205,3 +205,42 @@ fn messages_histogram_and_per_flow_messages_equal_tshark() {
     assert_eq!(got.histogram, want.histogram, "histogram vs tshark");
     assert_eq!(got.flows, want.flows, "per-flow messages vs tshark");
 }
+
+/// The HTML report shows the rhythm, the size distribution and the per-source rhythms.
+#[test]
+fn the_html_report_shows_the_rhythm_sizes_and_sources() {
+    let dir = TempDir::new("rocemon-training-html").unwrap();
+    let two = Job {
+        period_ms: 170,
+        comm_ms: 30,
+        steps: 40,
+        ..BASE
+    };
+    let p = training::interleaved("html", BASE, two)
+        .write(dir.path())
+        .unwrap();
+    let html = dir.path().join("r.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--no-progress", "--html"])
+        .arg(&html)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    for want in [
+        "Training rhythm and RDMA messages",
+        "up to 4 KiB",
+        "up to 64 KiB",
+        "Per source host",
+        "10.78.0.1",
+        "10.78.0.3",
+        "100.0 ms",
+    ] {
+        assert!(page.contains(want), "{want} in the page");
+    }
+}

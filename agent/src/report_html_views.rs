@@ -63,7 +63,73 @@ fn training(r: &Report, s: &mut String) {
             &["operation", "messages", "bytes", "mean size"],
             &rows,
         ));
+        // The size distribution: messages per power-of-four bucket.
+        let hist: Vec<Vec<String>> = r
+            .roce
+            .messages
+            .iter()
+            .flat_map(|m| {
+                m.buckets.iter().map(move |b| {
+                    vec![
+                        m.op.to_string(),
+                        match b.le {
+                            Some(le) => format!("up to {}", binary_size(le)),
+                            None => "above 1 GiB".to_string(),
+                        },
+                        b.messages.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        s.push_str(&table(&["operation", "size", "messages"], &hist));
     }
+    if !r.training_sources.is_empty() {
+        let rows: Vec<Vec<String>> = r
+            .training_sources
+            .iter()
+            .map(|x| {
+                vec![
+                    x.src.clone(),
+                    human_bytes(x.bytes as f64),
+                    x.rhythm
+                        .period_seconds
+                        .map(|p| format!("{:.1} ms", p * 1e3))
+                        .unwrap_or_else(|| "none".into()),
+                    x.rhythm.slow_steps.to_string(),
+                ]
+            })
+            .collect();
+        s.push_str("<p>Per source host (several jobs may share the link):</p>");
+        s.push_str(&table(
+            &["source", "bytes", "step period", "slow steps"],
+            &rows,
+        ));
+    }
+}
+
+/// A bucket bound (a power of two from 1 KiB) in binary units.
+fn binary_size(b: u64) -> String {
+    match b {
+        0..=0xFFFFF => format!("{} KiB", b >> 10),
+        0x100000..=0x3FFFFFFF => format!("{} MiB", b >> 20),
+        _ => format!("{} GiB", b >> 30),
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn bucket_bounds_read_in_binary_units() {
+    let names: Vec<String> = (0..11)
+        .filter_map(agent_common::message::bucket_le)
+        .map(binary_size)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "1 KiB", "4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB",
+            "256 MiB", "1 GiB"
+        ]
+    );
 }
 
 fn lossless(r: &Report, s: &mut String) {
