@@ -8,12 +8,15 @@
 //! - [`netns`]: network namespaces and veth pairs that clean up after themselves;
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
+pub mod demo;
 pub mod fixtures;
 pub mod frames;
+pub mod host_links;
 pub mod hostile;
 pub mod lossless;
 pub mod metrics;
 pub mod netns;
+pub mod sender;
 pub mod sflow;
 pub mod training;
 pub mod tshark;

@@ -208,7 +208,8 @@ pub fn http_request_in(
 }
 
 /// Moves the calling thread into namespace `ns`.
-fn enter_netns(ns: &str) -> Result<()> {
+/// Moves the calling thread into namespace `ns`.
+pub fn enter_netns(ns: &str) -> Result<()> {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
         .with_context(|| format!("open netns {ns}"))?;

@@ -34,26 +34,31 @@ pub fn capture(name: &'static str, job: Job) -> Fixture {
     whole(
         name,
         Format::PcapNanos,
-        frames(job, "10.78.0.1", "10.78.0.2"),
+        frames(job, "10.78.0.1", "10.78.0.2", 0),
         false,
     )
 }
 
+/// The length of a job's capture from its first step to the end of its last (no jitter).
+pub fn length_ms(job: &Job) -> u64 {
+    job.period_ms * (job.steps + u64::from(job.slow_at.is_some()))
+}
+
 /// Two jobs on one link, from different hosts, their steps interleaved in time.
 pub fn interleaved(name: &'static str, one: Job, two: Job) -> Fixture {
-    let mut f = frames(one, "10.78.0.1", "10.78.0.2");
-    f.extend(frames(two, "10.78.0.3", "10.78.0.4"));
+    let mut f = frames(one, "10.78.0.1", "10.78.0.2", 0);
+    f.extend(frames(two, "10.78.0.3", "10.78.0.4", 0));
     f.sort_by_key(|(t, _)| *t);
     whole(name, Format::PcapNanos, f, false)
 }
 
-/// A job's frames from host `src` to host `dst`.
-fn frames(job: Job, src: &str, dst: &str) -> Vec<(u64, Vec<u8>)> {
+/// A job's frames from host `src` to host `dst`, PSNs from `psn0` on.
+pub fn frames(job: Job, src: &str, dst: &str, psn0: u32) -> Vec<(u64, Vec<u8>)> {
     let mut f = Vec::new();
     let (a, b) = (ip(src), ip(dst));
     let mut t = 1_764_547_200_000_000_000u64;
     let mut rng = 99u64;
-    let mut psn = 0u32;
+    let mut psn = psn0 & 0xFF_FFFF;
     let mut pkt = |op: u8, payload: usize, dma: u32, qp: u32| {
         let mut r = Roce::new(a, b, 0xC100 + (qp as u16 & 0xFF), qp, op);
         r.payload = payload;

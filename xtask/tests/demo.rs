@@ -1,0 +1,182 @@
+//! `cargo xtask demo` as a new user runs it: every headline finding reachable from the host's
+//! own namespace while it runs (with the optional Prometheus), a clean exit on Ctrl-C with
+//! nothing left behind, and a clear message when its port is taken.
+
+use rocemon_testkit::metrics::{metric_value, try_metric_sum};
+use rocemon_testkit::require_root;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const XTASK: &str = env!("CARGO_BIN_EXE_xtask");
+
+/// (what, metric, label filter): a finding and the series that shows it.
+type Finding = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut r = String::new();
+    s.read_to_string(&mut r).ok()?;
+    let (head, body) = r.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1)? == "200").then(|| body.to_string())
+}
+
+/// The line of `out` that starts with `prefix`, then the rest of it.
+fn after<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.split_once(prefix).map(|x| x.1))
+        .unwrap_or_else(|| panic!("no {prefix:?} in\n{out}"))
+}
+
+#[test]
+fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
+    if !require_root("the demo (namespaces, BPF)") {
+        return;
+    }
+    let (addr, prom) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mut demo = Command::new(XTASK)
+        .args(["demo", "--duration", "150", "--listen", &addr])
+        .args(["--prometheus", "--prometheus-listen", &prom])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let (out, stdout) = (out.clone(), demo.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                println!("{line}");
+                out.lock().unwrap().push_str(&(line + "\n"));
+            }
+        })
+    };
+    // From the host's namespace: /metrics shows every finding.
+    let want: [Finding; 6] = [
+        ("an elephant", "rocemon_elephant_flows", &[]),
+        (
+            "CE marks",
+            "rocemon_ecn_packets_total",
+            &[("codepoint", "ce")],
+        ),
+        ("CNPs", "rocemon_cnp_packets_total", &[]),
+        ("PFC frames", "rocemon_pfc_frames_total", &[]),
+        (
+            "an ECMP finding",
+            "rocemon_ecmp_predicted_colliding_paths",
+            &[],
+        ),
+        (
+            "a training rhythm",
+            "rocemon_training_step_period_seconds",
+            &[],
+        ),
+    ];
+    let t = Instant::now();
+    let mut missing: Vec<&str> = want.iter().map(|w| w.0).collect();
+    let mut alert = false;
+    while (!missing.is_empty() || !alert) && t.elapsed() < Duration::from_secs(120) {
+        assert!(demo.try_wait().unwrap().is_none(), "the demo exited early");
+        if let Some(m) = get(&addr, "/metrics") {
+            missing = want
+                .iter()
+                .filter(|(_, name, f)| try_metric_sum(&m, name, f).unwrap_or(0.0) <= 0.0)
+                .map(|w| w.0)
+                .collect();
+        }
+        // The optional Prometheus scrapes it with the shipped rules: the PFC storm alert
+        // goes pending (it fires after its 2 minutes).
+        alert = get(&prom, "/api/v1/alerts").is_some_and(|b| b.contains("RocemonPfcStorm"));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(missing.is_empty(), "not shown on the host: {missing:?}");
+    assert!(alert, "Prometheus shows no RocemonPfcStorm alert");
+    let m = get(&addr, "/metrics").unwrap();
+    assert!(metric_value(&m, "rocemon_elephant_flows", &[]).is_some());
+    // The API and `rocemon top` from the host, too.
+    assert!(get(&addr, "/api/v1/flows").is_some_and(|b| b.contains("\"elephant\":true")));
+    // Ctrl-C: a clean exit.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(demo.id() as i32, libc::SIGINT) };
+    let status = demo.wait().unwrap();
+    reader.join().unwrap();
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "demo exit {status}\n{out}");
+    for said in [
+        "rocemon: elephants: ",
+        "rocemon: ECMP collision predicted",
+        "rocemon: congestion: ",
+        "rocemon: PFC: ",
+        "outside the lossless class",
+        "rocemon: training rhythm on ",
+        "prometheus: alert RocemonPfcStorm",
+        "nothing left behind",
+    ] {
+        assert!(out.contains(said), "the demo did not say {said:?}\n{out}");
+    }
+    // Nothing left: the namespace, the links, the listeners.
+    let ns = after(&out, "traffic comes from namespace ").trim();
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&netns.stdout).contains(ns),
+        "{ns} left"
+    );
+    let watched = after(&out, "rocemon watches ");
+    for l in watched.split_whitespace().filter(|w| w.starts_with("rcd")) {
+        let shown = Command::new("ip")
+            .args(["link", "show", l])
+            .output()
+            .unwrap();
+        assert!(!shown.status.success(), "link {l} left");
+    }
+    for a in [&addr, &prom] {
+        assert!(
+            std::net::TcpStream::connect(a).is_err(),
+            "{a} still listens"
+        );
+    }
+}
+
+#[test]
+fn the_demo_with_its_port_taken_names_a_free_one() {
+    if !require_root("the demo (namespaces, BPF)") {
+        return;
+    }
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(XTASK)
+        .args(["demo", "--duration", "5", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{addr} is taken")), "{err}");
+    let suggested = after(&err, "cargo xtask demo --listen 127.0.0.1:");
+    let port: u16 = suggested
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+        "{port} is free"
+    );
+}
