@@ -13,10 +13,11 @@ use crate::loader::{self, Probe};
 use crate::metrics::Metrics;
 use crate::metrics::RhythmSource;
 use crate::report::human_bytes;
+use crate::run_reload::apply_reload;
+use crate::run_rhythm::{detect_rhythms, drain_rings, LiveRhythm, RING_READ_EVERY};
 use crate::sources::rdma::RdmaView;
 use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
-use rustc_hash::FxHashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -344,66 +345,6 @@ fn entry_thresholds(config: &Config) -> Vec<f64> {
         .collect()
 }
 
-/// Applies a reloaded configuration: detectors, top-K, polling, RDMA and summary settings
-/// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
-/// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
-pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
-    let mut kept = Vec::new();
-    if new.ifaces != config.ifaces {
-        kept.push("interfaces");
-    }
-    if new.sflow != config.sflow {
-        kept.push("sflow");
-    }
-    if new.hooks != config.hooks {
-        kept.push("hooks");
-    }
-    if new.xdp_mode != config.xdp_mode {
-        kept.push("xdp_mode");
-    }
-    if new.afxdp != config.afxdp {
-        kept.push("capture/afxdp_mode");
-    }
-    if new.flow_map_entries != config.flow_map_entries {
-        kept.push("flow_map_entries");
-    }
-    if new.pin != config.pin || new.pin_dir != config.pin_dir {
-        kept.push("pin/pin_dir");
-    }
-    if new.listen != config.listen {
-        kept.push("listen");
-    }
-    if new.web != config.web {
-        kept.push("web");
-    }
-    if new.program_stats != config.program_stats {
-        kept.push("program_stats");
-    }
-    if new.switches != config.switches {
-        kept.push("psn_tracking/session_counters/rhythm");
-    }
-    if !kept.is_empty() {
-        log::warn!(
-            "reload: {} changed but need a restart to apply (systemctl restart rocemon); the rest is applied",
-            kept.join(", ")
-        );
-    }
-    config.top_k = new.top_k;
-    config.poll_interval = new.poll_interval;
-    config.summary_every = new.summary_every;
-    config.rate_window_s = new.rate_window_s;
-    config.elephant = new.elephant;
-    config.ecmp = new.ecmp;
-    config.rdma = new.rdma;
-    config.sysfs_root = new.sysfs_root;
-    config.log_level = new.log_level;
-    if let Some(l) = config.log_level {
-        log::set_max_level(l);
-    }
-    table.tau_s = config.rate_window_s;
-    log::info!("configuration reloaded:\n{}", config.summary());
-}
-
 /// One poll: counters and flows of every probe into the metrics and the flow table, then the
 /// detectors, then the API view.
 #[allow(clippy::too_many_arguments)]
@@ -636,83 +577,4 @@ fn summary_line(probes: &[Option<Probe>], table: &FlowTable) -> String {
         table.len(),
         top
     )
-}
-
-/// How often the kernel rings are read (they hold 4.096 s).
-const RING_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// How often the rhythm is looked for (a few ms of autocorrelation per source).
-const RHYTHM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The live sources' rhythms: per interface (its kernel ring), and when it was last looked for.
-#[derive(Default)]
-struct LiveRhythm {
-    ifaces: FxHashMap<String, StepTracker>,
-    detected_at: Option<Instant>,
-}
-
-impl LiveRhythm {
-    /// Whether the rhythm is to be looked for now (and from now on, not before RHYTHM_EVERY).
-    fn due(&mut self) -> bool {
-        let now = Instant::now();
-        if self
-            .detected_at
-            .is_some_and(|t| now.duration_since(t) < RHYTHM_EVERY)
-        {
-            return false;
-        }
-        self.detected_at = Some(now);
-        true
-    }
-}
-
-/// Reads every probe's ring since its last read into its step tracker (the ring holds 4.096 s;
-/// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
-/// in progress may still be counted on another CPU.
-fn drain_rings(probes: &[Option<Probe>], steps: &mut FxHashMap<String, StepTracker>, m: &Metrics) {
-    let to = crate::sources::maps::monotonic_ms().saturating_sub(2);
-    let depth = u64::from(agent_common::ring::RING_SLOTS) - 1;
-    for p in probes.iter().flatten() {
-        let t = steps.entry(p.iface.clone()).or_default();
-        let earliest = to.saturating_sub(depth);
-        let from = match t.next_ms {
-            Some(n) if n < earliest => {
-                t.lost_ms += earliest - n;
-                earliest
-            }
-            Some(n) => n,
-            None => earliest,
-        };
-        if from > to {
-            continue;
-        }
-        match p.read_ring(from, to) {
-            Ok(v) => t.push(from, v.into_iter().map(|(_, bytes)| bytes)),
-            Err(e) => {
-                log::warn!(
-                    "read {} on {}: {e:#}",
-                    agent_common::ring::MAP_RING,
-                    p.iface
-                );
-                m.map_read_error(&p.iface, agent_common::ring::MAP_RING, 1);
-            }
-        }
-    }
-}
-
-/// Finds the rhythm of every tracked source, logs its new slow steps and sets its series.
-fn detect_rhythms<'a>(
-    steps: impl Iterator<Item = (crate::metrics::RhythmSource<'a>, &'a mut StepTracker)>,
-    m: &Metrics,
-) {
-    for (src, t) in steps {
-        for s in t.detect() {
-            let period = t.rhythm.period_seconds.unwrap_or(0.0);
-            log::warn!(
-                "slow training step on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
-                s.seconds,
-                s.bytes
-            );
-        }
-        m.set_training(src, t);
-    }
 }

@@ -9,6 +9,8 @@
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
 pub mod demo;
+pub mod ecmp_lab;
+pub mod fixture;
 pub mod fixtures;
 pub mod frames;
 pub mod host_links;

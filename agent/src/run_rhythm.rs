@@ -1,0 +1,92 @@
+//! The live training rhythm of `rocemon run`: the kernel rings drained into a step tracker per
+//! interface every second, the rhythm looked for every 2 s (interfaces and sFlow switch
+//! ports), slow steps logged once, and the series set.
+
+use crate::detect::steps::StepTracker;
+use crate::loader::Probe;
+use crate::metrics::Metrics;
+use rustc_hash::FxHashMap;
+use std::time::Instant;
+
+/// How often the kernel rings are read (they hold 4.096 s).
+pub const RING_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often the rhythm is looked for (a few ms of autocorrelation per source).
+const RHYTHM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The live sources' rhythms: per interface (its kernel ring), and when it was last looked for.
+#[derive(Default)]
+pub struct LiveRhythm {
+    pub ifaces: FxHashMap<String, StepTracker>,
+    detected_at: Option<Instant>,
+}
+
+impl LiveRhythm {
+    /// Whether the rhythm is to be looked for now (and from now on, not before RHYTHM_EVERY).
+    pub fn due(&mut self) -> bool {
+        let now = Instant::now();
+        if self
+            .detected_at
+            .is_some_and(|t| now.duration_since(t) < RHYTHM_EVERY)
+        {
+            return false;
+        }
+        self.detected_at = Some(now);
+        true
+    }
+}
+
+/// Reads every probe's ring since its last read into its step tracker (the ring holds 4.096 s;
+/// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
+/// in progress may still be counted on another CPU.
+pub fn drain_rings(
+    probes: &[Option<Probe>],
+    steps: &mut FxHashMap<String, StepTracker>,
+    m: &Metrics,
+) {
+    let to = crate::sources::maps::monotonic_ms().saturating_sub(2);
+    let depth = u64::from(agent_common::ring::RING_SLOTS) - 1;
+    for p in probes.iter().flatten() {
+        let t = steps.entry(p.iface.clone()).or_default();
+        let earliest = to.saturating_sub(depth);
+        let from = match t.next_ms {
+            Some(n) if n < earliest => {
+                t.lost_ms += earliest - n;
+                earliest
+            }
+            Some(n) => n,
+            None => earliest,
+        };
+        if from > to {
+            continue;
+        }
+        match p.read_ring(from, to) {
+            Ok(v) => t.push(from, v.into_iter().map(|(_, bytes)| bytes)),
+            Err(e) => {
+                log::warn!(
+                    "read {} on {}: {e:#}",
+                    agent_common::ring::MAP_RING,
+                    p.iface
+                );
+                m.map_read_error(&p.iface, agent_common::ring::MAP_RING, 1);
+            }
+        }
+    }
+}
+
+/// Finds the rhythm of every tracked source, logs its new slow steps and sets its series.
+pub fn detect_rhythms<'a>(
+    steps: impl Iterator<Item = (crate::metrics::RhythmSource<'a>, &'a mut StepTracker)>,
+    m: &Metrics,
+) {
+    for (src, t) in steps {
+        for s in t.detect() {
+            let period = t.rhythm.period_seconds.unwrap_or(0.0);
+            log::warn!(
+                "slow training step on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
+                s.seconds,
+                s.bytes
+            );
+        }
+        m.set_training(src, t);
+    }
+}

@@ -1,0 +1,241 @@
+//! `rocemon analyze` on what real captures come as: files, directories, FIFOs, standard input,
+//! gzip, zstd and xz streams, several files as one capture, corrupt blocks and streams, pipes
+//! that close early: the same report as the plain file, or a clear error with the counts so far.
+
+use rocemon_testkit::{fixtures, TempDir};
+use serde_json::Value;
+use std::process::Command;
+
+fn analyze_json(path: &std::path::Path) -> Value {
+    analyze_json_with(path, &[])
+}
+
+/// `rocemon analyze --format json [extra] FILE`, which must succeed.
+fn analyze_json_with(path: &std::path::Path, extra: &[&str]) -> Value {
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), extra, &[path])
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn analyze_err(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json"])
+        .arg(path)
+        .output()
+        .expect("run rocemon");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A corrupt pcapng block is named in words, not printed as its bytes (the reader's error
+/// carries the buffer: it was a 4.8 MB line).
+#[test]
+fn a_corrupt_pcapng_block_gives_a_short_message() {
+    let dir = TempDir::new("rocemon-corrupt").unwrap();
+    let good = fixtures::mixed_ipv6_vlan().write(dir.path()).unwrap();
+    let mut bytes = std::fs::read(&good).unwrap();
+    // A section header block, then an interface description block whose length fields say
+    // 64 KiB of garbage follows: the block cannot parse.
+    let shb_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let at = shb_len;
+    bytes[at + 4..at + 8].copy_from_slice(&3u32.to_le_bytes()); // length not a multiple of 4
+    bytes.extend(std::iter::repeat_n(0xAB, 1 << 20));
+    let bad = dir.path().join("corrupt.pcapng");
+    std::fs::write(&bad, &bytes).unwrap();
+    let (code, err) = analyze_err(&bad);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("corrupt capture"), "{err}");
+    assert!(
+        err.len() < 500,
+        "a {}-byte message: {}",
+        err.len(),
+        &err[..200.min(err.len())]
+    );
+}
+
+#[test]
+fn a_directory_is_named_as_such() {
+    let dir = TempDir::new("rocemon-dir").unwrap();
+    let (code, err) = analyze_err(dir.path());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("it is a directory"), "{err}");
+}
+
+/// A FIFO with no writer: rocemon says what it waits for, and reads once a writer comes.
+#[test]
+fn a_fifo_says_it_waits_for_a_writer() {
+    let dir = TempDir::new("rocemon-fifo").unwrap();
+    let fifo = dir.path().join("capture.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json"])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The writer: the rc_ipv4 fixture through the FIFO.
+    let src = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&fifo, std::fs::read(&src).unwrap()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("waiting for a writer"), "{err}");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j, analyze_json(&src));
+}
+
+/// `rocemon analyze [args] INPUTS...` with `stdin` as its standard input: (exit code, stdout,
+/// stderr).
+fn analyze_io(args: &[&str], stdin: Option<Vec<u8>>) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .arg("analyze")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rocemon");
+    let mut pipe = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        if let Some(data) = stdin {
+            let _ = pipe.write_all(&data);
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn many_flows_file(dir: &std::path::Path) -> (std::path::PathBuf, Value) {
+    let p = fixtures::many_flows().write(dir).unwrap();
+    let j = analyze_json(&p);
+    (p, j)
+}
+
+#[test]
+fn standard_input_gives_the_same_report() {
+    let dir = TempDir::new("rocemon-stdin").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&p).unwrap()));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+}
+
+fn compressed_gives_the_same_report(ext: &str, compress: fn(&[u8]) -> Vec<u8>) {
+    let dir = TempDir::new("rocemon-z").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let z = dir.path().join(format!("capture.pcap.{ext}"));
+    std::fs::write(&z, compress(&std::fs::read(&p).unwrap())).unwrap();
+    assert_eq!(analyze_json(&z), want, "{ext} file");
+    // Compressed through standard input too.
+    let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&z).unwrap()));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        want,
+        "{ext} on stdin"
+    );
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn gzip_gives_the_same_report() {
+    compressed_gives_the_same_report("gz", gzip);
+}
+
+#[test]
+fn zstd_gives_the_same_report() {
+    compressed_gives_the_same_report("zst", |d| zstd::encode_all(d, 3).unwrap());
+}
+
+#[test]
+fn xz_gives_the_same_report() {
+    compressed_gives_the_same_report("xz", |d| {
+        use std::io::Write;
+        let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        e.write_all(d).unwrap();
+        e.finish().unwrap()
+    });
+}
+
+/// Several files are one capture in timestamp order: the fixture's records dealt alternately
+/// into a pcap and a pcapng file give the report of the whole.
+#[test]
+fn several_files_are_one_capture_in_timestamp_order() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    let dir = TempDir::new("rocemon-multi").unwrap();
+    let fx = fixtures::many_flows();
+    let want = analyze_json(&fx.write(dir.path()).unwrap());
+    let (mut odd, mut even) = (Vec::new(), Vec::new());
+    for (i, (t, _, data)) in fx.records().enumerate() {
+        if i % 3 == 0 { &mut odd } else { &mut even }.push((t, data));
+    }
+    let a_dir = dir.path().join("a");
+    let b_dir = dir.path().join("b");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = whole("part_a", Format::PcapNanos, odd, true)
+        .write(&a_dir)
+        .unwrap();
+    let b = whole("part_b", Format::PcapNg, even, true)
+        .write(&b_dir)
+        .unwrap();
+    let (code, out, err) = analyze_io(
+        &["--format", "json", b.to_str().unwrap(), a.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+}
+
+/// A corrupt compressed stream: exit 2, the compression and the decoder's words named, and
+/// the report of every record before the damage.
+#[test]
+fn a_corrupt_compressed_stream_is_an_error_with_the_counts_so_far() {
+    let dir = TempDir::new("rocemon-zbad").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let z = gzip(&std::fs::read(&p).unwrap());
+    let cut = dir.path().join("cut.pcap.gz");
+    std::fs::write(&cut, &z[..z.len() / 2]).unwrap();
+    let (code, out, err) = analyze_io(&["--format", "json", cut.to_str().unwrap()], None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("corrupt gzip stream"), "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let frames = u(&j["frames"]);
+    assert!(frames > 0 && frames < u(&want["frames"]), "{frames}");
+}
+
+/// A pipe that closes inside a record (its writer died): exit 2 with the counts so far.
+#[test]
+fn a_pipe_that_closes_early_is_an_error_with_the_counts_so_far() {
+    let dir = TempDir::new("rocemon-pipecut").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let bytes = std::fs::read(&p).unwrap();
+    let (code, out, err) = analyze_io(
+        &["--format", "json", "-"],
+        Some(bytes[..bytes.len() / 2 + 7].to_vec()),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("closed inside a record"), "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(u(&j["frames"]) > 0 && u(&j["frames"]) < u(&want["frames"]));
+}

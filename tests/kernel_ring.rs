@@ -1,0 +1,108 @@
+//! The kernel's per-millisecond ring (the training rhythm's series) through
+//! BPF_PROG_TEST_RUN: the kernel clock is CLOCK_MONOTONIC, which the test reads around each
+//! batch of frames, so each batch's milliseconds are known.
+
+use agent_common::{parse, Hook, LinkType, SliceReader};
+use rocemon::loader;
+use rocemon::testrun::test_run;
+use rocemon_testkit::fixtures;
+use rocemon_testkit::require_root;
+
+const XDP_PASS: u32 = 2;
+
+fn skip() -> bool {
+    !require_root("a kernel test (CAP_BPF, to load programs)")
+}
+
+/// The RoCE frames of the PSN fixture, and their total length.
+fn roce_frames() -> (Vec<Vec<u8>>, u64) {
+    let frames: Vec<Vec<u8>> = fixtures::psn_health()
+        .records()
+        .map(|(_, _, d)| d)
+        .filter(|d| parse(&SliceReader(d), LinkType::Ethernet).is_ok())
+        .collect();
+    let bytes = frames.iter().map(|d| d.len() as u64).sum();
+    (frames, bytes)
+}
+
+/// The per-millisecond ring: two batches of RoCE frames 40 ms apart land in the milliseconds
+/// they ran in (the kernel's clock is CLOCK_MONOTONIC, read around each batch), with every
+/// packet and byte, and nothing in between.
+#[test]
+fn the_ring_holds_each_millisecond_s_roce_packets_and_bytes() {
+    if skip() {
+        return;
+    }
+    loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
+    let mut ebpf = loader::load_object(65_536).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let (frames, bytes) = roce_frames();
+    assert!(frames.len() > 10, "{} RoCE frames", frames.len());
+    let now = rocemon::sources::maps::monotonic_ms;
+    let mut batches = Vec::new();
+    for _ in 0..2 {
+        let from = now();
+        for d in &frames {
+            let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+            assert_eq!(test_run(prog.fd().unwrap(), d, 1).unwrap().retval, XDP_PASS);
+        }
+        batches.push((from, now()));
+        std::thread::sleep(std::time::Duration::from_millis(40));
+    }
+    let (start, end) = (batches[0].0, batches[1].1);
+    let ring = loader::read_ring(&ebpf, start - 5, end + 5).unwrap();
+    for (i, (from, to)) in batches.iter().enumerate() {
+        let (mut p, mut b) = (0, 0);
+        for ms in *from..=*to {
+            let (vp, vb) = ring[(ms - (start - 5)) as usize];
+            p += vp;
+            b += vb;
+        }
+        assert_eq!(
+            (p, b),
+            (frames.len() as u64, bytes),
+            "batch {i} ran in ms {from}..={to}"
+        );
+    }
+    let total: (u64, u64) = ring.iter().fold((0, 0), |a, (p, b)| (a.0 + p, a.1 + b));
+    assert_eq!(
+        total,
+        (2 * frames.len() as u64, 2 * bytes),
+        "nothing outside the batches' milliseconds"
+    );
+    // The counter block agrees: every RoCE frame's bytes are in the ring.
+    let k = loader::read_counters(&ebpf).unwrap();
+    assert_eq!(k[Hook::Xdp as usize].roce_bytes(), 2 * bytes);
+}
+
+/// With the rhythm switched off the ring stays empty; everything else counts as before.
+#[test]
+fn switched_off_rhythm_leaves_the_ring_empty() {
+    if skip() {
+        return;
+    }
+    loader::raise_memlock();
+    rocemon::testrun::pin_to_one_cpu().unwrap();
+    let off = loader::Switches {
+        rhythm: false,
+        ..loader::Switches::default()
+    };
+    let mut ebpf = loader::load_object_with(65_536, off).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let (frames, bytes) = roce_frames();
+    let start = rocemon::sources::maps::monotonic_ms();
+    for d in &frames {
+        let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+        assert_eq!(test_run(prog.fd().unwrap(), d, 1).unwrap().retval, XDP_PASS);
+    }
+    let end = rocemon::sources::maps::monotonic_ms();
+    let ring = loader::read_ring(&ebpf, start - 1, end + 1).unwrap();
+    assert!(ring.iter().all(|&(p, b)| p == 0 && b == 0));
+    let k = loader::read_counters(&ebpf).unwrap();
+    assert_eq!(
+        k[Hook::Xdp as usize].roce_bytes(),
+        bytes,
+        "counted as before"
+    );
+}
