@@ -6,13 +6,9 @@ use rocemon_testkit::{fixtures, TempDir};
 use serde_json::Value;
 use std::process::Command;
 
+/// `rocemon analyze --format json FILE`, which must succeed.
 fn analyze_json(path: &std::path::Path) -> Value {
-    analyze_json_with(path, &[])
-}
-
-/// `rocemon analyze --format json [extra] FILE`, which must succeed.
-fn analyze_json_with(path: &std::path::Path, extra: &[&str]) -> Value {
-    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), extra, &[path])
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &[], &[path])
 }
 
 fn u(v: &Value) -> u64 {

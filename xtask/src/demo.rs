@@ -13,11 +13,10 @@ use crate::{root, setup, sh};
 use anyhow::{bail, Context, Result};
 use rocemon_testkit::demo;
 use rocemon_testkit::host_links::HostLinks;
-use rocemon_testkit::metrics::try_metric_sum;
+use rocemon_testkit::metrics::{http_get_ok, try_metric_sum};
 use rocemon_testkit::sender::{Round, Sender};
 use rocemon_testkit::TempDir;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,20 +135,8 @@ fn check_port(addr: &str, flag: &str) -> Result<()> {
     }
 }
 
-/// GET `path` from `addr` on the host (HTTP/1.0): the body when the status is 200.
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?;
-    (status == "200").then(|| body.to_string())
-}
-
 fn json(addr: &str, path: &str) -> Value {
-    get(addr, path)
+    http_get_ok(addr, path)
         .and_then(|b| serde_json::from_str(&b).ok())
         .unwrap_or(Value::Null)
 }
@@ -282,7 +269,7 @@ paths = {paths}
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let last = get(&a.listen, "/metrics").unwrap_or_default();
+    let last = http_get_ok(&a.listen, "/metrics").unwrap_or_default();
     for (act, sender) in acts {
         if let Some(Err(e)) = sender.map(Sender::finish) {
             bail!("the traffic of act {:?} failed: {e:#}", act.what);
@@ -315,7 +302,7 @@ paths = {paths}
 /// Waits until the agent serves /metrics (30 s at most).
 fn wait_serving(mut agent: Proc, listen: &str, stopped: &AtomicBool) -> Result<Proc> {
     let t = Instant::now();
-    while get(listen, "/metrics").is_none() {
+    while http_get_ok(listen, "/metrics").is_none() {
         if let Some(st) = agent.0.try_wait()? {
             bail!("rocemon exited with {st}");
         }
@@ -372,7 +359,7 @@ impl Findings {
 
     /// Reads the agent and announces what it shows for the first time.
     fn check(&mut self, addr: &str, job: &str, t: f64) {
-        let Some(m) = get(addr, "/metrics") else {
+        let Some(m) = http_get_ok(addr, "/metrics") else {
             return;
         };
         let sum = |name: &str, f: &[(&str, &str)]| try_metric_sum(&m, name, f).unwrap_or(0.0);
@@ -511,7 +498,7 @@ fn start_prometheus(a: &DemoArgs, dir: &Path) -> Result<Proc> {
             .context("start prometheus (Debian package prometheus; `cargo xtask setup`)")?,
     );
     let t = Instant::now();
-    while get(&a.prometheus_listen, "/-/ready").is_none() {
+    while http_get_ok(&a.prometheus_listen, "/-/ready").is_none() {
         if t.elapsed() > Duration::from_secs(30) {
             bail!("prometheus did not become ready within 30 s");
         }

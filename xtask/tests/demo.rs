@@ -2,9 +2,9 @@
 //! own namespace while it runs (with the optional Prometheus), a clean exit on Ctrl-C with
 //! nothing left behind, and a clear message when its port is taken.
 
-use rocemon_testkit::metrics::{metric_value, try_metric_sum};
+use rocemon_testkit::metrics::{http_get_ok, metric_value, try_metric_sum};
 use rocemon_testkit::require_root;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,16 +24,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    (head.split_whitespace().nth(1)? == "200").then(|| body.to_string())
 }
 
 /// The line of `out` that starts with `prefix`, then the rest of it.
@@ -94,7 +84,7 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
     let mut alert = false;
     while (!missing.is_empty() || !alert) && t.elapsed() < Duration::from_secs(120) {
         assert!(demo.try_wait().unwrap().is_none(), "the demo exited early");
-        if let Some(m) = get(&addr, "/metrics") {
+        if let Some(m) = http_get_ok(&addr, "/metrics") {
             missing = want
                 .iter()
                 .filter(|(_, name, f)| try_metric_sum(&m, name, f).unwrap_or(0.0) <= 0.0)
@@ -103,15 +93,15 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
         }
         // The optional Prometheus scrapes it with the shipped rules: the PFC storm alert
         // goes pending (it fires after its 2 minutes).
-        alert = get(&prom, "/api/v1/alerts").is_some_and(|b| b.contains("RocemonPfcStorm"));
+        alert = http_get_ok(&prom, "/api/v1/alerts").is_some_and(|b| b.contains("RocemonPfcStorm"));
         std::thread::sleep(Duration::from_secs(1));
     }
     assert!(missing.is_empty(), "not shown on the host: {missing:?}");
     assert!(alert, "Prometheus shows no RocemonPfcStorm alert");
-    let m = get(&addr, "/metrics").unwrap();
+    let m = http_get_ok(&addr, "/metrics").unwrap();
     assert!(metric_value(&m, "rocemon_elephant_flows", &[]).is_some());
     // The API and `rocemon top` from the host, too.
-    assert!(get(&addr, "/api/v1/flows").is_some_and(|b| b.contains("\"elephant\":true")));
+    assert!(http_get_ok(&addr, "/api/v1/flows").is_some_and(|b| b.contains("\"elephant\":true")));
     // Ctrl-C: a clean exit.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(demo.id() as i32, libc::SIGINT) };

@@ -32,7 +32,7 @@ impl Metrics {
         cur: &HookCounters,
         prev: &HookCounters,
     ) {
-        let d = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let d = super::delta;
         let (dir, hn) = (hook.direction(), hook.name());
         let l = [iface, dir, hn];
         let speed = self.link_speed_bps.get(iface).copied();

@@ -178,6 +178,16 @@ const HOOK: &[&str] = &["iface", "direction", "hook"];
 const FLOW: &[&str] = &["iface", "direction", "src", "dst", "sport", "dest_qp"];
 const SESSION: &[&str] = &["iface", "hook", "tunnel", "session"];
 
+/// What a kernel total gained since `before`; a total below it means the map was re-created,
+/// and counting starts over from it.
+pub(crate) fn delta(now: u64, before: u64) -> u64 {
+    if now >= before {
+        now - before
+    } else {
+        now
+    }
+}
+
 /// Moves a counter up to a total read from elsewhere (a kernel map, a driver, a socket); a
 /// smaller total means the source was reset, and the counter follows from there.
 fn follow(c: &prometheus::IntCounter, total: u64) {

@@ -93,7 +93,7 @@ impl Metrics {
             .entry((iface.to_string(), hook))
             .or_insert(HookCounters::ZERO);
         // A total below the previous one means the map was re-created: start over from it.
-        let d = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let d = super::delta;
         let (dir, hn) = (hook.direction(), hook.name());
         for op in 0..256usize {
             let dp = d(cur.opcode_packets[op], prev.opcode_packets[op]);

@@ -79,7 +79,7 @@ impl Metrics {
         cur: &HookCounters,
         prev: &HookCounters,
     ) {
-        let d = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let d = super::delta;
         for op in MsgOp::ALL {
             let i = op as usize;
             let n = d(cur.messages[i], prev.messages[i]);

@@ -73,3 +73,17 @@ pub fn metric_value(text: &str, name: &str, filter: &[(&str, &str)]) -> Option<f
         }
     })
 }
+
+/// `GET path` from `addr` in the calling thread's namespace (HTTP/1.0, one connection): the
+/// body when the status is 200, else None (not serving yet, gone, or an error status).
+pub fn http_get_ok(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut r = String::new();
+    s.read_to_string(&mut r).ok()?;
+    let (head, body) = r.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1)? == "200").then(|| body.to_string())
+}
