@@ -151,7 +151,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         check_port(&a.prometheus_listen, "--prometheus-listen")?;
     }
     setup::ensure()?;
-    println!("demo: building rocemon");
+    println!("demo: building rocemon (a few minutes on a fresh clone)");
     let mut build = Command::new("cargo");
     build
         .current_dir(root())

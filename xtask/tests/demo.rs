@@ -26,6 +26,20 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The demo, stopped with Ctrl-C (SIGINT) and waited for when dropped: a failing test leaves
+/// nothing running.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// The line of `out` that starts with `prefix`, then the rest of it.
 fn after<'a>(out: &'a str, prefix: &str) -> &'a str {
     out.lines()
@@ -42,15 +56,17 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
-    let mut demo = Command::new(XTASK)
-        .args(["demo", "--duration", "150", "--listen", &addr])
-        .args(["--prometheus", "--prometheus-listen", &prom])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut demo = Demo(
+        Command::new(XTASK)
+            .args(["demo", "--duration", "600", "--listen", &addr])
+            .args(["--prometheus", "--prometheus-listen", &prom])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let out = Arc::new(Mutex::new(String::new()));
     let reader = {
-        let (out, stdout) = (out.clone(), demo.stdout.take().unwrap());
+        let (out, stdout) = (out.clone(), demo.0.stdout.take().unwrap());
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 println!("{line}");
@@ -79,11 +95,27 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
             &[],
         ),
     ];
+    // The demo builds rocemon first (a fresh clone: minutes), then serves.
+    let t = Instant::now();
+    while !out.lock().unwrap().contains("demo: rocemon serves") {
+        assert!(
+            demo.0.try_wait().unwrap().is_none(),
+            "the demo exited early"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(1200),
+            "the demo never served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let t = Instant::now();
     let mut missing: Vec<&str> = want.iter().map(|w| w.0).collect();
     let mut alert = false;
     while (!missing.is_empty() || !alert) && t.elapsed() < Duration::from_secs(120) {
-        assert!(demo.try_wait().unwrap().is_none(), "the demo exited early");
+        assert!(
+            demo.0.try_wait().unwrap().is_none(),
+            "the demo exited early"
+        );
         if let Some(m) = http_get_ok(&addr, "/metrics") {
             missing = want
                 .iter()
@@ -104,8 +136,8 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
     assert!(http_get_ok(&addr, "/api/v1/flows").is_some_and(|b| b.contains("\"elephant\":true")));
     // Ctrl-C: a clean exit.
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(demo.id() as i32, libc::SIGINT) };
-    let status = demo.wait().unwrap();
+    unsafe { libc::kill(demo.0.id() as i32, libc::SIGINT) };
+    let status = demo.0.wait().unwrap();
     reader.join().unwrap();
     let out = out.lock().unwrap().clone();
     assert!(status.success(), "demo exit {status}\n{out}");
