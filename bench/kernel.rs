@@ -120,6 +120,7 @@ pub(crate) fn kernel_bench() -> Result<Value> {
             eprintln!("kernel: {n:>6} flows {label:<28} {path} xdp {xdp:>5.0} ns (baseline {xdp_base:>4.0}, x{:.2})  tc {tc:>5.0} ns (baseline {tc_base:>4.0}, x{:.2})", xdp / xdp_base, tc / tc_base);
         }
     }
+    let switches = switch_costs(REPEAT)?;
     // What the verifier checked, per program (the budget: 100,000 each).
     let mut verified = serde_json::Map::new();
     for h in Hook::ALL {
@@ -132,5 +133,81 @@ pub(crate) fn kernel_bench() -> Result<Value> {
         }
     }
     eprintln!("kernel: verified instructions {verified:?}");
-    Ok(json!({ "repeat": REPEAT, "rows": rows, "verified_instructions": verified }))
+    Ok(json!({
+        "repeat": REPEAT, "rows": rows, "verified_instructions": verified,
+        "switches": switches,
+    }))
+}
+
+/// What each load-time switch costs on the plain RoCE frame (one flow in the map): the XDP
+/// program with every switch on (the default), each one off alone, and all off, against the
+/// count-only program loaded beside it.
+fn switch_costs(repeat: u32) -> Result<Value> {
+    let on = loader::Switches::default();
+    let configs = [
+        ("all on (default)", on),
+        (
+            "rhythm off",
+            loader::Switches {
+                rhythm: false,
+                ..on
+            },
+        ),
+        (
+            "psn tracking off",
+            loader::Switches {
+                psn_tracking: false,
+                ..on
+            },
+        ),
+        (
+            "session counters off",
+            loader::Switches {
+                session_counters: false,
+                ..on
+            },
+        ),
+        (
+            "all off",
+            loader::Switches {
+                rhythm: false,
+                psn_tracking: false,
+                session_counters: false,
+                ..on
+            },
+        ),
+    ];
+    let frame = bench_frames()
+        .into_iter()
+        .next()
+        .context("a bench frame")?
+        .1;
+    let mut rows = Vec::new();
+    for (label, sw) in configs {
+        let mut ebpf = loader::load_object_with(1024, sw)?;
+        loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
+        let p = ebpf
+            .program_mut(agent_common::PROG_BASELINE_XDP)
+            .context("baseline program")?;
+        if let aya::programs::Program::Xdp(x) = p {
+            x.load()?;
+        }
+        let ns = |prog: &str| -> Result<f64> {
+            let fd = ebpf.program(prog).context("program")?.fd()?;
+            let runs: Vec<f64> = (0..5)
+                .map(|_| test_run(fd, &frame, repeat).map(|r| r.duration_ns as f64))
+                .collect::<Result<_>>()?;
+            Ok(median(runs))
+        };
+        let (xdp, base) = (
+            ns(agent_common::PROG_XDP)?,
+            ns(agent_common::PROG_BASELINE_XDP)?,
+        );
+        eprintln!(
+            "kernel: switches {label:<22} xdp {xdp:>5.0} ns (baseline {base:>4.0}, x{:.2})",
+            xdp / base
+        );
+        rows.push(json!({ "switches": label, "xdp_ns": xdp, "xdp_baseline_ns": base, "xdp_ratio": xdp / base }));
+    }
+    Ok(Value::Array(rows))
 }

@@ -7,68 +7,16 @@
 use crate::classes::TrafficClasses;
 use crate::flow::FlowEvent;
 use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
+pub use crate::hook::Hook;
+use crate::info::Parsed;
 use crate::message::{bucket, MsgOp, MSG_BUCKET_SLOTS};
+use crate::outcome::Outcome;
 use crate::packet::RocePacket;
-use crate::parse::{Outcome, Parsed};
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, NAK_SLOTS};
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
 pub const OUTCOME_SLOTS: usize = 32;
 const _: () = assert!(Outcome::COUNT <= OUTCOME_SLOTS);
-
-/// Where a frame was seen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Hook {
-    Xdp = 0,
-    TcIngress = 1,
-    TcEgress = 2,
-    /// The AF_XDP capture program: frames it keeps in the kernel are counted there, frames it
-    /// redirects are counted by the userspace socket reader into the same kind of block.
-    AfXdp = 3,
-}
-
-impl Hook {
-    pub const COUNT: usize = 4;
-    pub const ALL: [Hook; Self::COUNT] = [Hook::Xdp, Hook::TcIngress, Hook::TcEgress, Hook::AfXdp];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            Hook::Xdp => "xdp",
-            Hook::TcIngress => "tc_ingress",
-            Hook::TcEgress => "tc_egress",
-            Hook::AfXdp => "afxdp",
-        }
-    }
-
-    /// The kernel program that counts at this hook.
-    pub const fn program(self) -> &'static str {
-        match self {
-            Hook::Xdp => crate::PROG_XDP,
-            Hook::TcIngress => crate::PROG_TC_INGRESS,
-            Hook::TcEgress => crate::PROG_TC_EGRESS,
-            Hook::AfXdp => crate::PROG_AFXDP,
-        }
-    }
-
-    /// Where this hook's slow program sits: (program array, slot, program name). The kernel
-    /// tail-calls the slot as a constant; the loader fills it.
-    pub const fn slow_path(self) -> (&'static str, u32, &'static str) {
-        match self {
-            Hook::Xdp => (crate::MAP_XDP_SLOW, 0, crate::PROG_XDP_SLOW),
-            Hook::AfXdp => (crate::MAP_XDP_SLOW, 1, crate::PROG_AFXDP_SLOW),
-            Hook::TcIngress => (crate::MAP_TC_SLOW, 0, crate::PROG_TC_INGRESS_SLOW),
-            Hook::TcEgress => (crate::MAP_TC_SLOW, 1, crate::PROG_TC_EGRESS_SLOW),
-        }
-    }
-
-    pub const fn direction(self) -> &'static str {
-        match self {
-            Hook::Xdp | Hook::TcIngress | Hook::AfXdp => "ingress",
-            Hook::TcEgress => "egress",
-        }
-    }
-}
 
 /// Counters of one hook on one interface. `#[repr(C)]`, only `u64`s: no padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,25 +1,10 @@
 //! Flow keys and per-flow statistics, and the one function that updates them.
 
+pub use crate::flow_key::FlowKey;
 use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
 use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
-
-/// A RoCEv2 flow: (IP version, source, destination, UDP source port, destination QP), plus
-/// the hook that saw it, so XDP and tc ingress on one interface never add into one record.
-/// The destination port is always 4791. IPv4 addresses sit in the first four bytes.
-/// `#[repr(C)]`: 40 bytes, no implicit padding (BPF map key).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(C)]
-pub struct FlowKey {
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
-    pub sport: u16,
-    pub ip_version: u8,
-    /// [`crate::Hook`] discriminant (0 for captures).
-    pub hook: u8,
-    pub dest_qp: u32,
-}
 
 /// What one packet did to its flow, for the hook's counters: the PSN sequence and a completed
 /// RDMA message.
@@ -171,16 +156,14 @@ impl FlowStats {
 
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
-unsafe impl aya::Pod for FlowKey {}
-#[cfg(feature = "user")]
-// SAFETY: as above.
 unsafe impl aya::Pod for FlowStats {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::headers::bth::Bth;
-    use crate::parse::{Outcome, RoceInfo};
+    use crate::info::RoceInfo;
+    use crate::outcome::Outcome;
 
     fn info(opcode: u8, ecn: u8, psn: u32) -> RoceInfo {
         RoceInfo {

@@ -4,12 +4,20 @@
 //! so the XDP program, the tc programs, AF_XDP/capture sources and the tests all parse and
 //! count a packet the same way.
 //!
+//! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
+//! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`headers`],
+//!   [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
+//!   [`fast`] and [`parse`]; [`packet`]; [`psn`], [`message`]; [`flow`], [`session`];
+//!   [`counters`] on top.
+//!
 //! - [`reader`]: the packet-reader trait (bounds-checked constant-size reads) and the
 //!   byte-slice implementation; the XDP and tc implementations live in `agent-ebpf`.
 //! - [`headers`]: one module per header (Ethernet/VLAN, Linux cooked capture, IPv4, IPv6,
 //!   UDP, BTH, extension headers) with offsets, lengths and big-endian getters.
 //! - [`opcode`]: the BTH opcode table (names, transport, operation class, extension headers).
 //! - [`outcome`]: how a frame ended ([`Outcome`], its counter index; a leaf module).
+//! - [`hook`]: where a frame was seen ([`Hook`]); [`flow_key`]: the flow's key ([`FlowKey`]).
+//! - [`info`]: the parse result ([`Parsed`], [`RoceInfo`]).
 //! - [`parse`]: `parse_frame(&reader, link) -> Parsed` (RoCE, MAC control, or an outcome).
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
@@ -28,7 +36,10 @@ pub mod classes;
 pub mod counters;
 pub mod fast;
 pub mod flow;
+pub mod flow_key;
 pub mod headers;
+pub mod hook;
+pub mod info;
 pub mod message;
 pub mod opcode;
 pub mod outcome;

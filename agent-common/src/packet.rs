@@ -4,11 +4,12 @@
 //! [`crate::SessionKey::of`]) reads either without converting one into the other (in the
 //! kernel's fast path, rebuilding a `RoceInfo` from the record cost a copy of every field).
 
-use crate::counters::Hook;
-use crate::flow::FlowKey;
+use crate::flow_key::FlowKey;
 use crate::headers::encap::TunnelKind;
+use crate::hook::Hook;
+use crate::info::RoceInfo;
 use crate::opcode::OPCODE_CNP;
-use crate::parse::{Outcome, RoceInfo};
+use crate::outcome::Outcome;
 use crate::record::PacketRecord;
 
 /// The fields of a RoCE packet that counting needs.

@@ -10,7 +10,8 @@
 use crate::headers::bth::Bth;
 use crate::headers::encap::{Tunnel, TunnelKind};
 use crate::headers::mac_control::MacControl;
-use crate::parse::{Aeth, Deth, Outcome, Parsed, RoceInfo};
+use crate::info::{Aeth, Deth, Parsed, RoceInfo};
+use crate::outcome::Outcome;
 
 const OK: u8 = 1;
 const HAS_RETH: u8 = 2;

@@ -7,8 +7,8 @@
 //! holds. ERSPAN session ids are 10 bits and VNIs 24 bits, so the label never grows without
 //! bound either way.
 
-use crate::counters::Hook;
 use crate::headers::encap::TunnelKind;
+use crate::hook::Hook;
 use crate::packet::RocePacket;
 
 /// Sessions tracked per interface.

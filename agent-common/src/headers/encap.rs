@@ -9,7 +9,7 @@
 
 use crate::headers::ethernet::{self, is_vlan};
 use crate::headers::{be16, ipv4, ipv6};
-use crate::parse::Outcome;
+use crate::outcome::Outcome;
 use crate::reader::PacketReader;
 
 pub const PROTO_GRE: u8 = 47;
