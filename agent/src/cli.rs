@@ -148,7 +148,7 @@ pub struct RunArgs {
     /// Where RoCE frames are counted: maps (in the kernel) or afxdp (RoCE and mirror frames
     /// are redirected to AF_XDP sockets and counted in userspace; for mirror collectors).
     #[arg(long, value_enum)]
-    pub capture: Option<crate::config::CaptureArg>,
+    pub capture: Option<CaptureArg>,
     /// AF_XDP socket mode: auto tries zero-copy and falls back to copy.
     #[arg(long, value_enum)]
     pub afxdp_mode: Option<crate::sources::afxdp::BindMode>,
@@ -189,6 +189,17 @@ pub struct RunArgs {
     pub sflow_listen: Option<String>,
 }
 
+/// Where RoCE frames are counted (flag and configuration file value).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureArg {
+    /// In the kernel programs, read from maps (the default).
+    Maps,
+    /// In userspace, from AF_XDP sockets fed by an XDP redirect (mirror collectors).
+    Afxdp,
+}
+
+/// How to attach XDP (flag and configuration file value).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum XdpModeArg {

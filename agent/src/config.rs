@@ -1,6 +1,7 @@
 //! One validated configuration: the TOML file (if any), then command-line flags over it.
 //! Every rule lives here, and every message names the key and the fix.
 
+pub use crate::cli::CaptureArg;
 use crate::cli::{RunArgs, XdpModeArg};
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
@@ -70,16 +71,6 @@ pub struct SflowSection {
     pub receive_buffer_bytes: Option<usize>,
     /// ECMP groups of switch uplinks (the fabric view).
     pub groups: Option<Vec<crate::sflow::fabric::UplinkGroup>>,
-}
-
-/// Where RoCE frames are counted.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum CaptureArg {
-    /// In the kernel programs, read from maps (the default).
-    Maps,
-    /// In userspace, from AF_XDP sockets fed by an XDP redirect (mirror collectors).
-    Afxdp,
 }
 
 /// How to attach XDP.
