@@ -1,6 +1,6 @@
 //! Loading and attaching the kernel programs: one object per interface (its own counters and
 //! flow map), the requested hooks attached, XDP native mode with fallback to skb mode.
-//! Dropping a [`Probe`] closes the links, which detaches every program.
+//! Dropping an [`Attachment`] closes the links, which detaches every program.
 
 use crate::config::XdpMode;
 use crate::error::UsageError;
@@ -27,7 +27,7 @@ use std::path::Path;
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/agent"));
 
 /// The programs and maps attached to one interface.
-pub struct Probe {
+pub struct Attachment {
     pub iface: String,
     pub ifindex: u32,
     /// The XDP mode actually in use ("native" or "skb"), when XDP is attached.
@@ -228,7 +228,7 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
 /// capture sockets bind; they are open and registered before the program is attached. With a
 /// pin root (map-based capture only: sockets cannot outlive the process), links found from a
 /// previous run get the new programs atomically, and new links are pinned.
-pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
+pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let idx = ifindex(iface)?;
     let pins = if o.pin && o.afxdp.is_none() {
         crate::pins::ensure_bpffs(o.pin_root)?;
@@ -320,7 +320,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Probe> {
     if let Some(p) = &pins {
         p.prune(o.hooks)?;
     }
-    Ok(Probe {
+    Ok(Attachment {
         iface: iface.to_string(),
         ifindex: idx,
         xdp_mode,
@@ -482,7 +482,7 @@ fn p_attach(
     })
 }
 
-impl Probe {
+impl Attachment {
     /// The kernel's run count and run time of each attached program: (hook, program name,
     /// runs, seconds). Both stay 0 unless BPF run-time statistics are on.
     pub fn program_stats(&self) -> Vec<(Hook, &'static str, u64, f64)> {

@@ -9,7 +9,7 @@ use crate::detect::steps::StepTracker;
 use crate::error::UsageError;
 use crate::flows::FlowTable;
 use crate::http::{self, Shared};
-use crate::loader::{self, Probe};
+use crate::loader::{self, Attachment};
 use crate::metrics::Metrics;
 use crate::metrics::RhythmSource;
 use crate::report::human_bytes;
@@ -217,7 +217,7 @@ pub async fn run(
 }
 
 /// Loads and attaches everything configured on one interface.
-fn attach_one(iface: &str, config: &Config) -> Result<Probe> {
+fn attach_one(iface: &str, config: &Config) -> Result<Attachment> {
     let p = loader::attach(
         iface,
         loader::AttachOptions {
@@ -248,7 +248,7 @@ fn attach_one(iface: &str, config: &Config) -> Result<Probe> {
 }
 
 /// The mode label of a probe's hook.
-fn mode_of(p: &Probe, h: Hook) -> &'static str {
+fn mode_of(p: &Attachment, h: Hook) -> &'static str {
     if matches!(h, Hook::Xdp | Hook::AfXdp) {
         p.xdp_mode.unwrap_or("skb")
     } else {
@@ -256,7 +256,7 @@ fn mode_of(p: &Probe, h: Hook) -> &'static str {
     }
 }
 
-fn show_attached(m: &Metrics, p: &Probe) {
+fn show_attached(m: &Metrics, p: &Attachment) {
     for h in &p.hooks {
         m.set_attached(&p.iface, *h, mode_of(p, *h));
     }
@@ -271,7 +271,7 @@ fn show_attached(m: &Metrics, p: &Probe) {
 /// an MTU change is logged (the programs handle any frame size). Cheap: one
 /// `if_nametoindex` per interface.
 fn reconcile(
-    probes: &mut [Option<Probe>],
+    probes: &mut [Option<Attachment>],
     mtus: &mut [Option<u32>],
     config: &Config,
     shared: &Shared,
@@ -349,7 +349,7 @@ fn entry_thresholds(config: &Config) -> Vec<f64> {
 /// detectors, then the API view.
 #[allow(clippy::too_many_arguments)]
 fn poll(
-    probes: &mut [Option<Probe>],
+    probes: &mut [Option<Attachment>],
     table: &mut FlowTable,
     shared: &Shared,
     dt: f64,
@@ -546,7 +546,7 @@ fn rdma_views(
 }
 
 /// A one-line live summary (the demo prints it every few seconds).
-fn summary_line(probes: &[Option<Probe>], table: &FlowTable) -> String {
+fn summary_line(probes: &[Option<Attachment>], table: &FlowTable) -> String {
     let mut total = HookCounters::ZERO;
     for p in probes.iter().flatten() {
         if let Ok(blocks) = p.read_counters() {

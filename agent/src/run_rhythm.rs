@@ -3,7 +3,7 @@
 //! ports), slow steps logged once, and the series set.
 
 use crate::detect::steps::StepTracker;
-use crate::loader::Probe;
+use crate::loader::Attachment;
 use crate::metrics::Metrics;
 use rustc_hash::FxHashMap;
 use std::time::Instant;
@@ -39,7 +39,7 @@ impl LiveRhythm {
 /// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
 /// in progress may still be counted on another CPU.
 pub fn drain_rings(
-    probes: &[Option<Probe>],
+    probes: &[Option<Attachment>],
     steps: &mut FxHashMap<String, StepTracker>,
     m: &Metrics,
 ) {
