@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use aya::programs::{xdp::XdpMode, SchedClassifier, TcAttachType, Xdp};
-use rocemon::loader;
+use rocemon::kernel::loader;
 use std::os::fd::AsRawFd;
 
 /// The count-only program attached in a namespace; dropping it detaches.

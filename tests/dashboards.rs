@@ -3,7 +3,7 @@
 //! package) scraping two real agents fed with fixture traffic in namespaces returns data for
 //! every dashboard expression, every recording rule and every alert.
 
-use rocemon::metrics::Metrics;
+use rocemon::export::metrics::Metrics;
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::Roce;
 use rocemon_testkit::netns::{http_get_in, run, unique_tag, Agent, VethPair};

@@ -1,7 +1,7 @@
 //! Replays every fuzz input kept in `fuzz/regressions/capture` and the committed capture seeds
 //! through the capture reader and the analysis: none may panic.
 
-use rocemon::analyze::{Analysis, AnalyzeOptions};
+use rocemon::cmd::analyze::{Analysis, AnalyzeOptions};
 use rocemon::sources::capture::read_capture_from;
 use std::path::Path;
 
@@ -22,7 +22,7 @@ fn capture_fuzz_regressions_and_seeds_replay_cleanly() {
             let mut a = Analysis::new(AnalyzeOptions::default());
             let _ = read_capture_from(&data[..], |_| {}, |f| a.frame(f));
             a.finish();
-            let _ = rocemon::report::build(&a);
+            let _ = rocemon::export::report::build(&a);
             if dir.starts_with("seeds") {
                 seeds += 1;
             }

@@ -3,9 +3,9 @@
 //! (differential), and tshark's numbers for the same capture (oracle).
 
 use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
-use rocemon::loader;
+use rocemon::kernel::loader;
+use rocemon::kernel::testrun::{record_as_kernel, test_run};
 use rocemon::sources::tally::{self, Tally};
-use rocemon::testrun::{record_as_kernel, test_run};
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{require_root, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
     }
     require_tshark();
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let dir = TempDir::new("rocemon-kernel").unwrap();
     let mut checked = 0;
     let mut refused = 0;
@@ -242,8 +242,8 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                     .map(|(f, st)| {
                         (
                             (
-                                rocemon::flows::addr(f.ip_version, &f.src).to_string(),
-                                rocemon::flows::addr(f.ip_version, &f.dst).to_string(),
+                                rocemon::pipeline::flows::addr(f.ip_version, &f.src).to_string(),
+                                rocemon::pipeline::flows::addr(f.ip_version, &f.dst).to_string(),
                                 f.sport,
                                 f.dest_qp,
                             ),
@@ -277,7 +277,7 @@ fn full_flow_map_keeps_global_counters_exact() {
         return;
     }
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     // A tiny flow map: flows beyond it are evicted (LRU), global counters stay exact.
     let mut ebpf = loader::load_object(16).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
@@ -349,7 +349,7 @@ fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
         return;
     }
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let off = loader::Switches {
         psn_tracking: false,
         session_counters: false,
@@ -483,7 +483,7 @@ fn configured_traffic_classes_decide_what_the_kernel_counts_as_lossy() {
         return;
     }
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let classes = agent_common::TrafficClasses {
         roce_dscp: 1,
         roce_priority: agent_common::classes::ANY_PRIORITY,

@@ -3,8 +3,8 @@
 //! batch of frames, so each batch's milliseconds are known.
 
 use agent_common::{parse, Hook, LinkType, SliceReader};
-use rocemon::loader;
-use rocemon::testrun::test_run;
+use rocemon::kernel::loader;
+use rocemon::kernel::testrun::test_run;
 use rocemon_testkit::fixtures;
 use rocemon_testkit::require_root;
 
@@ -34,7 +34,7 @@ fn the_ring_holds_each_millisecond_s_roce_packets_and_bytes() {
         return;
     }
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let mut ebpf = loader::load_object(65_536).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
     let (frames, bytes) = roce_frames();
@@ -83,7 +83,7 @@ fn switched_off_rhythm_leaves_the_ring_empty() {
         return;
     }
     loader::raise_memlock();
-    rocemon::testrun::pin_to_one_cpu().unwrap();
+    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let off = loader::Switches {
         rhythm: false,
         ..loader::Switches::default()

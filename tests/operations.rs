@@ -472,7 +472,7 @@ fn logs_are_json_or_journal_friendly() {
     assert!(
         journal
             .lines()
-            .any(|l| l.starts_with("<6>rocemon::run: serving metrics")),
+            .any(|l| l.starts_with("<6>rocemon::cmd::run: serving metrics")),
         "{journal}"
     );
     let quiet = run_with(&[], &["--log-level", "warn"]);

@@ -20,3 +20,14 @@ pub struct FlowKey {
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
 unsafe impl aya::Pod for FlowKey {}
+
+/// The address stored in a flow key (IPv4 in the first four bytes).
+pub fn addr(ip_version: u8, bytes: &[u8; 16]) -> core::net::IpAddr {
+    if ip_version == 4 {
+        core::net::IpAddr::V4(core::net::Ipv4Addr::new(
+            bytes[0], bytes[1], bytes[2], bytes[3],
+        ))
+    } else {
+        core::net::IpAddr::V6(core::net::Ipv6Addr::from(*bytes))
+    }
+}

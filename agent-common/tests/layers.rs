@@ -1,118 +1,19 @@
 //! The crate's modules import each other one way: from the leaves of the shared vocabulary
 //! (outcome, hook, flow key, headers, reader) through the parse result and the parsers up to
-//! counting, never back. Read from the sources (test code left out), so a new import that
-//! closes a cycle fails here with the cycle named.
+//! counting, never back. Read from the sources, so a new import that closes a cycle fails
+//! here with the cycle named.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-
-/// `crate::<module>` references of a source file's non-test code (comments left out).
-fn imports(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for line in text.lines() {
-        let l = line.trim_start();
-        if l.starts_with("#[cfg(test)]") {
-            break;
-        }
-        if l.starts_with("//") {
-            continue;
-        }
-        let mut rest = l;
-        while let Some(i) = rest.find("crate::") {
-            rest = &rest[i + 7..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if modules.contains(&name) {
-                out.insert(name);
-            }
-        }
-    }
-    out
-}
-
-/// The top-level module a source file belongs to (`headers/ipv4.rs` -> `headers`).
-fn module_of(rel: &Path) -> String {
-    let first = rel
-        .components()
-        .next()
-        .unwrap()
-        .as_os_str()
-        .to_string_lossy();
-    first.trim_end_matches(".rs").to_string()
-}
+use rocemon_testkit::layers;
 
 #[test]
 fn modules_import_each_other_one_way() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
-    let rel = |p: &Path| p.strip_prefix(&src).unwrap().to_path_buf();
-    let modules: BTreeSet<String> = files
-        .iter()
-        .map(|p| module_of(&rel(p)))
-        .filter(|m| m != "lib" && !m.ends_with("_tests"))
-        .collect();
-    assert!(modules.len() > 15, "{modules:?}");
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for p in &files {
-        let m = module_of(&rel(p));
-        if !modules.contains(&m) {
-            continue;
-        }
-        let deps = imports(&std::fs::read_to_string(p).unwrap(), &modules);
-        graph
-            .entry(m.clone())
-            .or_default()
-            .extend(deps.into_iter().filter(|d| *d != m));
-    }
-    // Depth-first search; a back edge is a cycle.
-    fn visit(
-        m: &str,
-        g: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        path: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        match state.get(m) {
-            Some(2) => return None,
-            Some(1) => {
-                let at = path.iter().position(|x| x == m).unwrap();
-                let mut c = path[at..].to_vec();
-                c.push(m.to_string());
-                return Some(c);
-            }
-            _ => {}
-        }
-        state.insert(m.to_string(), 1);
-        path.push(m.to_string());
-        for d in g.get(m).into_iter().flatten() {
-            if let Some(c) = visit(d, g, state, path) {
-                return Some(c);
-            }
-        }
-        path.pop();
-        state.insert(m.to_string(), 2);
-        None
-    }
-    let mut state = BTreeMap::new();
-    for m in graph.keys() {
-        if let Some(c) = visit(m, &graph, &mut state, &mut Vec::new()) {
-            panic!("import cycle: {}\n{graph:#?}", c.join(" -> "));
-        }
+    let g = layers::graph(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(g.len() > 15, "{g:?}");
+    if let Some(c) = layers::cycle(&g) {
+        panic!("import cycle: {}\n{g:#?}", c.join(" -> "));
     }
     // The counting sits on top: nothing below it imports it.
-    for (m, deps) in &graph {
+    for (m, deps) in &g {
         assert!(
             m == "counters" || !deps.contains("counters"),
             "{m} imports counters"

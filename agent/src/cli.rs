@@ -252,11 +252,5 @@ pub struct AnalyzeArgs {
     pub link_speed: f64,
 }
 
-/// Defaults shared by flags and code.
-pub mod rocemon_defaults {
-    /// `analyze --max-flows`: about 120 MB of flow table.
-    pub const MAX_FLOWS: usize = 262_144;
-    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
-    pub const LINK_SPEED_GBPS: f64 = 100.0;
-    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
-}
+/// Defaults shared by flags and code (they live with the analysis they configure).
+pub use crate::pipeline::analysis::defaults as rocemon_defaults;

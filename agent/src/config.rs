@@ -2,6 +2,9 @@
 //! Every rule lives here, and every message names the key and the fix.
 
 pub use crate::cli::CaptureArg;
+
+/// Where pins go unless configured otherwise.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rocemon";
 use crate::cli::{RunArgs, XdpModeArg};
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
@@ -108,7 +111,7 @@ pub struct Config {
     /// Turn on the kernel's BPF run-time statistics while the agent runs.
     pub program_stats: bool,
     /// The kernel programs' load-time switches (PSN tracking, session counters).
-    pub switches: crate::loader::Switches,
+    pub switches: crate::sources::tally::Switches,
     /// The sFlow receiver, when configured.
     pub sflow: Option<crate::sflow::receiver::SflowSettings>,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
@@ -325,7 +328,7 @@ impl Config {
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
             sflow,
             sflow_groups,
-            switches: crate::loader::Switches {
+            switches: crate::sources::tally::Switches {
                 psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
                 session_counters: !args.no_session_counters
                     && file.session_counters.unwrap_or(true),
@@ -336,7 +339,7 @@ impl Config {
                 .pin_dir
                 .clone()
                 .or(file.pin_dir)
-                .unwrap_or_else(|| crate::pins::DEFAULT_PIN_DIR.into()),
+                .unwrap_or_else(|| DEFAULT_PIN_DIR.into()),
         })
     }
 }
@@ -374,7 +377,7 @@ fn host_memory_bytes() -> Option<u64> {
 pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig), UsageError> {
     let rate_window = file
         .rate_window_seconds
-        .unwrap_or(crate::flows::RATE_TAU_SECONDS);
+        .unwrap_or(crate::pipeline::flows::RATE_TAU_SECONDS);
     if !(0.01..=3600.0).contains(&rate_window) {
         return Err(bad(format!(
             "rate_window_seconds {rate_window} is out of range; use 0.01 to 3600"

@@ -36,7 +36,7 @@ fn flags_override_file() {
 #[test]
 fn kernel_switches_default_on_and_follow_file_then_flags() {
     let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
-    assert_eq!(c.switches, crate::loader::Switches::default());
+    assert_eq!(c.switches, crate::kernel::loader::Switches::default());
     assert!(c.switches.psn_tracking && c.switches.session_counters);
     let file: FileConfig = toml::from_str("psn_tracking = false").unwrap();
     let c = Config::merge(file, &args(&["a"])).unwrap();

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run(a),
         Command::Analyze(a) => analyze(a),
-        Command::Top(a) => rocemon::top::run(a),
+        Command::Top(a) => rocemon::cmd::top::run(a),
         Command::Rdma(a) => rdma(a),
         Command::Detach(a) => detach(a),
         Command::CheckConfig(a) => check_config(a),
@@ -79,13 +79,13 @@ fn run(args: RunArgs) -> Result<()> {
                 }
             }
         });
-        rocemon::run::run(config, shutdown, reload_rx).await
+        rocemon::cmd::run::run(config, shutdown, reload_rx).await
     })
 }
 
 fn analyze(args: AnalyzeArgs) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
-    let mut opts = rocemon::analyze::AnalyzeOptions::default();
+    let mut opts = rocemon::cmd::analyze::AnalyzeOptions::default();
     if let Some(path) = &args.config {
         let file = rocemon::config::load_file(path)?;
         let (rate_window_s, elephant, ecmp) = rocemon::config::detectors(&file)?;
@@ -172,7 +172,7 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         }
         _ => None,
     };
-    let (a, failed) = rocemon::analyze::analyze_inputs(&args.files, opts, |n| {
+    let (a, failed) = rocemon::cmd::analyze::analyze_inputs(&args.files, opts, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
         }
@@ -199,10 +199,11 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
                 .join(", ")
         );
     }
-    let report = rocemon::report::build(&a);
+    let report = rocemon::export::report::build(&a);
     if let Some(path) = &args.html {
         let inputs: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
-        let page = rocemon::report_html::render(&report, &a.timeline, &inputs, args.top.max(20));
+        let page =
+            rocemon::export::report_html::render(&report, &a.timeline, &inputs, args.top.max(20));
         std::fs::write(path, page)
             .with_context(|| format!("write the HTML report {}", path.display()))?;
         log::info!("wrote the HTML report {}", path.display());
@@ -218,7 +219,7 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
             quiet_on_closed_stdout(written)?;
         }
         OutputFormat::Table => {
-            let text = rocemon::report::table(&report, args.top);
+            let text = rocemon::export::report::table(&report, args.top);
             quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
         }
     }
@@ -331,8 +332,8 @@ fn detach(args: DetachArgs) -> Result<()> {
     let root = args
         .pin_dir
         .or(file_dir)
-        .unwrap_or_else(|| rocemon::pins::DEFAULT_PIN_DIR.into());
-    if let Some(pid) = rocemon::pins::PinLock::held(&root) {
+        .unwrap_or_else(|| rocemon::kernel::pins::DEFAULT_PIN_DIR.into());
+    if let Some(pid) = rocemon::kernel::pins::PinLock::held(&root) {
         let who = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
         if !args.force {
             return Err(UsageError::BadConfig(format!(
@@ -351,7 +352,7 @@ fn detach(args: DetachArgs) -> Result<()> {
         args.ifaces.iter().map(|i| Some(i.as_str())).collect()
     };
     for i in ifaces {
-        let (d, out) = rocemon::pins::detach(&root, i)?;
+        let (d, out) = rocemon::kernel::pins::detach(&root, i)?;
         done.extend(d);
         left.extend(out.left);
     }
@@ -408,7 +409,7 @@ fn check_config(args: CheckConfigArgs) -> Result<()> {
     })?;
     let mut missing = Vec::new();
     for i in &c.ifaces {
-        if rocemon::loader::ifindex(i).is_err() {
+        if rocemon::kernel::loader::ifindex(i).is_err() {
             missing.push(i.as_str());
         }
     }

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rocemon::analyze::{Analysis, AnalyzeOptions};
+use rocemon::cmd::analyze::{Analysis, AnalyzeOptions};
 use rocemon::sources::capture::read_capture_buffered;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,5 +11,5 @@ fuzz_target!(|data: &[u8]| {
     // AddressSanitizer) was most of the cost; records that need more grow it as files do.
     let _ = read_capture_buffered(data, 4096, |_| {}, |f| a.frame(f));
     a.finish();
-    let _ = rocemon::report::build(&a);
+    let _ = rocemon::export::report::build(&a);
 });

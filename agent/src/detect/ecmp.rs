@@ -10,7 +10,7 @@
 //! elephants while another member of the same group carries none.
 
 use super::hash::{FlowFields, HashModel};
-use crate::flows::addr;
+use agent_common::flow_key::addr;
 use agent_common::{FlowKey, ROCEV2_UDP_PORT};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};

@@ -203,8 +203,8 @@ impl Fabric {
                 .map(|(g, u, k, r)| FabricElephant {
                     group: g.clone(),
                     uplink: u.clone(),
-                    src: crate::flows::addr(k.ip_version, &k.src).to_string(),
-                    dst: crate::flows::addr(k.ip_version, &k.dst).to_string(),
+                    src: agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
+                    dst: agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
                     sport: k.sport,
                     dest_qp: k.dest_qp,
                     estimated_bytes_per_second: *r,

@@ -175,8 +175,8 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             .into_iter()
             .take(TOP_FLOWS)
             .map(|(k, f)| Flow {
-                src: crate::flows::addr(k.ip_version, &k.src).to_string(),
-                dst: crate::flows::addr(k.ip_version, &k.dst).to_string(),
+                src: agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
+                dst: agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
                 sport: k.sport,
                 dest_qp: k.dest_qp,
                 samples: f.samples,

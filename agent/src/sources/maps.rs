@@ -48,7 +48,7 @@ pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
         use std::os::fd::{AsFd, AsRawFd};
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
         let mut out = Vec::new();
-        let read = crate::batch::lookup_percpu::<FlowKey, FlowStats>(
+        let read = crate::sources::batch::lookup_percpu::<FlowKey, FlowStats>(
             data.fd().as_fd().as_raw_fd(),
             cpus,
             |k, values| {

@@ -3,6 +3,7 @@
 //! the kernel, the NIC's own pause counters ([`nic_pause`]), and the link events that say when
 //! a watched interface comes or goes.
 pub mod afxdp;
+pub mod batch;
 pub mod capture;
 pub mod input;
 pub mod links;

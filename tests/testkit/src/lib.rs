@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod frames;
 pub mod host_links;
 pub mod hostile;
+pub mod layers;
 pub mod lossless;
 pub mod metrics;
 pub mod netns;

@@ -1,9 +1,9 @@
 //! `rocemon analyze` output: one JSON object, or a readable table.
 
-use crate::analyze::{Analysis, ElephantPeriod};
 use crate::detect::ecmp::EcmpReport;
-use crate::flows::FlowEntry;
-use crate::report_lossless as lossless;
+use crate::export::report_lossless as lossless;
+use crate::pipeline::analysis::{Analysis, ElephantPeriod};
+use crate::pipeline::flows::FlowEntry;
 use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, OpClass, Outcome, OutcomeKind, ROCEV2_UDP_PORT};
 use serde::Serialize;
@@ -32,7 +32,7 @@ pub struct Report {
     pub flows: Vec<Flow>,
     /// Flows that left the bounded flow table (`--max-flows`), with what they carried; their
     /// packets are in every total above.
-    pub flows_evicted: crate::flows::EvictedFlows,
+    pub flows_evicted: crate::pipeline::flows::EvictedFlows,
     /// PFC frames per priority (mirrored ones included).
     pub pfc: lossless::Pfc,
     /// 802.3x PAUSE frames, and other MAC control frames.
@@ -41,7 +41,7 @@ pub struct Report {
     pub training: crate::detect::rhythm::Rhythm,
     /// The rhythm of each source host with the most bytes (several jobs on one link); empty
     /// with one source.
-    pub training_sources: Vec<crate::training::SourceRhythm>,
+    pub training_sources: Vec<crate::pipeline::training::SourceRhythm>,
     /// sFlow datagrams in the capture (UDP 6343); null when there are none.
     pub sflow: Option<crate::sflow::report::SflowReport>,
 }
@@ -86,7 +86,7 @@ pub struct Roce {
     /// RoCE outside the configured lossless class.
     pub lossy: lossless::Lossy,
     /// RDMA messages: WRITE and READ by their RETH DMA length, SEND by their payloads.
-    pub messages: Vec<crate::training::MessageReport>,
+    pub messages: Vec<crate::pipeline::training::MessageReport>,
 }
 
 #[derive(Serialize, Debug)]
@@ -253,8 +253,8 @@ pub fn build(a: &Analysis) -> Report {
         .elephants
         .iter()
         .map(|(k, periods)| Elephant {
-            src: crate::flows::addr(k.ip_version, &k.src).to_string(),
-            dst: crate::flows::addr(k.ip_version, &k.dst).to_string(),
+            src: agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
+            dst: agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
             sport: k.sport,
             dest_qp: k.dest_qp,
             periods: periods.clone(),
@@ -298,7 +298,7 @@ pub fn build(a: &Analysis) -> Report {
             pcp: lossless::pcp(c),
             cnp_classes: lossless::cnp_classes(c),
             lossy: lossless::lossy(c, &a.options().classes),
-            messages: crate::training::messages(c),
+            messages: crate::pipeline::training::messages(c),
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
@@ -416,7 +416,7 @@ pub fn table(r: &Report, top: usize) -> String {
         }
     }
     lossless::table(&mut s, &r.pfc, &r.pause, &r.roce.dscp, &r.roce.lossy);
-    crate::training::table(&mut s, &r.training, &r.roce.messages);
+    crate::export::report_training::table(&mut s, &r.training, &r.roce.messages);
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
     let tail = if r.truncated_tail {

@@ -4,8 +4,8 @@
 //! CE share and CNP rate over time, elephants on a timeline, top flows, ECMP, PSN/NAK health,
 //! parse outcomes. Every number comes from the same [`Report`] the JSON output prints.
 
-use crate::report::{human_bytes, Report};
-use crate::timeline::{Bucket, Timeline};
+use crate::export::report::{human_bytes, Report};
+use crate::pipeline::timeline::{Bucket, Timeline};
 use agent_common::opcode::OpClass;
 use std::fmt::Write as _;
 
@@ -357,7 +357,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
     s.push_str("<p>UDP source ports per host pair (fewest first):</p>");
     s.push_str(&table(&["host pair", "source ports", "flows"], &rows));
 
-    crate::report_html_views::sections(r, &mut s);
+    crate::export::report_html_views::sections(r, &mut s);
     // Health and outcomes.
     s.push_str("<h2>PSN and NAK health</h2>");
     let mut rows = vec![

@@ -4,7 +4,7 @@
 
 use crate::config::XdpMode;
 use crate::error::UsageError;
-use crate::pins::IfacePins;
+use crate::kernel::pins::IfacePins;
 use crate::sources::afxdp::{BindMode, Capture, QueueStats};
 pub use crate::sources::maps::{
     read_counters, read_flows, read_flows_by_key, read_ring, read_sessions,
@@ -171,7 +171,7 @@ fn load_object_pinned(
     l.override_global(agent_common::GLOBAL_ROCE_PRIORITY, &roce_priority, true);
     l.override_global(agent_common::GLOBAL_CNP_DSCP, &cnp_dscp, true);
     if let Some(p) = pins {
-        for m in crate::pins::PINNED_MAPS {
+        for m in crate::kernel::pins::PINNED_MAPS {
             l.map_pin_path(m, p.map_path(m));
         }
     }
@@ -231,7 +231,7 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
 pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let idx = ifindex(iface)?;
     let pins = if o.pin && o.afxdp.is_none() {
-        crate::pins::ensure_bpffs(o.pin_root)?;
+        crate::kernel::pins::ensure_bpffs(o.pin_root)?;
         Some(IfacePins::new(o.pin_root, iface, o.flow_entries)?)
     } else {
         if o.pin_root.join(iface).exists() {
@@ -334,7 +334,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
 }
 
 fn bail_pinned(root: &Path, iface: &str) -> Result<()> {
-    if let Some(pid) = crate::pins::PinLock::held(root) {
+    if let Some(pid) = crate::kernel::pins::PinLock::held(root) {
         let who = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
         return Err(UsageError::BadConfig(format!(
             "a running rocemon{who} is attached to '{iface}' (pins under {}); stop it first",

@@ -1,8 +1,8 @@
 //! The HTML report's sections for the lossless fabric, the training rhythm and RDMA message
 //! sizes, and the switches' view (sFlow): only what the capture has.
 
-use crate::report::{human_bytes, Report};
-use crate::report_html::{line_chart, table};
+use crate::export::report::{human_bytes, Report};
+use crate::export::report_html::{line_chart, table};
 use std::fmt::Write as _;
 
 fn kpi(k: &str, v: String) -> Vec<String> {
@@ -177,7 +177,7 @@ fn lossless(r: &Report, s: &mut String) {
     let _ = write!(
         s,
         "<p>Lossy RoCE (outside {}): {} packets, {}; CNPs out of class: {}.</p>",
-        crate::report_html::esc(&l.expected),
+        crate::export::report_html::esc(&l.expected),
         l.packets,
         human_bytes(l.bytes as f64),
         l.cnp_out_of_class
@@ -244,7 +244,7 @@ fn sflow(r: &Report, s: &mut String) {
             let _ = write!(
                 s,
                 "<p>Switch group {}: {}</p>",
-                crate::report_html::esc(&g.name),
+                crate::export::report_html::esc(&g.name),
                 if g.collision { "COLLISION" } else { "balanced" }
             );
             s.push_str(&table(&["uplink", "flows", "elephants", ""], &rows));

@@ -4,7 +4,7 @@
 
 use super::{follow, Metrics, ECN_LABELS};
 use crate::detect::ecmp::{EcmpReport, GroupView};
-use crate::flows::FlowTable;
+use crate::pipeline::flows::FlowTable;
 use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, Hook, HookCounters, Outcome, OutcomeKind};
 

@@ -5,7 +5,7 @@
 
 use crate::cli::TopArgs;
 use crate::error::UsageError;
-use crate::report::human_bytes;
+use crate::export::report::human_bytes;
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::fmt::Write as _;

@@ -7,7 +7,7 @@ use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use agent_common::flow::FlowEvent;
 use agent_common::{FlowKey, FlowStats, RoceInfo};
 use rustc_hash::FxHashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 /// Default time constant of the exponentially weighted rate, in seconds.
 pub const RATE_TAU_SECONDS: f64 = 2.0;
@@ -60,14 +60,7 @@ impl FlowEntry {
     }
 }
 
-/// The address stored in a flow key.
-pub fn addr(ip_version: u8, bytes: &[u8; 16]) -> IpAddr {
-    if ip_version == 4 {
-        IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(*bytes))
-    }
-}
+pub use agent_common::flow_key::addr;
 
 /// A flow that became, or stopped being, an elephant.
 #[derive(Clone, Copy, Debug)]

@@ -3,8 +3,8 @@
 //! (JSON), and `/` with pointers to them; optional TLS and basic authentication
 //! ([`crate::web`]), a request timeout and bounds on connections and concurrent requests.
 
-use crate::api::ApiView;
-use crate::metrics::Metrics;
+use crate::export::api::ApiView;
+use crate::export::metrics::Metrics;
 use crate::web::WebSettings;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, StatusCode};

@@ -1,20 +1,26 @@
-//! Offline analysis: capture frames through `agent-common`'s parser, counter block and flow
-//! update (exactly what the kernel programs do for live traffic), and the same flow table,
-//! rates and detectors as live mode, clocked by capture timestamps.
+//! A capture through the pipeline: frames through `agent-common`'s parser, counter block and
+//! flow update (exactly what the kernel programs do for live traffic), and the same flow table,
+//! rates and detectors as live mode, clocked by capture timestamps. The command that feeds it
+//! from files and pipes is `cmd::analyze`.
 
 use crate::detect::ecmp::{self, EcmpConfig, EcmpReport};
 use crate::detect::elephant::{ElephantConfig, Transition};
-use crate::flows::{ElephantEvent, FlowTable};
-use crate::sources::capture::{
-    read_capture, read_capture_from, CaptureError, CaptureSummary, Frame,
-};
-use crate::sources::input::{self, Compression, ReadFailure};
+use crate::pipeline::flows::{ElephantEvent, FlowTable};
+use crate::sources::capture::{CaptureSummary, Frame};
 use agent_common::{
     parse_frame, FlowKey, Hook, HookCounters, Parsed, SessionKey, SessionStats, SliceReader,
     TrafficClasses,
 };
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+
+/// Defaults of `analyze`'s options (the flags show them).
+pub mod defaults {
+    /// `analyze --max-flows`: about 120 MB of flow table.
+    pub const MAX_FLOWS: usize = 262_144;
+    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
+    pub const LINK_SPEED_GBPS: f64 = 100.0;
+    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
+}
 
 /// Ticks run one by one across a silence in the capture; a longer silence is one tick.
 const MAX_TICKS_PER_GAP: u32 = 64;
@@ -44,10 +50,10 @@ impl Default for AnalyzeOptions {
             elephant: ElephantConfig::default(),
             ecmp: EcmpConfig::default(),
             tick_s: 1.0,
-            rate_window_s: crate::flows::RATE_TAU_SECONDS,
-            max_flows: crate::cli::rocemon_defaults::MAX_FLOWS,
+            rate_window_s: crate::pipeline::flows::RATE_TAU_SECONDS,
+            max_flows: defaults::MAX_FLOWS,
             classes: TrafficClasses::DEFAULT,
-            link_speed_bps: crate::cli::rocemon_defaults::LINK_SPEED_BPS,
+            link_speed_bps: defaults::LINK_SPEED_BPS,
             sflow_groups: Vec::new(),
         }
     }
@@ -75,11 +81,11 @@ pub struct Analysis {
     /// Elephants ever seen, by flow, at their peak (for the ECMP views).
     pub ecmp: EcmpReport,
     /// RoCE traffic over capture time (the HTML report's charts).
-    pub timeline: crate::timeline::Timeline,
+    pub timeline: crate::pipeline::timeline::Timeline,
     /// sFlow datagrams found in the capture (UDP 6343), as the live collector counts them.
     pub sflow: crate::sflow::collector::Collector,
     /// The step rhythm and RDMA message sizes.
-    pub training: crate::training::Training,
+    pub training: crate::pipeline::training::Training,
     /// The sFlow fabric view, ticked with the flow table.
     pub fabric: crate::sflow::fabric::Fabric,
     opts: AnalyzeOptions,
@@ -101,7 +107,7 @@ impl Analysis {
             last_ts_ns: 0,
             elephants: BTreeMap::new(),
             ecmp: EcmpReport::default(),
-            timeline: crate::timeline::Timeline::new(),
+            timeline: crate::pipeline::timeline::Timeline::new(),
             sflow: Default::default(),
             fabric: Default::default(),
             training: Default::default(),
@@ -298,202 +304,4 @@ impl Analysis {
     pub fn options(&self) -> &AnalyzeOptions {
         &self.opts
     }
-}
-
-/// Analyses a capture file; `progress` receives the bytes read so far.
-pub fn analyze_file(
-    path: &Path,
-    opts: AnalyzeOptions,
-    mut progress: impl FnMut(u64),
-) -> Result<Analysis, CaptureError> {
-    let mut a = Analysis::new(opts);
-    let summary = read_capture(path, &mut progress, |f| a.frame(f))?;
-    a.summary = summary;
-    a.finish();
-    Ok(a)
-}
-
-/// Why an input could not be read (whole): which input, and what went wrong.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {reason}")]
-pub struct InputError {
-    pub path: String,
-    pub reason: String,
-}
-
-fn input_error(
-    path: &Path,
-    compression: Compression,
-    e: CaptureError,
-    failure: &ReadFailure,
-) -> InputError {
-    let reason = match (e, failure.take()) {
-        // The decompressor's own words beat the capture reader's "read error".
-        (CaptureError::Corrupt(_) | CaptureError::Io(_), Some(msg))
-            if compression != Compression::None =>
-        {
-            format!("corrupt {} stream: {msg}", compression.name())
-        }
-        (CaptureError::Corrupt(_) | CaptureError::Io(_), Some(msg)) => format!("read error: {msg}"),
-        (e, _) => e.to_string(),
-    };
-    InputError {
-        path: path.display().to_string(),
-        reason,
-    }
-}
-
-/// A read error the stream hit after which the capture reader saw an end: the records before
-/// it are counted, and this says why the rest is missing.
-fn stream_failure(
-    path: &Path,
-    compression: Compression,
-    failure: &ReadFailure,
-) -> Option<InputError> {
-    let msg = failure.take()?;
-    let reason = if compression == Compression::None {
-        format!("read error: {msg}")
-    } else {
-        format!("corrupt {} stream: {msg}", compression.name())
-    };
-    Some(InputError {
-        path: path.display().to_string(),
-        reason,
-    })
-}
-
-/// Analyses one capture made of `paths` (files, FIFOs, `-` for standard input; plain or
-/// gzip/zstd/xz compressed): one input is streamed as it is; several are read side by side
-/// and merged in timestamp order (ties: the earlier input first). Returns the analysis of
-/// everything read, and the first input that failed, if one did (its frames up to the
-/// failure are counted).
-pub fn analyze_inputs(
-    paths: &[PathBuf],
-    opts: AnalyzeOptions,
-    progress: impl FnMut(u64),
-) -> (Analysis, Option<InputError>) {
-    let mut a = Analysis::new(opts);
-    let err = if let [one] = paths {
-        read_one(one, &mut a, progress)
-    } else {
-        read_merged(paths, &mut a)
-    };
-    a.finish();
-    (a, err)
-}
-
-fn read_one(path: &Path, a: &mut Analysis, progress: impl FnMut(u64)) -> Option<InputError> {
-    let input = match input::open(path) {
-        Ok(i) => i,
-        Err(e) => {
-            return Some(InputError {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })
-        }
-    };
-    match read_capture_from(input.reader, progress, |f| a.frame(f)) {
-        Ok(s) => {
-            a.summary = s;
-            stream_failure(path, input.compression, &input.failure)
-        }
-        Err(e) => Some(input_error(path, input.compression, e, &input.failure)),
-    }
-}
-
-/// A frame copied out of its reader's buffer (several inputs are read on threads).
-struct OwnedFrame {
-    link: agent_common::LinkType,
-    ts_ns: u64,
-    orig_len: u32,
-    data: Vec<u8>,
-}
-
-const MERGE_BATCH: usize = 512;
-
-fn read_merged(paths: &[PathBuf], a: &mut Analysis) -> Option<InputError> {
-    use std::collections::VecDeque;
-    use std::sync::mpsc;
-    let mut streams = Vec::new();
-    for path in paths {
-        let (tx, rx) = mpsc::sync_channel::<Vec<OwnedFrame>>(4);
-        let path = path.clone();
-        let reader = std::thread::spawn(move || -> Result<CaptureSummary, InputError> {
-            let input = input::open(&path).map_err(|e| InputError {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
-            let mut batch = Vec::with_capacity(MERGE_BATCH);
-            let r = read_capture_from(
-                input.reader,
-                |_| {},
-                |f: Frame<'_>| {
-                    batch.push(OwnedFrame {
-                        link: f.link,
-                        ts_ns: f.ts_ns,
-                        orig_len: f.orig_len,
-                        data: f.data.to_vec(),
-                    });
-                    if batch.len() == MERGE_BATCH {
-                        let full = std::mem::replace(&mut batch, Vec::with_capacity(MERGE_BATCH));
-                        let _ = tx.send(full);
-                    }
-                },
-            );
-            if !batch.is_empty() {
-                let _ = tx.send(batch);
-            }
-            let s = r.map_err(|e| input_error(&path, input.compression, e, &input.failure))?;
-            match stream_failure(&path, input.compression, &input.failure) {
-                Some(e) => Err(e),
-                None => Ok(s),
-            }
-        });
-        streams.push((VecDeque::<OwnedFrame>::new(), Some(rx), reader));
-    }
-    loop {
-        // Refill empty queues (blocking: the merge needs every input's next frame).
-        for (queue, rx, _) in streams.iter_mut() {
-            if queue.is_empty() {
-                if let Some(r) = rx {
-                    match r.recv() {
-                        Ok(batch) => queue.extend(batch),
-                        Err(_) => *rx = None,
-                    }
-                }
-            }
-        }
-        let next = streams
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (q, _, _))| q.front().map(|f| (f.ts_ns, i)))
-            .min();
-        let Some((_, i)) = next else {
-            break;
-        };
-        if let Some(f) = streams[i].0.pop_front() {
-            a.frame(Frame {
-                link: f.link,
-                ts_ns: f.ts_ns,
-                orig_len: f.orig_len,
-                data: &f.data,
-            });
-        }
-    }
-    let mut first_err = None;
-    for (_, _, reader) in streams {
-        match reader.join() {
-            Ok(Ok(s)) => a.summary.truncated_tail |= s.truncated_tail,
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(InputError {
-                    path: "?".into(),
-                    reason: "a reader thread panicked".into(),
-                });
-            }
-        }
-    }
-    first_err
 }

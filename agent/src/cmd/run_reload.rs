@@ -1,7 +1,7 @@
 //! A configuration reloaded live (SIGHUP): what applies at once, and what needs a restart.
 
 use crate::config::Config;
-use crate::flows::FlowTable;
+use crate::pipeline::flows::FlowTable;
 
 /// Applies a reloaded configuration: detectors, top-K, polling, RDMA and summary settings
 /// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture

@@ -3,8 +3,8 @@
 //! ports), slow steps logged once, and the series set.
 
 use crate::detect::steps::StepTracker;
-use crate::loader::Attachment;
-use crate::metrics::Metrics;
+use crate::export::metrics::Metrics;
+use crate::kernel::loader::Attachment;
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -75,7 +75,12 @@ pub fn drain_rings(
 
 /// Finds the rhythm of every tracked source, logs its new slow steps and sets its series.
 pub fn detect_rhythms<'a>(
-    steps: impl Iterator<Item = (crate::metrics::RhythmSource<'a>, &'a mut StepTracker)>,
+    steps: impl Iterator<
+        Item = (
+            crate::export::metrics::RhythmSource<'a>,
+            &'a mut StepTracker,
+        ),
+    >,
     m: &Metrics,
 ) {
     for (src, t) in steps {

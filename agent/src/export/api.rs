@@ -3,8 +3,8 @@
 
 use crate::config::Config;
 use crate::detect::ecmp::{self, EcmpReport};
-use crate::flows::FlowTable;
-use crate::report::Flow;
+use crate::export::report::Flow;
+use crate::pipeline::flows::FlowTable;
 use agent_common::Hook;
 use serde::Serialize;
 
@@ -37,12 +37,12 @@ pub struct LosslessHook {
     pub iface: String,
     pub hook: &'static str,
     pub direction: &'static str,
-    pub pfc: crate::report_lossless::Pfc,
-    pub pause: crate::report_lossless::Pause,
-    pub dscp: Vec<crate::report_lossless::ClassCount>,
-    pub pcp: Vec<crate::report_lossless::ClassCount>,
-    pub cnp_classes: crate::report_lossless::CnpClasses,
-    pub lossy: crate::report_lossless::Lossy,
+    pub pfc: crate::export::report_lossless::Pfc,
+    pub pause: crate::export::report_lossless::Pause,
+    pub dscp: Vec<crate::export::report_lossless::ClassCount>,
+    pub pcp: Vec<crate::export::report_lossless::ClassCount>,
+    pub cnp_classes: crate::export::report_lossless::CnpClasses,
+    pub lossy: crate::export::report_lossless::Lossy,
 }
 
 /// The NIC's own PFC counters of one interface (DCB or ethtool); absent for devices without.
@@ -71,7 +71,7 @@ impl LosslessDoc {
         link_speed_bps: u64,
         classes: &agent_common::TrafficClasses,
     ) {
-        use crate::report_lossless as l;
+        use crate::export::report_lossless as l;
         self.hooks.push(LosslessHook {
             iface: iface.to_string(),
             hook: hook.name(),

@@ -1,20 +1,20 @@
 //! The live pipeline: check, bind, attach, then poll the kernel maps into the flow table and
 //! the metrics until `shutdown` completes; then detach everything (dropping the probes).
 
-use crate::api::{self, ApiView};
+use crate::cmd::run_reload::apply_reload;
+use crate::cmd::run_rhythm::{detect_rhythms, drain_rings, LiveRhythm, RING_READ_EVERY};
 use crate::config::Config;
 use crate::detect::ecmp;
 use crate::detect::elephant::{link_speed_mbps, Transition};
 use crate::detect::steps::StepTracker;
 use crate::error::UsageError;
-use crate::flows::FlowTable;
-use crate::http::{self, Shared};
-use crate::loader::{self, Attachment};
-use crate::metrics::Metrics;
-use crate::metrics::RhythmSource;
-use crate::report::human_bytes;
-use crate::run_reload::apply_reload;
-use crate::run_rhythm::{detect_rhythms, drain_rings, LiveRhythm, RING_READ_EVERY};
+use crate::export::api::{self, ApiView};
+use crate::export::http::{self, Shared};
+use crate::export::metrics::Metrics;
+use crate::export::metrics::RhythmSource;
+use crate::export::report::human_bytes;
+use crate::kernel::loader::{self, Attachment};
+use crate::pipeline::flows::FlowTable;
 use crate::sources::rdma::RdmaView;
 use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
@@ -60,8 +60,8 @@ pub async fn run(
     };
     // One agent per pin directory: a second one would take over the first one's links.
     let _pin_lock = if hooks && config.pin && config.afxdp.is_none() {
-        crate::pins::ensure_bpffs(&config.pin_dir)?;
-        Some(crate::pins::PinLock::acquire(&config.pin_dir)?)
+        crate::kernel::pins::ensure_bpffs(&config.pin_dir)?;
+        Some(crate::kernel::pins::PinLock::acquire(&config.pin_dir)?)
     } else {
         None
     };
@@ -455,8 +455,8 @@ fn poll(
             .map(String::as_str)
             .unwrap_or("?");
         let (src, dst) = (
-            crate::flows::addr(ev.key.ip_version, &ev.key.src),
-            crate::flows::addr(ev.key.ip_version, &ev.key.dst),
+            agent_common::flow_key::addr(ev.key.ip_version, &ev.key.src),
+            agent_common::flow_key::addr(ev.key.ip_version, &ev.key.dst),
         );
         match ev.transition {
             Transition::Started => log::info!(

@@ -22,8 +22,7 @@ use agent_common::{
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
-/// Where pins go unless configured otherwise.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rocemon";
+pub use crate::config::DEFAULT_PIN_DIR;
 /// The maps that carry counts across restarts (the rest is per process: scratch, logs), and
 /// the program arrays of the slow programs: the kernel empties a program array when its last
 /// user reference closes, so without a pin the pinned links' fast programs would lose their

@@ -88,7 +88,7 @@ impl Training {
         v.into_iter()
             .take(REPORTED_SOURCES)
             .map(|((ipv, src), (s, bytes))| SourceRhythm {
-                src: crate::flows::addr(*ipv, src).to_string(),
+                src: agent_common::flow_key::addr(*ipv, src).to_string(),
                 bytes: *bytes,
                 rhythm: tail_rhythm(s),
             })
@@ -133,39 +133,4 @@ pub struct MessageReport {
 pub struct MessageBucket {
     pub le: Option<u64>,
     pub messages: u64,
-}
-
-/// The table's lines: the rhythm (or that there is none) and the message sizes.
-pub fn table(s: &mut String, r: &Rhythm, messages: &[MessageReport]) {
-    use std::fmt::Write as _;
-    match (r.period_seconds, r.duty_ratio) {
-        (Some(p), Some(d)) => {
-            let _ = writeln!(
-                s,
-                "Training    period {:.1} ms, communication {:.0}% of a step, {} steps ({} slow)",
-                p * 1e3,
-                d * 100.0,
-                r.steps.len(),
-                r.slow_steps
-            );
-        }
-        _ => {
-            let _ = writeln!(s, "Training    no step rhythm");
-        }
-    }
-    let parts: Vec<String> = messages
-        .iter()
-        .filter(|m| m.messages > 0)
-        .map(|m| {
-            format!(
-                "{} {} (mean {})",
-                m.op,
-                m.messages,
-                crate::report::human_bytes(m.bytes as f64 / m.messages as f64)
-            )
-        })
-        .collect();
-    if !parts.is_empty() {
-        let _ = writeln!(s, "Messages    {}", parts.join("  "));
-    }
 }

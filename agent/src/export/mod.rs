@@ -1,0 +1,10 @@
+//! What leaves the agent: the metric catalog ([`metrics`]), the HTTP endpoint and JSON API ([`http`], [`api`]), and the `analyze` reports ([`report`], [`report_html`], [`report_html_views`], [`report_lossless`]).
+
+pub mod api;
+pub mod http;
+pub mod metrics;
+pub mod report;
+pub mod report_html;
+pub mod report_html_views;
+pub mod report_lossless;
+pub mod report_training;

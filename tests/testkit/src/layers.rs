@@ -1,0 +1,114 @@
+//! The module graph of a crate, read from its sources: which top-level modules (files or
+//! folders under `src/`) import which (`crate::<module>` in code, test code and comments left
+//! out), and the first cycle, if any. The layering tests of agent-common and the agent use it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// `crate::<module>` references of a source file's non-test code (comments left out).
+pub fn imports(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let l = line.trim_start();
+        if l.starts_with("#[cfg(test)]") {
+            break;
+        }
+        if l.starts_with("//") {
+            continue;
+        }
+        let mut rest = l;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + 7..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if modules.contains(&name) {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// The top-level module a source file belongs to (`headers/ipv4.rs` -> `headers`).
+pub fn module_of(rel: &Path) -> String {
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// The graph: module -> the modules it imports (itself left out).
+pub fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read src").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let rel = |p: &Path| p.strip_prefix(src).expect("under src").to_path_buf();
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|p| module_of(&rel(p)))
+        .filter(|m| m != "lib" && m != "main" && !m.ends_with("_tests"))
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in &files {
+        let m = module_of(&rel(p));
+        if !modules.contains(&m) {
+            continue;
+        }
+        let deps = imports(&std::fs::read_to_string(p).expect("read"), &modules);
+        graph
+            .entry(m.clone())
+            .or_default()
+            .extend(deps.into_iter().filter(|d| *d != m));
+    }
+    graph
+}
+
+/// The first import cycle of the graph, as a path that ends where it starts.
+pub fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    // Depth-first search; a back edge is a cycle.
+    fn visit(
+        m: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(m) {
+            Some(2) => return None,
+            Some(1) => {
+                let at = path.iter().position(|x| x == m).unwrap();
+                let mut c = path[at..].to_vec();
+                c.push(m.to_string());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(m.to_string(), 1);
+        path.push(m.to_string());
+        for d in g.get(m).into_iter().flatten() {
+            if let Some(c) = visit(d, g, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(m.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    graph
+        .keys()
+        .find_map(|m| visit(m, graph, &mut state, &mut Vec::new()))
+}
