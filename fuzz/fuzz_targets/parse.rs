@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         if let Parsed::Roce(info) = &p {
             let _ = info.flow_key(Hook::Xdp);
             let ev = f.record(info, data.len() as u64, 0);
-            c.record_psn(&ev);
+            c.record_flow(&ev);
         }
     }
     assert_eq!(c.outcomes.iter().sum::<u64>(), c.frames);
