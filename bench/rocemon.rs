@@ -13,10 +13,13 @@
 //! - [`sflow`]: samples per second one core takes through the sFlow collector;
 //! - [`report`]: `report.json` and `REPORT.md` (with the verdicts) in the directory given as
 //!   the first argument;
-//! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`).
+//! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`); its source sits
+//!   beside the cargo-fuzz targets (`fuzz/kernel_diff.rs`), run from here because it needs the
+//!   BPF object and root, which the fuzz workspace builds without.
 
 mod analyze;
 mod baseline;
+#[path = "../fuzz/kernel_diff.rs"]
 mod fuzz_kernel;
 mod kernel;
 mod live;

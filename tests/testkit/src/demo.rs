@@ -6,8 +6,8 @@
 //! job's rhythm. Frames fit a 1500-byte MTU.
 
 use crate::frames::{pfc, Roce};
-use crate::training::{self, Job};
 use crate::sender::Round;
+use crate::training::{self, Job};
 use std::net::IpAddr;
 use std::time::Duration;
 
