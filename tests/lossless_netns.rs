@@ -3,7 +3,7 @@
 //! and CNPs in right and wrong classes) replayed with tcpreplay, `/metrics` equal to tshark's
 //! decode.
 
-use rocemon_testkit::netns::{http_get_in, metric_sum, try_metric_sum, Agent, VethPair};
+use rocemon_testkit::netns::{http_get_in, metric_sum, run_args, try_metric_sum, Agent, VethPair};
 use rocemon_testkit::{lossless, require_tshark, tshark, TempDir};
 use std::time::{Duration, Instant};
 
@@ -28,16 +28,7 @@ fn replayed(prefix: &str, args: &[&str], hooks: &[&str], config: Option<&str>) -
     let e = tshark::expected(&path).unwrap();
     let pair = VethPair::new(prefix).unwrap();
     let cfg = dir.path().join("rocemon.toml");
-    let mut full = vec![
-        "run",
-        "--no-pin",
-        "--iface",
-        pair.a_if.as_str(),
-        "--listen",
-        ADDR,
-        "--poll-interval-ms",
-        "100",
-    ];
+    let mut full = run_args(&pair.a_if, ADDR, "100");
     if let Some(text) = config {
         std::fs::write(&cfg, text).unwrap();
         full.extend(["--config", cfg.to_str().unwrap()]);

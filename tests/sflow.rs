@@ -316,21 +316,8 @@ fn the_live_collector_equals_tshark_on_what_pmacct_sent() {
     let e = tshark_sflow::expected(&cap).unwrap();
     let ns = LoopNs::new("rcsfl").unwrap();
     const HTTP: &str = "127.0.0.1:9442";
-    let mut agent = Agent::start(
-        &ns.0,
-        env!("CARGO_BIN_EXE_rocemon"),
-        &[
-            "run",
-            "--sflow-listen",
-            "127.0.0.1",
-            "--listen",
-            HTTP,
-            "--poll-interval-ms",
-            "100",
-            "--no-pin",
-        ],
-    )
-    .unwrap();
+    let mut agent =
+        Agent::sflow_collector(&ns.0, env!("CARGO_BIN_EXE_rocemon"), HTTP, "100").unwrap();
     agent.wait_ready(&ns.0, HTTP).unwrap();
     udp_send_in(&ns.0, "127.0.0.1:6343", &datagrams).unwrap();
     let body = agent

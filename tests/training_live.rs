@@ -4,7 +4,7 @@
 //! tshark for the messages.
 
 use rocemon_testkit::metrics::{metric_sum, metric_value};
-use rocemon_testkit::netns::{http_get_in, Agent, VethPair};
+use rocemon_testkit::netns::{http_get_in, run_args, Agent, VethPair};
 use rocemon_testkit::training::{self, Job};
 use rocemon_testkit::{require_tshark, TempDir};
 use serde_json::Value;
@@ -34,16 +34,7 @@ fn live(prefix: &str, hooks: &[&str]) {
     let path = training::capture("live", job).write(dir.path()).unwrap();
     let want = training::tshark_messages(&path).unwrap();
     let pair = VethPair::new(prefix).unwrap();
-    let mut args = vec![
-        "run",
-        "--no-pin",
-        "--iface",
-        pair.a_if.as_str(),
-        "--listen",
-        ADDR,
-        "--poll-interval-ms",
-        "200",
-    ];
+    let mut args = run_args(&pair.a_if, ADDR, "200");
     for h in hooks {
         args.extend(["--hooks", h]);
     }

@@ -127,21 +127,8 @@ fn the_live_collector_exports_each_switch_port_s_rhythm() {
     }
     let ns = LoopNs::new("rctsf").unwrap();
     const HTTP: &str = "127.0.0.1:9442";
-    let mut agent = Agent::start(
-        &ns.0,
-        env!("CARGO_BIN_EXE_rocemon"),
-        &[
-            "run",
-            "--sflow-listen",
-            "127.0.0.1",
-            "--listen",
-            HTTP,
-            "--poll-interval-ms",
-            "200",
-            "--no-pin",
-        ],
-    )
-    .unwrap();
+    let mut agent =
+        Agent::sflow_collector(&ns.0, env!("CARGO_BIN_EXE_rocemon"), HTTP, "200").unwrap();
     agent.wait_ready(&ns.0, HTTP).unwrap();
     udp_send_in(&ns.0, "127.0.0.1:6343", &datagrams()).unwrap();
     let period = |b: &str, ifindex: &str| {

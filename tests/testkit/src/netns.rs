@@ -260,6 +260,21 @@ fn connect_from(from: Option<std::net::Ipv4Addr>, addr: &str) -> Result<std::net
     }
 }
 
+/// `rocemon run` flags for one watched interface, unpinned, serving on `addr`, polling every
+/// `poll_ms` (more flags are appended by the caller).
+pub fn run_args<'a>(iface: &'a str, addr: &'a str, poll_ms: &'a str) -> Vec<&'a str> {
+    vec![
+        "run",
+        "--no-pin",
+        "--iface",
+        iface,
+        "--listen",
+        addr,
+        "--poll-interval-ms",
+        poll_ms,
+    ]
+}
+
 /// A child process (rocemon) inside a namespace, stopped with SIGTERM on drop.
 pub struct Agent {
     child: Option<std::process::Child>,
@@ -275,6 +290,22 @@ impl Agent {
             .spawn()
             .context("start rocemon")?;
         Ok(Agent { child: Some(child) })
+    }
+
+    /// rocemon as an sFlow collector in namespace `ns` only (no interface): sFlow on
+    /// 127.0.0.1:6343, serving on `addr`, polling every `poll_ms`, nothing pinned.
+    pub fn sflow_collector(ns: &str, bin: &str, addr: &str, poll_ms: &str) -> Result<Agent> {
+        let args = [
+            "run",
+            "--sflow-listen",
+            "127.0.0.1",
+            "--listen",
+            addr,
+            "--poll-interval-ms",
+            poll_ms,
+            "--no-pin",
+        ];
+        Agent::start(ns, bin, &args)
     }
 
     /// rocemon on the loopback of namespace `ns` (tc ingress, 100 ms polls, listening on
