@@ -2,7 +2,9 @@
 //! the metrics until `shutdown` completes; then detach everything (dropping the probes).
 
 use crate::cmd::run_reload::apply_reload;
-use crate::cmd::run_rhythm::{detect_rhythms, drain_rings, LiveRhythm, RING_READ_EVERY};
+use crate::cmd::run_rhythm::{
+    detect_rhythms, drain_rings, ring_read_errors, LiveRhythm, RING_READ_EVERY,
+};
 use crate::config::Config;
 use crate::detect::ecmp;
 use crate::detect::elephant::{link_speed_mbps, Transition};
@@ -172,8 +174,11 @@ pub async fn run(
                 reconcile(&mut probes, &mut mtus, &config, &shared);
             }
             _ = ring_tick.tick(), if config.switches.rhythm => {
-                if let Ok(m) = shared.metrics.lock() {
-                    drain_rings(&probes, &mut rhythm.ifaces, &m);
+                let failed = drain_rings(&probes, &mut rhythm.ifaces);
+                if !failed.is_empty() {
+                    if let Ok(m) = shared.metrics.lock() {
+                        ring_read_errors(&failed, &m);
+                    }
                 }
             }
             _ = tick.tick() => {
@@ -363,22 +368,45 @@ fn poll(
     table.begin_poll();
     let mut polled = Vec::new();
     let mut lossless = api::LosslessDoc::default();
-    let Ok(mut m) = shared.metrics.lock() else {
-        log::error!("metrics lock poisoned; skipping poll");
-        return;
-    };
+    // The rhythm first, without the metrics lock (the autocorrelation takes milliseconds).
     let rhythm_due = rhythm.due();
+    let mut ring_failed = Vec::new();
     if config.switches.rhythm {
-        drain_rings(probes, &mut rhythm.ifaces, &m);
+        ring_failed = drain_rings(probes, &mut rhythm.ifaces);
         if rhythm_due {
             detect_rhythms(
                 rhythm
                     .ifaces
                     .iter_mut()
                     .map(|(i, t)| (RhythmSource::Iface(i), t)),
-                &m,
             );
         }
+    }
+    if let (Some(r), true) = (sflow, rhythm_due) {
+        if let Ok(mut c) = r.collector.lock() {
+            let mut ports: Vec<(String, String, &mut StepTracker)> = c
+                .rhythms
+                .iter_mut()
+                .map(|((a, i), t)| (a.to_string(), i.to_string(), t))
+                .collect();
+            detect_rhythms(ports.iter_mut().map(|(a, i, t)| {
+                (
+                    RhythmSource::SflowPort {
+                        agent: a,
+                        ifindex: i,
+                    },
+                    &mut **t,
+                )
+            }));
+        }
+    }
+    let Ok(mut m) = shared.metrics.lock() else {
+        log::error!("metrics lock poisoned; skipping poll");
+        return;
+    };
+    ring_read_errors(&ring_failed, &m);
+    for (i, t) in &rhythm.ifaces {
+        m.set_training(RhythmSource::Iface(i), t);
     }
     for (i, p) in probes.iter_mut().enumerate() {
         // An interface that is gone has no probe: nothing to read until it is back.
@@ -489,25 +517,15 @@ fn poll(
         view.training.add(iface, t);
     }
     if let Some(r) = sflow {
-        if let (Ok(mut c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
-            if rhythm_due {
-                let ports: Vec<(String, String, &mut StepTracker)> = c
-                    .rhythms
-                    .iter_mut()
-                    .map(|((a, i), t)| (a.to_string(), i.to_string(), t))
-                    .collect();
-                let mut ports = ports;
-                detect_rhythms(
-                    ports.iter_mut().map(|(a, i, t)| {
-                        (
-                            RhythmSource::SflowPort {
-                                agent: a,
-                                ifindex: i,
-                            },
-                            &mut **t,
-                        )
-                    }),
-                    &m,
+        if let (Ok(c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
+            for ((a, i), t) in &c.rhythms {
+                let (agent, ifindex) = (a.to_string(), i.to_string());
+                m.set_training(
+                    RhythmSource::SflowPort {
+                        agent: &agent,
+                        ifindex: &ifindex,
+                    },
+                    t,
                 );
             }
             let groups = &config.sflow_groups;

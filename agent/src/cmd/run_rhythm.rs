@@ -37,12 +37,13 @@ impl LiveRhythm {
 
 /// Reads every probe's ring since its last read into its step tracker (the ring holds 4.096 s;
 /// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
-/// in progress may still be counted on another CPU.
+/// in progress may still be counted on another CPU. Returns the interfaces whose ring could
+/// not be read (for `rocemon_map_read_errors_total`; no lock is needed to read).
 pub fn drain_rings(
     probes: &[Option<Attachment>],
     steps: &mut FxHashMap<String, StepTracker>,
-    m: &Metrics,
-) {
+) -> Vec<String> {
+    let mut failed = Vec::new();
     let to = crate::sources::maps::monotonic_ms().saturating_sub(2);
     let depth = u64::from(agent_common::ring::RING_SLOTS) - 1;
     for p in probes.iter().flatten() {
@@ -67,13 +68,22 @@ pub fn drain_rings(
                     agent_common::ring::MAP_RING,
                     p.iface
                 );
-                m.map_read_error(&p.iface, agent_common::ring::MAP_RING, 1);
+                failed.push(p.iface.clone());
             }
         }
     }
+    failed
 }
 
-/// Finds the rhythm of every tracked source, logs its new slow steps and sets its series.
+/// Counts ring reads that failed.
+pub fn ring_read_errors(failed: &[String], m: &Metrics) {
+    for iface in failed {
+        m.map_read_error(iface, agent_common::ring::MAP_RING, 1);
+    }
+}
+
+/// Finds the rhythm of every tracked source and logs its new slow steps (a few milliseconds of
+/// autocorrelation each: done before the metrics lock is taken, so scrapes do not wait).
 pub fn detect_rhythms<'a>(
     steps: impl Iterator<
         Item = (
@@ -81,7 +91,6 @@ pub fn detect_rhythms<'a>(
             &'a mut StepTracker,
         ),
     >,
-    m: &Metrics,
 ) {
     for (src, t) in steps {
         for s in t.detect() {
@@ -92,6 +101,5 @@ pub fn detect_rhythms<'a>(
                 s.bytes
             );
         }
-        m.set_training(src, t);
     }
 }
