@@ -37,25 +37,11 @@ fn the_html_report_renders_offline_with_the_json_numbers() {
     let capture = fixtures::rc_ipv4().write(dir.path()).unwrap();
     let page = dir.path().join("report.html");
     // Every flow an elephant (1 B/s), so the timeline section has bars.
-    let out = Command::new(BIN)
-        .args([
-            "analyze",
-            "--format",
-            "json",
-            "--elephant-bps",
-            "1",
-            "--html",
-        ])
-        .arg(&page)
-        .arg(&capture)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let j = rocemon_testkit::analyze_json(
+        BIN,
+        &["--elephant-bps", "1", "--html", page.to_str().unwrap()],
+        &[&capture],
     );
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let html = std::fs::read_to_string(&page).unwrap();
 
     // Self-contained: no script, and nothing fetched from elsewhere.
@@ -196,17 +182,7 @@ fn the_report_shows_the_lossless_training_and_sflow_sections() {
     .encode();
     let c = sflow::capture("sflow_one", &[d]).write(dir.path()).unwrap();
     let page = dir.path().join("views.html");
-    let out = Command::new(BIN)
-        .args(["analyze", "--format", "json", "--no-progress", "--html"])
-        .arg(&page)
-        .args([&a, &b, &c])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let j = rocemon_testkit::analyze_json(BIN, &["--html", page.to_str().unwrap()], &[&a, &b, &c]);
     let html = std::fs::read_to_string(&page).unwrap();
     for want in [
         "<h2>Training rhythm and RDMA messages</h2>",
@@ -220,7 +196,6 @@ fn the_report_shows_the_lossless_training_and_sflow_sections() {
     ] {
         assert!(html.contains(want), "{want:?} missing from the page");
     }
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["training"]["slow_steps"], 1, "{}", j["training"]);
     assert!(!html.contains("<script"));
 }

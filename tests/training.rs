@@ -220,16 +220,10 @@ fn the_html_report_shows_the_rhythm_sizes_and_sources() {
         .write(dir.path())
         .unwrap();
     let html = dir.path().join("r.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--no-progress", "--html"])
-        .arg(&html)
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    rocemon_testkit::analyze_json(
+        env!("CARGO_BIN_EXE_rocemon"),
+        &["--html", html.to_str().unwrap()],
+        &[&p],
     );
     let page = std::fs::read_to_string(&html).unwrap();
     for want in [

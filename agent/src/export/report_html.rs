@@ -14,6 +14,21 @@ const COLORS: [&str; OpClass::COUNT] = [
 ];
 
 /// Escapes text for HTML (element content and attribute values).
+/// Table rows of an ECMP group's members: member, flows, elephants, collision.
+pub(crate) fn member_rows(members: &[crate::detect::ecmp::MemberView]) -> Vec<Vec<String>> {
+    members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member.clone(),
+                m.flows.to_string(),
+                m.elephants.to_string(),
+                if m.colliding { "collision" } else { "" }.to_string(),
+            ]
+        })
+        .collect()
+}
+
 pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
@@ -323,18 +338,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         e.host_pairs, e.shared_5tuple_groups
     );
     if let Some(p) = &e.predicted {
-        let rows: Vec<Vec<String>> = p
-            .members
-            .iter()
-            .map(|m| {
-                vec![
-                    m.member.clone(),
-                    m.flows.to_string(),
-                    m.elephants.to_string(),
-                    if m.colliding { "collision" } else { "" }.to_string(),
-                ]
-            })
-            .collect();
+        let rows = member_rows(&p.members);
         let _ = write!(
             s,
             "<p>Predicted paths (hash model): imbalance {:.2}</p>",

@@ -229,18 +229,7 @@ fn sflow(r: &Report, s: &mut String) {
     }
     if let Some(fab) = &f.fabric {
         for g in &fab.groups {
-            let rows: Vec<Vec<String>> = g
-                .members
-                .iter()
-                .map(|m| {
-                    vec![
-                        m.member.clone(),
-                        m.flows.to_string(),
-                        m.elephants.to_string(),
-                        if m.colliding { "collision" } else { "" }.to_string(),
-                    ]
-                })
-                .collect();
+            let rows = crate::export::report_html::member_rows(&g.members);
             let _ = write!(
                 s,
                 "<p>Switch group {}: {}</p>",

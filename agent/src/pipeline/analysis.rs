@@ -197,9 +197,9 @@ impl Analysis {
                 self.sessions.entry(sk).or_default().record(info, len);
             }
             self.timeline.record(info, len, f.ts_ns);
-            self.training.record(info, len, f.ts_ns);
             // Captures carry no hook; flows are keyed as if seen at XDP.
             let key = info.flow_key(Hook::Xdp);
+            self.training.record(&key, len, f.ts_ns);
             let (ev, created) = self.flows.record(0, key, info, len, f.ts_ns);
             if created {
                 self.counters.flows_created += 1;

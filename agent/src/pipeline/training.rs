@@ -5,7 +5,7 @@
 
 use crate::detect::rhythm::{self, Rhythm, Series};
 use agent_common::message::{bucket_le, MsgOp, MSG_BUCKETS, MSG_BUCKET_SLOTS};
-use agent_common::{HookCounters, RocePacket};
+use agent_common::{FlowKey, HookCounters};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -57,19 +57,20 @@ fn tail_rhythm(s: &Series) -> Rhythm {
 }
 
 impl Training {
-    /// Adds one RoCE packet of `len` wire bytes at `ts_ns`.
-    pub fn record<P: RocePacket>(&mut self, p: &P, len: u64, ts_ns: u64) {
+    /// Adds one RoCE packet of `len` wire bytes at `ts_ns`, of the flow `key` (its source host
+    /// has a series of its own while there is room).
+    pub fn record(&mut self, key: &FlowKey, len: u64, ts_ns: u64) {
         self.series.add(ts_ns, len);
-        let k = p.flow_key(agent_common::Hook::Xdp);
-        let key = (k.ip_version, k.src);
-        if self.sources.len() < MAX_SOURCES || self.sources.contains_key(&key) {
-            let (s, bytes) = self
-                .sources
-                .entry(key)
-                .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0));
-            s.add(ts_ns, len);
-            *bytes += len;
+        let src = (key.ip_version, key.src);
+        if self.sources.len() >= MAX_SOURCES && !self.sources.contains_key(&src) {
+            return;
         }
+        let (s, bytes) = self
+            .sources
+            .entry(src)
+            .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0));
+        s.add(ts_ns, len);
+        *bytes += len;
     }
 
     /// The rhythm over the last minute of the series.

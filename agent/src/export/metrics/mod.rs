@@ -188,6 +188,17 @@ pub(crate) fn delta(now: u64, before: u64) -> u64 {
     }
 }
 
+/// [`follow`] for a float counter (seconds).
+fn follow_f64(c: &prometheus::Counter, total: f64) {
+    let seen = c.get();
+    if total >= seen {
+        c.inc_by(total - seen);
+    } else {
+        c.reset();
+        c.inc_by(total);
+    }
+}
+
 /// Moves a counter up to a total read from elsewhere (a kernel map, a driver, a socket); a
 /// smaller total means the source was reset, and the counter follows from there.
 fn follow(c: &prometheus::IntCounter, total: u64) {
