@@ -6,7 +6,7 @@
 /// The destination port is always 4791. IPv4 addresses sit in the first four bytes.
 /// `#[repr(C)]`: 40 bytes, no implicit padding (BPF map key).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(C)]
+#[repr(C, align(8))]
 pub struct FlowKey {
     pub src: [u8; 16],
     pub dst: [u8; 16],

@@ -168,12 +168,8 @@ impl RocePacket for PacketRecord {
     #[inline(always)]
     fn flow_key(&self, hook: Hook) -> FlowKey {
         FlowKey {
-            src: self.src,
-            dst: self.dst,
-            sport: self.sport,
-            ip_version: self.ip_version,
             hook: hook as u8,
-            dest_qp: self.dest_qp,
+            ..self.key
         }
     }
 }

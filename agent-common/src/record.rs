@@ -7,6 +7,7 @@
 //! counting function in this shape instead: [`PacketRecord::store`] writes only defined values
 //! (absent fields as 0 with their flag clear), [`PacketRecord::load`] rebuilds the result.
 
+use crate::flow_key::FlowKey;
 use crate::headers::bth::Bth;
 use crate::headers::encap::{Tunnel, TunnelKind};
 use crate::headers::mac_control::MacControl;
@@ -27,25 +28,27 @@ const FECN: u8 = 4;
 const BECN: u8 = 8;
 const ACK_REQ: u8 = 16;
 
-/// One parse result. `#[repr(C)]`, 104 bytes, no implicit padding.
+/// One parse result. `#[repr(C)]`, 104 bytes, no implicit padding, 8-byte aligned.
+///
+/// It starts with the packet's [`FlowKey`], so the kernel looks its flow up with a pointer
+/// into this record (the counting hook's byte is written just before): no key is built on
+/// the stack, and no 16-byte address is copied twice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
+#[repr(C, align(8))]
 pub struct PacketRecord {
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
+    /// Source, destination, UDP source port, IP version, destination QP; `hook` is the
+    /// counting side's (0 as stored).
+    pub key: FlowKey,
     pub reth_dma_len: u32,
     pub aeth_msn: u32,
     pub deth_qkey: u32,
     pub deth_src_qp: u32,
     pub tunnel_id: u32,
-    pub dest_qp: u32,
     pub psn: u32,
     /// [`Outcome`] discriminant (the error, or the RoCE outcome).
     pub outcome: u32,
-    pub sport: u16,
     pub udp_len: u16,
     pub pkey: u16,
-    pub ip_version: u8,
     pub ecn: u8,
     pub vlan_tags: u8,
     /// [`TunnelKind`] discriminant.
@@ -61,11 +64,11 @@ pub struct PacketRecord {
     pub dscp: u8,
     /// 802.1p priority of the outermost tag (valid with HAS_PCP).
     pub pcp: u8,
+    pub _pad: u8,
     /// A MAC control frame (flag MAC): opcode, class-enable vector, pause times.
     pub mac_opcode: u16,
     pub mac_class_enable: u16,
     pub mac_times: [u16; 8],
-    pub _pad: u16,
 }
 
 /// The outcome with discriminant `i`. A compare and the value itself, not a table lookup or a
@@ -129,8 +132,14 @@ impl PacketRecord {
         };
         self.dscp = info.dscp;
         self.outcome = info.outcome as u32;
-        self.src = info.src;
-        self.dst = info.dst;
+        self.key = FlowKey {
+            src: info.src,
+            dst: info.dst,
+            sport: info.sport,
+            ip_version: info.ip_version,
+            hook: 0,
+            dest_qp: info.bth.dest_qp,
+        };
         self.reth_dma_len = match info.reth_dma_len {
             Some(v) => {
                 flags |= HAS_RETH;
@@ -155,7 +164,6 @@ impl PacketRecord {
         self.tunnel_id = info.tunnel.id;
         self.tunnel_kind = info.tunnel.kind as u8;
         let b = &info.bth;
-        self.dest_qp = b.dest_qp;
         self.psn = b.psn;
         self.pkey = b.pkey;
         self.opcode = b.opcode;
@@ -166,9 +174,7 @@ impl PacketRecord {
             | bit(b.ack_req, ACK_REQ);
         self.pad_count = b.pad_count;
         self.tver = b.tver;
-        self.sport = info.sport;
         self.udp_len = info.udp_len;
-        self.ip_version = info.ip_version;
         self.ecn = info.ecn;
         self.vlan_tags = info.vlan_tags;
         self.flags = flags;
@@ -277,11 +283,11 @@ impl PacketRecord {
         let kind = tunnel_kind_of(self.tunnel_kind);
         Parsed::Roce(RoceInfo {
             outcome,
-            ip_version: self.ip_version,
+            ip_version: self.key.ip_version,
             ecn: self.ecn,
-            src: self.src,
-            dst: self.dst,
-            sport: self.sport,
+            src: self.key.src,
+            dst: self.key.dst,
+            sport: self.key.sport,
             udp_len: self.udp_len,
             vlan_tags: self.vlan_tags,
             dscp: self.dscp,
@@ -299,7 +305,7 @@ impl PacketRecord {
                 pkey: self.pkey,
                 fecn: self.bth_flags & FECN != 0,
                 becn: self.bth_flags & BECN != 0,
-                dest_qp: self.dest_qp,
+                dest_qp: self.key.dest_qp,
                 ack_req: self.bth_flags & ACK_REQ != 0,
                 psn: self.psn,
             },
@@ -345,8 +351,9 @@ mod tests {
     fn layout_has_no_implicit_padding() {
         assert_eq!(
             core::mem::size_of::<PacketRecord>(),
-            32 + 8 * 4 + 3 * 2 + 10 + 2 + 2 * 2 + 8 * 2 + 2
+            40 + 7 * 4 + 2 * 2 + 12 + 2 * 2 + 8 * 2
         );
+        assert_eq!(core::mem::offset_of!(PacketRecord, key), 0);
     }
 
     #[test]

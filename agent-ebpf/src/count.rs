@@ -6,7 +6,7 @@ use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
-    PacketReader, RocePacket, SessionKey, SessionStats, TrafficClasses,
+    PacketReader, SessionKey, SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -148,7 +148,7 @@ pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut PacketRecord> 
 /// 20 ns less per packet); the verifier still sees one merged state after the shape
 /// subprograms wrote the record, so the entry programs verify at about 12,200-12,500 instructions.
 #[inline(always)]
-pub fn counted_inline(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) {
+pub fn counted_inline(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) {
     parsed(rec, hook, frame_len, path);
 }
 
@@ -193,11 +193,9 @@ pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
         2 => Hook::TcEgress,
         _ => Hook::AfXdp,
     };
-    let Some(slot) = PARSED.get_ptr(0) else {
+    let Some(rec) = record() else {
         return 0;
     };
-    // SAFETY: this CPU's slot, written by the caller just before.
-    let rec = unsafe { &*slot };
     parsed(rec, hook, frame_len, Path::from_u32(path)) as u32
 }
 
@@ -226,7 +224,7 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 // 512-byte BPF stack once more.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
+fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     let Some(c) = block(hook) else {
         return false;
     };
@@ -243,17 +241,19 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         }
         return false;
     }
-    let info = rec;
-    c.record_roce(info, frame_len, &classes());
+    c.record_roce(rec, frame_len, &classes());
     if on(&ROCEMON_SESSIONS) {
-        if let Some(sk) = SessionKey::of(info, hook) {
-            let ce_cnp = SessionStats::flags(info);
+        if let Some(sk) = SessionKey::of(rec, hook) {
+            let ce_cnp = SessionStats::flags(rec);
             if !session(sk.to_bits(), ce_cnp, frame_len) {
                 c.session_overflow += 1;
             }
         }
     }
-    let key = RocePacket::flow_key(info, hook);
+    // The flow key is the record's first field: looked up in place, with this hook's byte.
+    rec.key.hook = hook as u8;
+    let info = &*rec;
+    let key = &info.key;
     // The ring needs the fine clock and the flow takes the same reading; without the ring the
     // coarse clock (jiffy resolution) is enough for first/last seen and rates over polls, and
     // cheaper per packet.
@@ -263,7 +263,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         // SAFETY: the helper has no preconditions.
         unsafe { bpf_ktime_get_coarse_ns() }
     };
-    if let Some(s) = FLOWS.get_ptr_mut(&key) {
+    if let Some(s) = FLOWS.get_ptr_mut(key) {
         // SAFETY: this CPU's value of an existing element, as above.
         let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
         c.record_flow(&ev);
@@ -280,7 +280,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
     };
     // SAFETY: as above; the map copies the value.
     if FLOWS
-        .insert(&key, unsafe { &*scratch }, BPF_NOEXIST as u64)
+        .insert(key, unsafe { &*scratch }, BPF_NOEXIST as u64)
         .is_ok()
     {
         c.record_flow(&ev);
@@ -288,7 +288,7 @@ fn parsed(rec: &PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
         return false;
     }
     // Another CPU inserted the flow in between: count into its element.
-    if let Some(s) = FLOWS.get_ptr_mut(&key) {
+    if let Some(s) = FLOWS.get_ptr_mut(key) {
         // SAFETY: as above.
         let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
         c.record_flow(&ev);

@@ -7,6 +7,15 @@
 //! linear part is shorter than both the whole frame and [`FAST_PATH_BYTES`]: then a read the
 //! fast path makes could fail here and succeed through the helpers, and the frame goes to the
 //! slow program instead. Otherwise every read answers as over the whole frame.
+//!
+//! The loads are word loads written as BPF assembly. LLVM's BPF backend assumes strict
+//! alignment, so `read_unaligned` of an `[u8; N]` became one byte load plus a shift and an or
+//! per byte (a 20-byte IPv4 header: 60 instructions). Packet memory needs no alignment
+//! (x86-64 and arm64 have efficient unaligned access, and the verifier checks packet
+//! alignment only under `BPF_F_STRICT_ALIGNMENT`); the stack does, so the target feature
+//! `allows-misaligned-mem-access` cannot be switched on for the whole program (the slow
+//! program's helper reads into stack buffers were then read back misaligned, which the
+//! verifier refuses).
 
 use agent_common::{fast::FAST_PATH_BYTES, PacketReader};
 
@@ -41,7 +50,74 @@ impl PacketReader for DirectReader {
         if p + N > self.end {
             return None;
         }
-        // SAFETY: `p .. p + N` lies inside the packet's linear data, checked just above.
-        Some(unsafe { (p as *const [u8; N]).read_unaligned() })
+        let mut out = [0u8; N];
+        let mut i = 0;
+        // Constant trip counts: unrolled into at most N / 8 + 3 loads.
+        while i + 8 <= N {
+            // SAFETY: `p + i .. p + i + 8` lies inside the checked range `p .. p + N`.
+            out[i..i + 8].copy_from_slice(&unsafe { load_u64(p + i) }.to_ne_bytes());
+            i += 8;
+        }
+        if i + 4 <= N {
+            // SAFETY: as above.
+            out[i..i + 4].copy_from_slice(&unsafe { load_u32(p + i) }.to_ne_bytes());
+            i += 4;
+        }
+        if i + 2 <= N {
+            // SAFETY: as above.
+            out[i..i + 2].copy_from_slice(&unsafe { load_u16(p + i) }.to_ne_bytes());
+            i += 2;
+        }
+        if i < N {
+            // SAFETY: as above.
+            out[i] = unsafe { *(p as *const u8).add(i) };
+        }
+        Some(out)
     }
+}
+
+/// One unaligned 8-byte packet load. `pure`/`readonly`: LLVM may drop a load whose bytes the
+/// parser never uses.
+///
+/// # Safety
+/// `p .. p + 8` must be checked packet data.
+#[inline(always)]
+unsafe fn load_u64(p: usize) -> u64 {
+    let v: u64;
+    // SAFETY: the caller's bounds check; a load has no other effect.
+    unsafe {
+        core::arch::asm!("{0} = *(u64 *)({1} + 0)", out(reg) v, in(reg) p,
+            options(pure, readonly, nostack, preserves_flags))
+    };
+    v
+}
+
+/// As [`load_u64`], 4 bytes.
+///
+/// # Safety
+/// `p .. p + 4` must be checked packet data.
+#[inline(always)]
+unsafe fn load_u32(p: usize) -> u32 {
+    let v: u64;
+    // SAFETY: as in `load_u64`.
+    unsafe {
+        core::arch::asm!("{0} = *(u32 *)({1} + 0)", out(reg) v, in(reg) p,
+            options(pure, readonly, nostack, preserves_flags))
+    };
+    v as u32
+}
+
+/// As [`load_u64`], 2 bytes.
+///
+/// # Safety
+/// `p .. p + 2` must be checked packet data.
+#[inline(always)]
+unsafe fn load_u16(p: usize) -> u16 {
+    let v: u64;
+    // SAFETY: as in `load_u64`.
+    unsafe {
+        core::arch::asm!("{0} = *(u16 *)({1} + 0)", out(reg) v, in(reg) p,
+            options(pure, readonly, nostack, preserves_flags))
+    };
+    v as u16
 }

@@ -10,6 +10,8 @@
 //! with the next program).
 #![no_std]
 #![no_main]
+// BPF inline assembly (the direct reader's word loads); the kernel programs build on nightly.
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
 mod count;
 mod direct;
