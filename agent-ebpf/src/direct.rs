@@ -54,18 +54,16 @@ impl PacketReader for DirectReader {
         let mut i = 0;
         // Constant trip counts: unrolled into at most N / 8 + 3 loads.
         while i + 8 <= N {
-            // SAFETY: `p + i .. p + i + 8` lies inside the checked range `p .. p + N`.
-            out[i..i + 8].copy_from_slice(&unsafe { load_u64(p + i) }.to_ne_bytes());
+            // `p + i .. p + i + 8` lies inside the checked range `p .. p + N`.
+            out[i..i + 8].copy_from_slice(&load!(p + i, "u64", u64).to_ne_bytes());
             i += 8;
         }
         if i + 4 <= N {
-            // SAFETY: as above.
-            out[i..i + 4].copy_from_slice(&unsafe { load_u32(p + i) }.to_ne_bytes());
+            out[i..i + 4].copy_from_slice(&load!(p + i, "u32", u32).to_ne_bytes());
             i += 4;
         }
         if i + 2 <= N {
-            // SAFETY: as above.
-            out[i..i + 2].copy_from_slice(&unsafe { load_u16(p + i) }.to_ne_bytes());
+            out[i..i + 2].copy_from_slice(&load!(p + i, "u16", u16).to_ne_bytes());
             i += 2;
         }
         if i < N {
@@ -76,48 +74,18 @@ impl PacketReader for DirectReader {
     }
 }
 
-/// One unaligned 8-byte packet load. `pure`/`readonly`: LLVM may drop a load whose bytes the
-/// parser never uses.
-///
-/// # Safety
-/// `p .. p + 8` must be checked packet data.
-#[inline(always)]
-unsafe fn load_u64(p: usize) -> u64 {
-    let v: u64;
-    // SAFETY: the caller's bounds check; a load has no other effect.
-    unsafe {
-        core::arch::asm!("{0} = *(u64 *)({1} + 0)", out(reg) v, in(reg) p,
-            options(pure, readonly, nostack, preserves_flags))
-    };
-    v
+/// One unaligned packet load of `$width` (`u64`, `u32`, `u16`) as `$t`. `pure`/`readonly`:
+/// LLVM may drop a load whose bytes the parser never uses. The caller has checked that the
+/// loaded bytes lie inside the packet.
+macro_rules! load {
+    ($p:expr, $width:literal, $t:ty) => {{
+        let v: u64;
+        // SAFETY: the caller's bounds check; a load has no other effect.
+        unsafe {
+            core::arch::asm!(concat!("{0} = *(", $width, " *)({1} + 0)"), out(reg) v, in(reg) $p,
+                options(pure, readonly, nostack, preserves_flags))
+        };
+        v as $t
+    }};
 }
-
-/// As [`load_u64`], 4 bytes.
-///
-/// # Safety
-/// `p .. p + 4` must be checked packet data.
-#[inline(always)]
-unsafe fn load_u32(p: usize) -> u32 {
-    let v: u64;
-    // SAFETY: as in `load_u64`.
-    unsafe {
-        core::arch::asm!("{0} = *(u32 *)({1} + 0)", out(reg) v, in(reg) p,
-            options(pure, readonly, nostack, preserves_flags))
-    };
-    v as u32
-}
-
-/// As [`load_u64`], 2 bytes.
-///
-/// # Safety
-/// `p .. p + 2` must be checked packet data.
-#[inline(always)]
-unsafe fn load_u16(p: usize) -> u16 {
-    let v: u64;
-    // SAFETY: as in `load_u64`.
-    unsafe {
-        core::arch::asm!("{0} = *(u16 *)({1} + 0)", out(reg) v, in(reg) p,
-            options(pure, readonly, nostack, preserves_flags))
-    };
-    v as u16
-}
+use load;

@@ -19,8 +19,8 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
-    MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
+    record::PacketRecord, FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats,
+    FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
@@ -156,20 +156,7 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
     if let Some(rec) = count::fast(xdp_direct(&ctx, len)) {
-        let wanted = rec.captured();
-        if wanted {
-            if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
-                count::ring_captured(rec, len);
-                return action;
-            }
-        }
-        let path = if wanted {
-            Path::RedirectFailed
-        } else {
-            Path::Fast
-        };
-        count::counted(Hook::AfXdp, len, path);
-        return xdp_action::XDP_PASS;
+        return capture_or_count(&ctx, rec, len, false);
     }
     // SAFETY: as in rocemon_xdp.
     unsafe { XDP_SLOW.tail_call(&ctx, Hook::AfXdp.slow_path().1) };
@@ -184,17 +171,26 @@ pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     let Some(rec) = count::slow(&xdp::XdpReader::new(&ctx, len), Hook::AfXdp, len) else {
         return xdp_action::XDP_PASS;
     };
+    capture_or_count(&ctx, rec, len, true)
+}
+
+/// Hands a frame the classifier wants (RoCE, a broken mirror encapsulation) to the socket of
+/// its receive queue; counts any other frame, and a wanted one whose queue has no socket,
+/// here (`slow`: parsed by the slow program).
+#[inline(always)]
+fn capture_or_count(ctx: &XdpContext, rec: &PacketRecord, len: u64, slow: bool) -> u32 {
     let wanted = rec.captured();
     if wanted {
-        if let Ok(action) = XSKS.redirect(rx_queue(&ctx), 0) {
+        if let Ok(action) = XSKS.redirect(rx_queue(ctx), 0) {
             count::ring_captured(rec, len);
             return action;
         }
     }
-    let path = if wanted {
-        Path::SlowRedirectFailed
-    } else {
-        Path::Slow
+    let path = match (wanted, slow) {
+        (false, false) => Path::Fast,
+        (false, true) => Path::Slow,
+        (true, false) => Path::RedirectFailed,
+        (true, true) => Path::SlowRedirectFailed,
     };
     count::counted(Hook::AfXdp, len, path);
     xdp_action::XDP_PASS
