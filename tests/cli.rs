@@ -181,6 +181,19 @@ fn xdp_native_unsupported_and_auto_fallback() {
     assert!(stderr.contains("falling back to skb mode"), "{stderr}");
 }
 
+/// `rocemon rdma --format json ARGS`, which must succeed: its report.
+fn rdma_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["rdma", "--format", "json"];
+    all.extend_from_slice(args);
+    let out = rocemon(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn rdma_counters_and_connections_from_recorded_output() {
     let dir = TempDir::new("rocemon-rdma").unwrap();
@@ -213,10 +226,7 @@ fn rdma_counters_and_connections_from_recorded_output() {
     .unwrap();
     let cfg = dir.path().join("rocemon.toml");
     std::fs::write(&cfg, "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n").unwrap();
-    let out = rocemon(&[
-        "rdma",
-        "--format",
-        "json",
+    let j = rdma_json(&[
         "--sysfs-root",
         root.to_str().unwrap(),
         "--qp-json",
@@ -226,12 +236,6 @@ fn rdma_counters_and_connections_from_recorded_output() {
         "--config",
         cfg.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let counters = j["port_counters"].as_array().unwrap();
     assert_eq!(counters.len(), 2);
     assert!(counters
@@ -256,10 +260,7 @@ fn rdma_counters_and_connections_from_recorded_output() {
     assert_usage_error(&out, "cannot read");
     let empty = dir.path().join("empty.json");
     std::fs::write(&empty, "[]").unwrap();
-    let out = rocemon(&[
-        "rdma",
-        "--format",
-        "json",
+    let j = rdma_json(&[
         "--sysfs-root",
         dir.path().join("none").to_str().unwrap(),
         "--qp-json",
@@ -267,8 +268,6 @@ fn rdma_counters_and_connections_from_recorded_output() {
         "--cm-id-json",
         empty.to_str().unwrap(),
     ]);
-    assert!(out.status.success());
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["port_counters"].as_array().unwrap().len(), 0);
 }
 
@@ -302,10 +301,7 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     )
     .unwrap();
     // The paths the offline command predicts for the same connections.
-    let out = rocemon(&[
-        "rdma",
-        "--format",
-        "json",
+    let j = rdma_json(&[
         "--qp-json",
         qp.to_str().unwrap(),
         "--cm-id-json",
@@ -313,7 +309,6 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
         "--config",
         cfg.to_str().unwrap(),
     ]);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut per_path = [0u64; 2];
     for c in j["connections"].as_array().unwrap() {
         per_path[c["predicted_path"].as_u64().unwrap() as usize] += 1;
