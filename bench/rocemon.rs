@@ -15,7 +15,10 @@
 //!   the first argument;
 //! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`); its source sits
 //!   beside the cargo-fuzz targets (`fuzz/kernel_diff.rs`), run from here because it needs the
-//!   BPF object and root, which the fuzz workspace builds without.
+//!   BPF object and root, which the fuzz workspace builds without;
+//! - `--ab=FILE[,FILE...]` ([`kernel::ab`]): this build's XDP program against saved builds of
+//!   the object, interleaved, for a kernel change whose gain is smaller than the noise of
+//!   one run.
 
 mod analyze;
 mod baseline;
@@ -71,6 +74,10 @@ fn main() -> Result<()> {
         let report: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
         std::fs::write(dir.join("REPORT.md"), report::markdown(&report))?;
         return Ok(());
+    }
+    if let Some(files) = std::env::args().find_map(|a| a.strip_prefix("--ab=").map(String::from)) {
+        loader::raise_memlock();
+        return kernel::ab(&files);
     }
     if std::env::args().any(|a| a == "--phase-scale") {
         loader::raise_memlock();

@@ -37,6 +37,10 @@ enum Task {
     Bench {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
+        /// Instead of the benchmarks: this build's XDP program against saved builds of the
+        /// BPF object (comma-separated files), interleaved, on plain RoCE.
+        #[arg(long, value_name = "FILE[,FILE...]")]
+        ab: Option<String>,
     },
     /// Fuzz the shared parser and the capture reader (cargo-fuzz), and the kernel programs
     /// against the host parser (BPF_PROG_TEST_RUN, as root).
@@ -101,7 +105,7 @@ fn main() -> Result<()> {
         Task::Demo(a) => demo::demo(a),
         Task::Fuzz(a) => fuzz::fuzz(a),
         Task::Install(a) => install::install(a),
-        Task::Bench { out } => {
+        Task::Bench { out, ab } => {
             setup::ensure()?;
             let out = if out.is_absolute() {
                 out
@@ -112,6 +116,9 @@ fn main() -> Result<()> {
             c.current_dir(root())
                 .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
                 .arg(&out);
+            if let Some(files) = ab {
+                c.arg(format!("--ab={files}"));
+            }
             setup::ebpf_env(&mut c);
             sh(&mut c)
         }

@@ -144,13 +144,20 @@ pub use crate::sources::tally::Switches;
 /// Loads the object with the given switches (not pinned; the ring, when on, fed by every
 /// hook: tests run one hook at a time).
 pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
+    load_object_bytes(EBPF_OBJECT, flow_entries, switches)
+}
+
+/// [`load_object_with`] for another build of the object (`cargo xtask bench --ab=FILE`
+/// compares a saved build with this one).
+pub fn load_object_bytes(object: &[u8], flow_entries: u32, switches: Switches) -> Result<Ebpf> {
     let ring = if switches.rhythm { 0x0F } else { 0 };
-    load_object_pinned(flow_entries, None, switches, ring)
+    load_object_pinned(object, flow_entries, None, switches, ring)
 }
 
 /// Loads the object; with `pins`, the counting maps are opened from (or created at) their
 /// pinned paths, so programs of several runs share them.
 fn load_object_pinned(
+    object: &[u8],
     flow_entries: u32,
     pins: Option<&IfacePins>,
     switches: Switches,
@@ -175,7 +182,7 @@ fn load_object_pinned(
             l.map_pin_path(m, p.map_path(m));
         }
     }
-    l.load(EBPF_OBJECT).context("load the rocemon BPF object")
+    l.load(object).context("load the rocemon BPF object")
 }
 
 /// An XDP program of the object by name.
@@ -241,6 +248,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     };
     let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
     let mut ebpf = load_object_pinned(
+        EBPF_OBJECT,
         o.flow_entries,
         pins.as_ref(),
         o.switches,
