@@ -205,3 +205,28 @@ fn read_merged(paths: &[PathBuf], a: &mut Analysis) -> Option<InputError> {
     }
     first_err
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemon_testkit::{fixtures, TempDir};
+
+    /// The flow table on its own thread gives the report of the single-threaded analysis, to
+    /// the bit, on every fixture (elephants, ticks, sFlow, tunnels, malformed frames).
+    #[test]
+    fn the_flow_thread_changes_nothing_in_the_report() {
+        let dir = TempDir::new("rocemon-flowside").unwrap();
+        for fx in fixtures::all() {
+            let path = fx.write(dir.path()).unwrap();
+            let report = |parallel: bool| {
+                let opts = AnalyzeOptions {
+                    parallel,
+                    ..AnalyzeOptions::default()
+                };
+                let a = analyze_file(&path, opts, |_| {}).unwrap();
+                serde_json::to_string(&crate::export::report::build(&a)).unwrap()
+            };
+            assert_eq!(report(true), report(false), "{}", fx.name);
+        }
+    }
+}

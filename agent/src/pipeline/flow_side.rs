@@ -1,0 +1,310 @@
+//! The time-ordered half of a capture's analysis: the flow table with its ticks, rates and
+//! elephants, the sFlow collector and fabric view that tick with it, and the ECMP views at
+//! the end. [`Analysis`](crate::pipeline::analysis::Analysis) parses and counts each frame and
+//! hands this half one [`Step`] per frame, on a thread of its own when the machine has a
+//! second core: the flow table was about half of the time per frame, and it sees the same
+//! steps in the same order either way, so the result is the same to the bit.
+
+use crate::detect::ecmp::{self, EcmpReport};
+use crate::detect::elephant::Transition;
+use crate::pipeline::analysis::{AnalyzeOptions, ElephantPeriod};
+use crate::pipeline::flows::{ElephantEvent, FlowTable};
+use agent_common::{FlowKey, Hook, HookCounters, RoceInfo};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender};
+use std::thread::JoinHandle;
+
+/// Ticks run one by one across a silence in the capture; a longer silence is one tick.
+const MAX_TICKS_PER_GAP: u32 = 64;
+
+/// Steps handed to the flow thread at a time (one channel message).
+const BATCH: usize = 1024;
+
+/// Batches in flight between the parsing thread and the flow thread: enough to ride out a
+/// burst of ticks, few enough to keep memory small.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+/// What the flow side needs of one frame.
+pub enum Step {
+    /// A frame that is neither RoCE nor sFlow: its time still runs the ticks.
+    At(u64),
+    /// A RoCE packet (`len`: wire bytes).
+    Roce {
+        ts_ns: u64,
+        info: RoceInfo,
+        len: u64,
+    },
+    /// An sFlow datagram (UDP 6343), copied out of the frame.
+    Sflow { ts_ns: u64, datagram: Vec<u8> },
+}
+
+/// The flow side's state.
+pub struct FlowSide {
+    opts: AnalyzeOptions,
+    pub flows: FlowTable,
+    pub sflow: crate::sflow::collector::Collector,
+    pub fabric: crate::sflow::fabric::Fabric,
+    pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
+    pub ecmp: EcmpReport,
+    /// What the flow updates add to the counter block (flows created, PSN events, messages):
+    /// added to the parsing side's block at the end.
+    pub counters: HookCounters,
+    next_tick_ns: u64,
+    peaks: BTreeMap<FlowKey, f64>,
+}
+
+impl FlowSide {
+    pub fn new(opts: AnalyzeOptions) -> Self {
+        let mut flows = FlowTable::new(vec!["capture".into()]);
+        flows.tau_s = opts.rate_window_s;
+        flows.max_flows = Some(opts.max_flows);
+        FlowSide {
+            opts,
+            flows,
+            sflow: Default::default(),
+            fabric: Default::default(),
+            elephants: BTreeMap::new(),
+            ecmp: EcmpReport::default(),
+            counters: HookCounters::ZERO,
+            next_tick_ns: 0,
+            peaks: BTreeMap::new(),
+        }
+    }
+
+    fn tick_ns(&self) -> u64 {
+        ((self.opts.tick_s * 1e9) as u64).max(1_000_000)
+    }
+
+    /// One frame's step.
+    pub fn step(&mut self, s: Step) {
+        match s {
+            Step::At(ts_ns) => self.advance(ts_ns),
+            Step::Roce { ts_ns, info, len } => {
+                self.advance(ts_ns);
+                // Captures carry no hook; flows are keyed as if seen at XDP.
+                let key = info.flow_key(Hook::Xdp);
+                let (ev, created) = self.flows.record(0, key, &info, len, ts_ns);
+                if created {
+                    self.counters.flows_created += 1;
+                }
+                self.counters.record_flow(&ev);
+            }
+            Step::Sflow { ts_ns, datagram } => {
+                self.advance(ts_ns);
+                self.sflow.datagram(&datagram);
+            }
+        }
+    }
+
+    fn apply(&mut self, events: Vec<ElephantEvent>) {
+        for e in events {
+            match e.transition {
+                Transition::Started => {
+                    self.elephants
+                        .entry(e.key)
+                        .or_default()
+                        .push(ElephantPeriod {
+                            started_s: e.at_s,
+                            ended_s: None,
+                            peak_bytes_per_second: e.rate_bytes,
+                        })
+                }
+                Transition::Ended => {
+                    if let Some(p) = self.elephants.get_mut(&e.key).and_then(|v| v.last_mut()) {
+                        p.ended_s = Some(e.at_s);
+                    }
+                }
+            }
+        }
+        for v in self.flows.elephant_views() {
+            let peak = self.peaks.entry(v.key).or_default();
+            *peak = peak.max(v.rate_bytes);
+            if let Some(p) = self.elephants.get_mut(&v.key).and_then(|p| p.last_mut()) {
+                p.peak_bytes_per_second = p.peak_bytes_per_second.max(v.rate_bytes);
+            }
+        }
+    }
+
+    /// Ticks the flow table up to capture time `ts_ns` (one tick per interval).
+    fn advance(&mut self, ts_ns: u64) {
+        let step = self.tick_ns();
+        if self.next_tick_ns == 0 {
+            self.next_tick_ns = ts_ns + step;
+            return;
+        }
+        let enter = [self.opts.elephant.enter_bps(None)];
+        let mut n = 0;
+        while ts_ns >= self.next_tick_ns {
+            n += 1;
+            if n > MAX_TICKS_PER_GAP {
+                // A long silence (or a timestamp jump): one tick covers the rest, so a capture
+                // with a gap of days costs no more than one with a gap of a minute.
+                let dt = (ts_ns - self.next_tick_ns) as f64 / 1e9 + step as f64 / 1e9;
+                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
+                self.apply(ev);
+                self.tick_fabric(dt);
+                self.next_tick_ns = ts_ns + step;
+                break;
+            }
+            let ev = self
+                .flows
+                .tick(step as f64 / 1e9, &self.opts.elephant, &enter);
+            self.apply(ev);
+            self.tick_fabric(step as f64 / 1e9);
+            self.next_tick_ns += step;
+        }
+    }
+
+    /// The sFlow fabric view at the flow table's clock (only with groups configured).
+    fn tick_fabric(&mut self, dt: f64) {
+        if !self.opts.sflow_groups.is_empty() {
+            self.fabric.tick(
+                &self.sflow,
+                &self.opts.sflow_groups,
+                &self.opts.elephant,
+                self.opts.rate_window_s,
+                dt,
+            );
+        }
+    }
+
+    /// Closes the last interval (the capture ran from `first_ts_ns` to `last_ts_ns`; `None`:
+    /// no frame) and runs the ECMP views (elephants = flows that were elephants at any time,
+    /// at their peak rate).
+    pub fn finish(&mut self, first_ts_ns: Option<u64>, last_ts_ns: u64) {
+        if first_ts_ns.is_some() {
+            // The part of the last interval the capture covered.
+            let start = self.next_tick_ns.saturating_sub(self.tick_ns());
+            let dt = last_ts_ns.saturating_sub(start) as f64 / 1e9;
+            if dt > 0.0 {
+                let enter = [self.opts.elephant.enter_bps(None)];
+                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
+                self.apply(ev);
+                self.tick_fabric(dt);
+            }
+        }
+        if let Some(first) = first_ts_ns {
+            self.short_capture_elephants(first, last_ts_ns);
+        }
+        for t in self.sflow.rhythms.values_mut() {
+            t.detect();
+        }
+        self.flows.settle();
+        let mut views = self.flows.views();
+        for v in views.iter_mut() {
+            if let Some(p) = self.peaks.get(&v.key) {
+                v.elephant = true;
+                v.rate_bytes = *p;
+            }
+        }
+        self.ecmp = ecmp::analyze(&views, &self.flows.ifaces, &self.opts.ecmp);
+    }
+
+    /// A capture shorter than the elephant minimum duration cannot show a rate sustained that
+    /// long, so none would ever qualify. Its elephants are the flows whose mean rate over the
+    /// whole capture reaches the entry threshold: an elephant period from its first to its last
+    /// packet. Longer captures use the detector as live mode does.
+    fn short_capture_elephants(&mut self, first: u64, last: u64) {
+        let span = last.saturating_sub(first) as f64 / 1e9;
+        if span <= 0.0 || span >= self.opts.elephant.min_duration_seconds {
+            return;
+        }
+        let enter = self.opts.elephant.enter_bps(None);
+        for e in self.flows.iter() {
+            let mean = e.stats.bytes as f64 / span;
+            if mean < enter || self.elephants.contains_key(&e.key) {
+                continue;
+            }
+            let at = |ns: u64| ns.saturating_sub(first) as f64 / 1e9;
+            self.elephants.insert(
+                e.key,
+                vec![ElephantPeriod {
+                    started_s: at(e.stats.first_seen_ns),
+                    ended_s: Some(at(e.stats.last_seen_ns)),
+                    peak_bytes_per_second: mean,
+                }],
+            );
+            self.peaks.insert(e.key, mean);
+        }
+    }
+}
+
+/// Where the flow side runs: here, or on its own thread behind a channel of step batches.
+pub enum Runner {
+    Here(Box<FlowSide>),
+    Thread {
+        batch: Vec<Step>,
+        tx: SyncSender<Vec<Step>>,
+        handle: JoinHandle<Result<FlowSide, RecvError>>,
+    },
+}
+
+impl Runner {
+    /// On a thread when `parallel` and the thread can be started, else here.
+    pub fn new(side: FlowSide, parallel: bool) -> Runner {
+        if !parallel {
+            return Runner::Here(Box::new(side));
+        }
+        let (tx, rx) = sync_channel::<Vec<Step>>(BATCHES_IN_FLIGHT);
+        // The side goes to the thread once it runs, so a thread that cannot be started (or
+        // ends at once) leaves it here, and the analysis runs on this thread instead.
+        let (side_tx, side_rx) = sync_channel::<FlowSide>(1);
+        let spawned = std::thread::Builder::new()
+            .name("analyze-flows".into())
+            .spawn(move || side_rx.recv().map(|side| run(side, rx)));
+        let Ok(handle) = spawned else {
+            return Runner::Here(Box::new(side));
+        };
+        match side_tx.send(side) {
+            Ok(()) => Runner::Thread {
+                batch: Vec::with_capacity(BATCH),
+                tx,
+                handle,
+            },
+            Err(back) => Runner::Here(Box::new(back.0)),
+        }
+    }
+
+    /// Hands over one frame's step.
+    pub fn step(&mut self, s: Step) {
+        match self {
+            Runner::Here(side) => side.step(s),
+            Runner::Thread { batch, tx, .. } => {
+                batch.push(s);
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                    // A send fails only if the thread is gone (it panicked): `finish`
+                    // reports that.
+                    let _ = tx.send(full);
+                }
+            }
+        }
+    }
+
+    /// Every step handed over, the flow side back.
+    pub fn finish(self) -> FlowSide {
+        match self {
+            Runner::Here(side) => *side,
+            Runner::Thread { batch, tx, handle } => {
+                let _ = tx.send(batch);
+                drop(tx);
+                match handle.join() {
+                    Ok(Ok(side)) => side,
+                    // The side was sent before this variant was built, so the thread received
+                    // it; only a panic on the thread ends it otherwise, and is passed on.
+                    Ok(Err(RecvError)) => unreachable!("the flow thread always gets its side"),
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
+        }
+    }
+}
+
+fn run(mut side: FlowSide, rx: Receiver<Vec<Step>>) -> FlowSide {
+    while let Ok(batch) = rx.recv() {
+        for s in batch {
+            side.step(s);
+        }
+    }
+    side
+}
