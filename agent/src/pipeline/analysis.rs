@@ -129,10 +129,6 @@ impl Analysis {
                     // Unbounded here (a file, not a kernel map); the report lists them all.
                     self.sessions.entry(sk).or_default().record(info, len);
                 }
-                self.timeline.record(info, len, f.ts_ns);
-                // Captures carry no hook; flows are keyed as if seen at XDP.
-                self.training
-                    .record(&info.flow_key(Hook::Xdp), len, f.ts_ns);
                 Step::Roce {
                     ts_ns: f.ts_ns,
                     info: *info,
@@ -170,6 +166,8 @@ impl Analysis {
         self.fabric = side.fabric;
         self.elephants = side.elephants;
         self.ecmp = side.ecmp;
+        self.timeline = side.timeline;
+        self.training = side.training;
     }
 
     /// Capture span in seconds.

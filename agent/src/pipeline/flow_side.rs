@@ -1,6 +1,6 @@
 //! The time-ordered half of a capture's analysis: the flow table with its ticks, rates and
-//! elephants, the sFlow collector and fabric view that tick with it, and the ECMP views at
-//! the end. [`Analysis`](crate::pipeline::analysis::Analysis) parses and counts each frame and
+//! elephants, the sFlow collector and fabric view that tick with it, the RoCE timeline and
+//! training rhythm, and the ECMP views at the end. [`Analysis`](crate::pipeline::analysis::Analysis) parses and counts each frame and
 //! hands this half one [`Step`] per frame, on a thread of its own when the machine has a
 //! second core: the flow table was about half of the time per frame, and it sees the same
 //! steps in the same order either way, so the result is the same to the bit.
@@ -46,6 +46,10 @@ pub struct FlowSide {
     pub fabric: crate::sflow::fabric::Fabric,
     pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
     pub ecmp: EcmpReport,
+    /// RoCE traffic over capture time, and the step rhythm and message sizes: here rather
+    /// than on the parsing side, which is the busier one.
+    pub timeline: crate::pipeline::timeline::Timeline,
+    pub training: crate::pipeline::training::Training,
     /// What the flow updates add to the counter block (flows created, PSN events, messages):
     /// added to the parsing side's block at the end.
     pub counters: HookCounters,
@@ -65,6 +69,8 @@ impl FlowSide {
             fabric: Default::default(),
             elephants: BTreeMap::new(),
             ecmp: EcmpReport::default(),
+            timeline: crate::pipeline::timeline::Timeline::new(),
+            training: Default::default(),
             counters: HookCounters::ZERO,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
@@ -83,6 +89,8 @@ impl FlowSide {
                 self.advance(ts_ns);
                 // Captures carry no hook; flows are keyed as if seen at XDP.
                 let key = info.flow_key(Hook::Xdp);
+                self.timeline.record(&info, len, ts_ns);
+                self.training.record(&key, len, ts_ns);
                 let (ev, created) = self.flows.record(0, key, &info, len, ts_ns);
                 if created {
                     self.counters.flows_created += 1;
