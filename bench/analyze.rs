@@ -1,9 +1,12 @@
-//! Analyze phase: `rocemon analyze` over one million frames against `cat` and tshark.
+//! Analyze phase: `rocemon analyze` over one million frames against `cat` and tshark: mixed
+//! frame sizes (with tshark), small frames and large frames (the two ratios to `cat` the
+//! targets name).
 
 use super::*;
 
-/// One million frames of mixed opcodes over 10,000 flows.
-pub(crate) fn big_capture(dir: &Path) -> Result<PathBuf> {
+/// One million frames of mixed opcodes over 10,000 flows, each frame's payload one of
+/// `payloads` (bytes after the BTH and its extension headers).
+pub(crate) fn big_capture(dir: &Path, name: &'static str, payloads: &[usize]) -> Result<PathBuf> {
     let mut rng = Rng(0xB16_CA97);
     let ops: [u8; 8] = [0x06, 0x07, 0x08, 0x0A, 0x04, 0x11, 0x0C, 0x10];
     let flows: Vec<Roce> = (0..10_000u32)
@@ -28,12 +31,12 @@ pub(crate) fn big_capture(dir: &Path) -> Result<PathBuf> {
         let mut r = flows[rng.below(flows.len() as u64) as usize].clone();
         r.opcode = ops[rng.below(ops.len() as u64) as usize];
         r.psn = k as u32 & 0xFF_FFFF;
-        r.payload = [0usize, 64, 256, 1024][rng.below(4) as usize];
+        r.payload = payloads[rng.below(payloads.len() as u64) as usize];
         r.dma_len = r.payload as u32;
         r.ecn = rng.below(4) as u8;
         frames.push((1_700_000_000_000_000_000 + k * 1000, r.frame()));
     }
-    whole("bench_1m", Format::PcapNanos, frames, false).write(dir)
+    whole(name, Format::PcapNanos, frames, false).write(dir)
 }
 
 pub(crate) fn time_cmd(cmd: &mut Command) -> Result<f64> {
@@ -48,9 +51,9 @@ pub(crate) fn time_cmd(cmd: &mut Command) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
-    let file = big_capture(dir)?;
-    let size = std::fs::metadata(&file)?.len();
+/// `rocemon analyze` and `cat` on one capture: medians of five runs, interleaved (page cache
+/// warm).
+fn against_cat(file: &Path) -> Result<(f64, f64)> {
     let cat = || {
         time_cmd(
             Command::new("sh")
@@ -58,26 +61,53 @@ pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
                 .arg(format!("cat {} > /dev/null", file.display())),
         )
     };
+    let ours = || {
+        time_cmd(
+            Command::new(BIN)
+                .args(["analyze", "--format", "json", "--no-progress"])
+                .arg(file),
+        )
+    };
     cat()?; // warm the page cache
-    let cat_s = median((0..3).map(|_| cat()).collect::<Result<_>>()?);
-    let ours_s = median(
-        (0..3)
-            .map(|_| {
-                time_cmd(
-                    Command::new(BIN)
-                        .args(["analyze", "--format", "json", "--no-progress"])
-                        .arg(&file),
-                )
-            })
-            .collect::<Result<_>>()?,
-    );
+    let (mut c, mut o) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        c.push(cat()?);
+        o.push(ours()?);
+    }
+    Ok((median(o), median(c)))
+}
+
+pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
+    let frames = 1_000_000f64;
+    let mut sizes = serde_json::Map::new();
+    for (name, file_name, payloads) in [
+        ("small", "bench_1m_small", &[0usize, 64][..]),
+        ("large", "bench_1m_large", &[1024][..]),
+    ] {
+        let file = big_capture(dir, file_name, payloads)?;
+        let size = std::fs::metadata(&file)?.len();
+        let (ours_s, cat_s) = against_cat(&file)?;
+        let _ = std::fs::remove_file(&file);
+        eprintln!(
+            "analyze: {name} frames ({:.0} MB): rocemon {ours_s:.2} s, cat {cat_s:.3} s (x{:.1})",
+            size as f64 / 1e6,
+            ours_s / cat_s
+        );
+        sizes.insert(
+            name.into(),
+            json!({ "file_bytes": size, "rocemon_seconds": ours_s, "cat_seconds": cat_s,
+                    "rocemon_frames_per_second": frames / ours_s, "ratio_vs_cat": ours_s / cat_s }),
+        );
+    }
+    let file = big_capture(dir, "bench_1m", &[0, 64, 256, 1024])?;
+    let size = std::fs::metadata(&file)?.len();
+    let (ours_s, cat_s) = against_cat(&file)?;
     let tshark_s = time_cmd(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([
         "-T",
         "fields",
         "-e",
         "infiniband.bth.opcode",
     ]))?;
-    let frames = 1_000_000f64;
     eprintln!(
         "analyze: rocemon {ours_s:.2} s ({:.0} frames/s), tshark {tshark_s:.2} s, cat {cat_s:.3} s",
         frames / ours_s
@@ -89,5 +119,6 @@ pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
         "tshark_seconds": tshark_s, "tshark_frames_per_second": frames / tshark_s,
         "cat_seconds": cat_s,
         "speedup_vs_tshark": tshark_s / ours_s, "ratio_vs_cat": ours_s / cat_s,
+        "by_frame_size": sizes,
     }))
 }
