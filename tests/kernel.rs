@@ -3,19 +3,19 @@
 //! (differential), and tshark's numbers for the same capture (oracle).
 
 use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
+#[path = "support/kernel.rs"]
+mod support;
+
 use rocemon::kernel::loader;
 use rocemon::kernel::testrun::{record_as_kernel, test_run};
 use rocemon::sources::tally::{self, Tally};
 use rocemon_testkit::fixtures::{self, Link};
-use rocemon_testkit::{require_root, require_tshark, tshark, TempDir};
+use rocemon_testkit::{require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
+use support::ready;
 
 const XDP_PASS: u32 = 2;
 const TC_ACT_PIPE: u32 = 3;
-
-fn skip() -> bool {
-    !require_root("a kernel test (CAP_BPF, to load programs)")
-}
 
 /// Flow stats without the clock fields, which only the kernel sets.
 fn comparable(s: &FlowStats) -> FlowStats {
@@ -28,11 +28,10 @@ fn comparable(s: &FlowStats) -> FlowStats {
 
 #[test]
 fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark() {
-    if skip() {
+    if !ready(false) {
         return;
     }
     require_tshark();
-    loader::raise_memlock();
     rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let dir = TempDir::new("rocemon-kernel").unwrap();
     let mut checked = 0;
@@ -273,11 +272,9 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
 
 #[test]
 fn full_flow_map_keeps_global_counters_exact() {
-    if skip() {
+    if !ready(true) {
         return;
     }
-    loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     // A tiny flow map: flows beyond it are evicted (LRU), global counters stay exact.
     let mut ebpf = loader::load_object(16).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
@@ -320,10 +317,9 @@ fn full_flow_map_keeps_global_counters_exact() {
 /// numbers, long before it makes a program unloadable.
 #[test]
 fn every_program_verifies_within_100000_instructions() {
-    if skip() {
+    if !ready(false) {
         return;
     }
-    loader::raise_memlock();
     let mut costs = Vec::new();
     for h in Hook::ALL {
         let mut ebpf = loader::load_object(1024).unwrap();
@@ -345,11 +341,9 @@ fn every_program_verifies_within_100000_instructions() {
 /// to check (the switched-off code is pruned).
 #[test]
 fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
-    if skip() {
+    if !ready(true) {
         return;
     }
-    loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let off = loader::Switches {
         psn_tracking: false,
         session_counters: false,
@@ -479,11 +473,9 @@ fn assert_lossless(k: &agent_common::HookCounters, e: &tshark::Expected, what: &
 /// the host's counting with the same classes.
 #[test]
 fn configured_traffic_classes_decide_what_the_kernel_counts_as_lossy() {
-    if skip() {
+    if !ready(true) {
         return;
     }
-    loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let classes = agent_common::TrafficClasses {
         roce_dscp: 1,
         roce_priority: agent_common::classes::ANY_PRIORITY,

@@ -3,16 +3,15 @@
 //! batch of frames, so each batch's milliseconds are known.
 
 use agent_common::{parse, Hook, LinkType, SliceReader};
+#[path = "support/kernel.rs"]
+mod support;
+
 use rocemon::kernel::loader;
 use rocemon::kernel::testrun::test_run;
 use rocemon_testkit::fixtures;
-use rocemon_testkit::require_root;
+use support::ready;
 
 const XDP_PASS: u32 = 2;
-
-fn skip() -> bool {
-    !require_root("a kernel test (CAP_BPF, to load programs)")
-}
 
 /// The RoCE frames of the PSN fixture, and their total length.
 fn roce_frames() -> (Vec<Vec<u8>>, u64) {
@@ -30,11 +29,9 @@ fn roce_frames() -> (Vec<Vec<u8>>, u64) {
 /// packet and byte, and nothing in between.
 #[test]
 fn the_ring_holds_each_millisecond_s_roce_packets_and_bytes() {
-    if skip() {
+    if !ready(true) {
         return;
     }
-    loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let mut ebpf = loader::load_object(65_536).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
     let (frames, bytes) = roce_frames();
@@ -79,11 +76,9 @@ fn the_ring_holds_each_millisecond_s_roce_packets_and_bytes() {
 /// With the rhythm switched off the ring stays empty; everything else counts as before.
 #[test]
 fn switched_off_rhythm_leaves_the_ring_empty() {
-    if skip() {
+    if !ready(true) {
         return;
     }
-    loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
     let off = loader::Switches {
         rhythm: false,
         ..loader::Switches::default()

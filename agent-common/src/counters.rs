@@ -286,9 +286,7 @@ impl HookCounters {
     /// Adds another block (per-CPU values, several captures).
     pub fn add(&mut self, o: &HookCounters) {
         for ((_, a), (_, b)) in self.fields_mut().into_iter().zip(o.fields()) {
-            for (x, y) in a.iter_mut().zip(b) {
-                *x += y;
-            }
+            crate::sum::add_all(a, b);
         }
     }
 

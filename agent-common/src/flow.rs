@@ -5,6 +5,7 @@ use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
 use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
+use crate::sum::add_all;
 
 /// What one packet did to its flow, for the hook's counters: the PSN sequence and a completed
 /// RDMA message.
@@ -138,19 +139,13 @@ impl FlowStats {
         self.ecn_ce += o.ecn_ce;
         self.cnp += o.cnp;
         self.becn += o.becn;
-        for (a, b) in self.class_packets.iter_mut().zip(o.class_packets.iter()) {
-            *a += b;
-        }
+        add_all(&mut self.class_packets, &o.class_packets);
         self.psn_gaps += o.psn_gaps;
         self.retransmits += o.retransmits;
-        for (a, b) in self.naks.iter_mut().zip(o.naks.iter()) {
-            *a += b;
-        }
+        add_all(&mut self.naks, &o.naks);
         self.rnr_naks += o.rnr_naks;
-        for i in 0..MsgOp::COUNT {
-            self.messages[i] += o.messages[i];
-            self.message_bytes[i] += o.message_bytes[i];
-        }
+        add_all(&mut self.messages, &o.messages);
+        add_all(&mut self.message_bytes, &o.message_bytes);
     }
 }
 

@@ -50,6 +50,7 @@ pub mod reader;
 pub mod record;
 pub mod ring;
 pub mod session;
+pub mod sum;
 
 pub use classes::TrafficClasses;
 pub use counters::{Hook, HookCounters};

@@ -190,15 +190,14 @@ impl PacketRecord {
     /// The MAC control frame this record holds, if it holds one.
     #[inline(always)]
     pub fn mac_control(&self) -> Option<MacControl> {
-        if self.flags & MAC != 0 {
-            Some(MacControl {
+        self.when(
+            MAC,
+            MacControl {
                 opcode: self.mac_opcode,
                 class_enable: self.mac_class_enable,
                 times: self.mac_times,
-            })
-        } else {
-            None
-        }
+            },
+        )
     }
 
     /// A tag the kernel took out of the frame before the program ran (VLAN acceleration:
@@ -215,8 +214,14 @@ impl PacketRecord {
     /// The 802.1p priority of a RoCE packet's outermost tag, if tagged.
     #[inline(always)]
     pub fn pcp(&self) -> Option<u8> {
-        if self.flags & HAS_PCP != 0 {
-            Some(self.pcp & 7)
+        self.when(HAS_PCP, self.pcp & 7)
+    }
+
+    /// `v` when the record's `flag` is set: the field it guards holds a value.
+    #[inline(always)]
+    fn when<T>(&self, flag: u8, v: T) -> Option<T> {
+        if self.flags & flag != 0 {
+            Some(v)
         } else {
             None
         }
@@ -245,20 +250,12 @@ impl PacketRecord {
 
     #[inline(always)]
     pub fn aeth_syndrome(&self) -> Option<u8> {
-        if self.flags & HAS_AETH != 0 {
-            Some(self.aeth_syndrome)
-        } else {
-            None
-        }
+        self.when(HAS_AETH, self.aeth_syndrome)
     }
 
     #[inline(always)]
     pub fn reth_dma_len(&self) -> Option<u32> {
-        if self.flags & HAS_RETH != 0 {
-            Some(self.reth_dma_len)
-        } else {
-            None
-        }
+        self.when(HAS_RETH, self.reth_dma_len)
     }
 
     /// Whether the AF_XDP capture mode hands this frame to userspace (as
@@ -279,7 +276,6 @@ impl PacketRecord {
                 None => Parsed::Other(outcome),
             };
         }
-        let f = self.flags;
         let kind = tunnel_kind_of(self.tunnel_kind);
         Parsed::Roce(RoceInfo {
             outcome,
@@ -309,27 +305,21 @@ impl PacketRecord {
                 ack_req: self.bth_flags & ACK_REQ != 0,
                 psn: self.psn,
             },
-            reth_dma_len: if f & HAS_RETH != 0 {
-                Some(self.reth_dma_len)
-            } else {
-                None
-            },
-            aeth: if f & HAS_AETH != 0 {
-                Some(Aeth {
+            reth_dma_len: self.reth_dma_len(),
+            aeth: self.when(
+                HAS_AETH,
+                Aeth {
                     syndrome: self.aeth_syndrome,
                     msn: self.aeth_msn,
-                })
-            } else {
-                None
-            },
-            deth: if f & HAS_DETH != 0 {
-                Some(Deth {
+                },
+            ),
+            deth: self.when(
+                HAS_DETH,
+                Deth {
                     qkey: self.deth_qkey,
                     src_qp: self.deth_src_qp,
-                })
-            } else {
-                None
-            },
+                },
+            ),
         })
     }
 }
@@ -340,6 +330,18 @@ mod tests {
     use crate::{parse_frame as parse, LinkType, SliceReader};
     use proptest::prelude::*;
     use rocemon_testkit::fixtures;
+
+    /// Ethernet, IPv4 (66 bytes), UDP 4791 (46 bytes), a BTH: the smallest RoCE frame here.
+    fn minimal_roce() -> Vec<u8> {
+        let mut f = vec![0u8; 80];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[17] = 66;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[38..40].copy_from_slice(&46u16.to_be_bytes());
+        f
+    }
 
     fn round_trip(p: &Parsed) -> Parsed {
         let mut r = PacketRecord::default();
@@ -382,13 +384,7 @@ mod tests {
 
     #[test]
     fn an_offloaded_tag_is_the_outermost_priority_of_plain_roce_only() {
-        let mut f = vec![0u8; 80];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        f[17] = 66;
-        f[23] = 17;
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-        f[38..40].copy_from_slice(&46u16.to_be_bytes());
+        let f = minimal_roce();
         let mut r = PacketRecord::default();
         r.store(&parse(&SliceReader(&f), LinkType::Ethernet));
         assert_eq!(r.pcp(), None);
@@ -424,13 +420,7 @@ mod tests {
     #[test]
     fn an_error_after_a_packet_reads_back_as_the_error() {
         let mut r = PacketRecord::default();
-        let mut f = vec![0u8; 80];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        f[17] = 66;
-        f[23] = 17;
-        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
-        f[38..40].copy_from_slice(&46u16.to_be_bytes());
+        let f = minimal_roce();
         let ok = parse(&SliceReader(&f), LinkType::Ethernet);
         assert!(matches!(ok, Parsed::Roce(_)));
         r.store(&ok);

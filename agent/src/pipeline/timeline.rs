@@ -69,9 +69,7 @@ impl Timeline {
             .map(|pair| {
                 let mut m = pair[0];
                 if let Some(b) = pair.get(1) {
-                    for (x, y) in m.bytes_by_class.iter_mut().zip(b.bytes_by_class) {
-                        *x += y;
-                    }
+                    agent_common::sum::add_all(&mut m.bytes_by_class, &b.bytes_by_class);
                     m.packets += b.packets;
                     m.ce += b.ce;
                     m.cnp += b.cnp;

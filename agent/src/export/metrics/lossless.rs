@@ -84,44 +84,50 @@ impl Metrics {
             .inc_by(d(cur.mac_control_other, prev.mac_control_other));
         for dscp in 0..64usize {
             let ds = dscp.to_string();
-            for (class, pk, by) in [
+            let counts = [
                 (
-                    "roce",
-                    d(cur.roce_dscp_packets[dscp], prev.roce_dscp_packets[dscp]),
-                    d(cur.roce_dscp_bytes[dscp], prev.roce_dscp_bytes[dscp]),
+                    &cur.roce_dscp_packets,
+                    &prev.roce_dscp_packets,
+                    &cur.roce_dscp_bytes,
+                    &prev.roce_dscp_bytes,
                 ),
                 (
-                    "cnp",
-                    d(cur.cnp_dscp_packets[dscp], prev.cnp_dscp_packets[dscp]),
-                    d(cur.cnp_dscp_bytes[dscp], prev.cnp_dscp_bytes[dscp]),
+                    &cur.cnp_dscp_packets,
+                    &prev.cnp_dscp_packets,
+                    &cur.cnp_dscp_bytes,
+                    &prev.cnp_dscp_bytes,
                 ),
-            ] {
-                if pk > 0 {
-                    let lv = [iface, dir, hn, &ds, class];
-                    self.dscp_packets.with_label_values(&lv).inc_by(pk);
-                    self.dscp_bytes.with_label_values(&lv).inc_by(by);
-                }
-            }
+            ]
+            .map(|(cp, pp, cb, pb)| (d(cp[dscp], pp[dscp]), d(cb[dscp], pb[dscp])));
+            by_class(
+                &self.dscp_packets,
+                &self.dscp_bytes,
+                [iface, dir, hn, &ds],
+                counts,
+            );
         }
         for (p, name) in PRIORITY.iter().enumerate() {
-            for (class, pk, by) in [
+            let counts = [
                 (
-                    "roce",
-                    d(cur.roce_pcp_packets[p], prev.roce_pcp_packets[p]),
-                    d(cur.roce_pcp_bytes[p], prev.roce_pcp_bytes[p]),
+                    &cur.roce_pcp_packets,
+                    &prev.roce_pcp_packets,
+                    &cur.roce_pcp_bytes,
+                    &prev.roce_pcp_bytes,
                 ),
                 (
-                    "cnp",
-                    d(cur.cnp_pcp_packets[p], prev.cnp_pcp_packets[p]),
-                    d(cur.cnp_pcp_bytes[p], prev.cnp_pcp_bytes[p]),
+                    &cur.cnp_pcp_packets,
+                    &prev.cnp_pcp_packets,
+                    &cur.cnp_pcp_bytes,
+                    &prev.cnp_pcp_bytes,
                 ),
-            ] {
-                if pk > 0 {
-                    let lv = [iface, dir, hn, name, class];
-                    self.priority_packets.with_label_values(&lv).inc_by(pk);
-                    self.priority_bytes.with_label_values(&lv).inc_by(by);
-                }
-            }
+            ]
+            .map(|(cp, pp, cb, pb)| (d(cp[p], pp[p]), d(cb[p], pb[p])));
+            by_class(
+                &self.priority_packets,
+                &self.priority_bytes,
+                [iface, dir, hn, name],
+                counts,
+            );
         }
         self.lossy_packets
             .with_label_values(&l)
@@ -160,6 +166,25 @@ impl Metrics {
                     .with_label_values(&[iface, name, Origin::Ethtool.name()]),
                 *v,
             );
+        }
+    }
+}
+
+/// Adds one traffic class's packets and bytes since the previous poll, RoCE (CNPs included)
+/// then CNPs only, under `labels` plus the `class` label; a class with no packet adds no
+/// series.
+fn by_class(
+    packets: &prometheus::IntCounterVec,
+    bytes: &prometheus::IntCounterVec,
+    labels: [&str; 4],
+    counts: [(u64, u64); 2],
+) {
+    for (class, (pk, by)) in ["roce", "cnp"].into_iter().zip(counts) {
+        if pk > 0 {
+            let [a, b, c, e] = labels;
+            let lv = [a, b, c, e, class];
+            packets.with_label_values(&lv).inc_by(pk);
+            bytes.with_label_values(&lv).inc_by(by);
         }
     }
 }

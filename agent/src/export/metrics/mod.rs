@@ -188,23 +188,15 @@ pub(crate) fn delta(now: u64, before: u64) -> u64 {
     }
 }
 
-/// [`follow`] for a float counter (seconds).
-fn follow_f64(c: &prometheus::Counter, total: f64) {
-    let seen = c.get();
-    if total >= seen {
-        c.inc_by(total - seen);
-    } else {
-        c.reset();
-        c.inc_by(total);
-    }
-}
-
 /// Moves a counter up to a total read from elsewhere (a kernel map, a driver, a socket); a
-/// smaller total means the source was reset, and the counter follows from there.
-fn follow(c: &prometheus::IntCounter, total: u64) {
+/// smaller total means the source was reset, and the counter follows from there. Integer
+/// counters and float ones (seconds) alike.
+fn follow<P: prometheus::core::Atomic>(c: &prometheus::core::GenericCounter<P>, total: P::T) {
     let seen = c.get();
     if total >= seen {
-        c.inc_by(total - seen);
+        let mut up = total;
+        up -= seen;
+        c.inc_by(up);
     } else {
         c.reset();
         c.inc_by(total);

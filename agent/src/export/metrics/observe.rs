@@ -2,7 +2,7 @@
 //! the flow table's top-K and the ECMP report, set at every poll. The series themselves are
 //! declared in the catalog (`mod.rs`).
 
-use super::{follow, follow_f64, Metrics, ECN_LABELS};
+use super::{follow, Metrics, ECN_LABELS};
 use crate::detect::ecmp::{EcmpReport, GroupView};
 use crate::pipeline::flows::FlowTable;
 use agent_common::psn::NAK_NAMES;
@@ -30,7 +30,7 @@ impl Metrics {
     ) {
         let l = [iface, hook.name(), program];
         follow(&self.program_runs.with_label_values(&l), runs);
-        follow_f64(&self.program_seconds.with_label_values(&l), seconds);
+        follow(&self.program_seconds.with_label_values(&l), seconds);
     }
 
     /// Whether a watched interface is there with the programs attached.

@@ -1,6 +1,6 @@
 //! The training rhythm and the RDMA message sizes (declared in the catalog, `mod.rs`).
 
-use super::{follow, follow_f64, Metrics};
+use super::{follow, Metrics};
 use crate::detect::steps::StepTracker;
 use agent_common::message::{MsgOp, MSG_BUCKETS, MSG_BUCKET_SLOTS};
 use agent_common::{Hook, HookCounters};
@@ -63,7 +63,7 @@ impl Metrics {
             t.slow_steps,
         );
         if let RhythmSource::Iface(iface) = src {
-            follow_f64(
+            follow(
                 &self.training_lost.with_label_values(&[iface]),
                 t.lost_ms as f64 / 1e3,
             );

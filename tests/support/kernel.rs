@@ -1,0 +1,18 @@
+//! Set-up shared by the kernel test files (`kernel.rs`, `kernel_ring.rs`).
+
+use rocemon::kernel::loader;
+use rocemon_testkit::require_root;
+
+/// Whether this test can load programs (as root; else it says why and the test skips), with
+/// the memlock limit raised and, when `pinned`, the test thread on one CPU (a test run then
+/// counts into one CPU's slot of the per-CPU maps).
+pub fn ready(pinned: bool) -> bool {
+    if !require_root("a kernel test (CAP_BPF, to load programs)") {
+        return false;
+    }
+    loader::raise_memlock();
+    if pinned {
+        rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
+    }
+    true
+}
