@@ -30,6 +30,8 @@ mod report;
 mod robustness;
 mod scale;
 mod sflow;
+#[path = "../tests/support/testrun.rs"]
+mod testrun;
 
 use agent_common::{FlowKey, FlowStats, Hook, SliceReader, MAP_FLOWS};
 use anyhow::{bail, Context, Result};
@@ -37,12 +39,12 @@ use aya::maps::{PerCpuHashMap, PerCpuValues};
 use aya::util::nr_cpus;
 use rocemon::export::metrics::Metrics;
 use rocemon::kernel::loader;
-use rocemon::kernel::testrun::test_run;
 use rocemon::pipeline::flows::FlowTable;
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::{self, Roce, TPID_8021AD, TPID_8021Q};
 use rocemon_testkit::netns::{http_get_in, metric_sum, run, Agent, VethPair};
 use rocemon_testkit::Rng;
+use testrun::test_run;
 
 use serde_json::{json, Value};
 use std::net::IpAddr;

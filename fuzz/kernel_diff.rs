@@ -25,7 +25,7 @@ pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
     use std::collections::BTreeMap;
     const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
     loader::raise_memlock();
-    rocemon::kernel::testrun::pin_to_one_cpu()?;
+    crate::testrun::pin_to_one_cpu()?;
     let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
         .into_iter()
         .filter(|f| f.link == rocemon_testkit::fixtures::Link::Ethernet)
@@ -90,7 +90,7 @@ pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
                         r.retval
                     );
                 }
-                rocemon::kernel::testrun::record_as_kernel(&mut host[hook as usize], &f, 0);
+                crate::testrun::record_as_kernel(&mut host[hook as usize], &f, 0);
                 runs += 1;
             }
         }

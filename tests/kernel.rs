@@ -5,14 +5,16 @@
 use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
 #[path = "support/kernel.rs"]
 mod support;
+#[path = "support/testrun.rs"]
+mod testrun;
 
 use rocemon::kernel::loader;
-use rocemon::kernel::testrun::{record_as_kernel, test_run};
 use rocemon::sources::tally::{self, Tally};
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
 use support::ready;
+use testrun::{record_as_kernel, test_run};
 
 const XDP_PASS: u32 = 2;
 const TC_ACT_PIPE: u32 = 3;
@@ -32,7 +34,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
         return;
     }
     require_tshark();
-    rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
+    testrun::pin_to_one_cpu().unwrap();
     let dir = TempDir::new("rocemon-kernel").unwrap();
     let mut checked = 0;
     let mut refused = 0;

@@ -5,11 +5,13 @@
 use agent_common::{parse, Hook, LinkType, SliceReader};
 #[path = "support/kernel.rs"]
 mod support;
+#[path = "support/testrun.rs"]
+mod testrun;
 
 use rocemon::kernel::loader;
-use rocemon::kernel::testrun::test_run;
 use rocemon_testkit::fixtures;
 use support::ready;
+use testrun::test_run;
 
 const XDP_PASS: u32 = 2;
 

@@ -18,7 +18,8 @@
 //! - [`cli`]: raw flags and their value types; [`config`]: one validated [`config::Config`]
 //!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2).
 //! - [`kernel`]: load the object, attach XDP/tc per interface, fall back, detach on drop
-//!   ([`kernel::loader`]); pins ([`kernel::pins`]); BPF_PROG_TEST_RUN ([`kernel::testrun`]).
+//!   ([`kernel::loader`]); pins ([`kernel::pins`]). (BPF_PROG_TEST_RUN, for tests and
+//!   benchmarks only, lives in `tests/support/testrun.rs`.)
 //! - [`sources`]: the kernel maps and ring ([`sources::maps`]), captures
 //!   ([`sources::capture`], [`sources::input`]), AF_XDP sockets and their userspace counting
 //!   ([`sources::afxdp`], [`sources::tally`]), NIC pause counters, RDMA connections; [`sflow`]:

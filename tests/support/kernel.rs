@@ -12,7 +12,7 @@ pub fn ready(pinned: bool) -> bool {
     }
     loader::raise_memlock();
     if pinned {
-        rocemon::kernel::testrun::pin_to_one_cpu().unwrap();
+        crate::testrun::pin_to_one_cpu().unwrap();
     }
     true
 }

@@ -1,5 +1,4 @@
-//! The kernel side as the agent sees it: loading and attaching the programs ([`loader`]), their pins on the bpffs ([`pins`]), and BPF_PROG_TEST_RUN for tests and benchmarks ([`testrun`]).
+//! The kernel side as the agent sees it: loading and attaching the programs ([`loader`]), their pins on the bpffs ([`pins`]).
 
 pub mod loader;
 pub mod pins;
-pub mod testrun;

@@ -1,5 +1,8 @@
 //! BPF_PROG_TEST_RUN: feed a frame straight through a loaded XDP or tc program.
 //! aya 0.14 keeps its test-run wrapper private, so this calls the bpf(2) syscall directly.
+//! Test and benchmark support, not part of the agent: included by path where it is used.
+// Each including crate uses a part of it.
+#![allow(dead_code)]
 
 use anyhow::{bail, Result};
 use std::os::fd::{AsFd, AsRawFd};
@@ -90,7 +93,7 @@ pub fn pin_to_one_cpu() -> Result<()> {
 /// counting sequence over the general parser's result, plus the kernel-only count of frames
 /// the fast path hands to the slow program. The differential tests and the kernel fuzzer
 /// compare the kernel maps with this.
-pub fn record_as_kernel(t: &mut crate::sources::tally::Tally, frame: &[u8], now_ns: u64) {
+pub fn record_as_kernel(t: &mut rocemon::sources::tally::Tally, frame: &[u8], now_ns: u64) {
     use agent_common::{fast::parse_fast, parse_frame, LinkType, SliceReader};
     let r = SliceReader(frame);
     t.record(
