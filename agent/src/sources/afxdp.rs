@@ -35,6 +35,8 @@ const FRAMES: u32 = 2048;
 const FRAME_SIZE: u32 = 4096;
 /// Descriptors taken from the receive ring per pass.
 const BATCH: u32 = 64;
+/// How long the receive loop lets frames gather when its ring is empty (see [`receive`]).
+const COALESCE: Duration = Duration::from_micros(200);
 /// `sockaddr_xdp` flag: multi-buffer frames arrive as several descriptors (Linux 6.6+).
 const XDP_USE_SG: u16 = 1 << 4;
 /// Descriptor option: more buffers of this frame follow.
@@ -419,8 +421,17 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
     let mut frame_len: Option<u64> = None;
     while !stop.load(Ordering::Relaxed) {
         if sock.rx.available() == 0 {
-            // SAFETY: one valid pollfd. A timeout bounds how late a stop is noticed.
-            unsafe { libc::poll(&mut pfd, 1, 100) };
+            // Let frames gather before waiting for them: each wake-up costs a system call and
+            // a context switch that the sender and the kernel's copy into the UMEM need the
+            // CPU for. Measured on a 2-CPU veth (frames delivered against what the stack
+            // alone receives, three runs each): no pause 0.37-0.47x, 200 us 0.63-0.82x,
+            // 1 ms 0.55-0.63x. The ring holds 2,048 frames: 200 us of traffic up to 10 M
+            // frames/s.
+            std::thread::sleep(COALESCE);
+            if sock.rx.available() == 0 {
+                // SAFETY: one valid pollfd. A timeout bounds how late a stop is noticed.
+                unsafe { libc::poll(&mut pfd, 1, 100) };
+            }
         }
         let Ok(mut st) = state.lock() else {
             return;
