@@ -266,13 +266,7 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
     match format {
         // enterprise 0: 1 flow sample, 2 counter sample, 3 expanded flow, 4 expanded counter
         1 | 3 => {
-            let sequence = x.u32().ok_or(t)?;
-            let (source_type, source_index) = if format == 1 {
-                let s = x.u32().ok_or(t)?;
-                (s >> 24, s & 0x00FF_FFFF)
-            } else {
-                (x.u32().ok_or(t)?, x.u32().ok_or(t)?)
-            };
+            let (sequence, source_type, source_index) = source(&mut x, format == 3).ok_or(t)?;
             let sampling_rate = x.u32().ok_or(t)?;
             let sample_pool = x.u32().ok_or(t)?;
             let drops = x.u32().ok_or(t)?;
@@ -302,9 +296,7 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
                 header: None,
                 switch: None,
             };
-            for _ in 0..records {
-                let (fmt, body) = record(&mut x)?;
-                let mut r = Xdr { b: body };
+            each_record(&mut x, records, |fmt, r| {
                 let tr = Malformed::TruncatedRecord;
                 match fmt {
                     1 => {
@@ -330,17 +322,12 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
                     }
                     _ => {}
                 }
-            }
+                Ok(())
+            })?;
             Ok(Some(Sample::Flow(s)))
         }
         2 | 4 => {
-            let sequence = x.u32().ok_or(t)?;
-            let (source_type, source_index) = if format == 2 {
-                let s = x.u32().ok_or(t)?;
-                (s >> 24, s & 0x00FF_FFFF)
-            } else {
-                (x.u32().ok_or(t)?, x.u32().ok_or(t)?)
-            };
+            let (sequence, source_type, source_index) = source(&mut x, format == 4).ok_or(t)?;
             let records = x.u32().ok_or(t)?;
             let mut c = CounterSample {
                 sequence,
@@ -349,9 +336,7 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
                 generic: None,
                 ethernet: false,
             };
-            for _ in 0..records {
-                let (fmt, body) = record(&mut x)?;
-                let mut r = Xdr { b: body };
+            each_record(&mut x, records, |fmt, r| {
                 let tr = Malformed::TruncatedRecord;
                 match fmt {
                     1 => {
@@ -381,11 +366,37 @@ fn sample(format: u32, body: &[u8]) -> Result<Option<Sample<'_>>, Malformed> {
                     2 => c.ethernet = true,
                     _ => {}
                 }
-            }
+                Ok(())
+            })?;
             Ok(Some(Sample::Counters(c)))
         }
         other => Ok(Some(Sample::Unknown(other))),
     }
+}
+
+/// A sample's sequence number, source type and source index: packed into one word in the
+/// compact formats, two words in the expanded ones.
+fn source(x: &mut Xdr<'_>, expanded: bool) -> Option<(u32, u32, u32)> {
+    let sequence = x.u32()?;
+    if expanded {
+        Some((sequence, x.u32()?, x.u32()?))
+    } else {
+        let s = x.u32()?;
+        Some((sequence, s >> 24, s & 0x00FF_FFFF))
+    }
+}
+
+/// Hands each of a sample's `n` records to `each` as (format, a reader over its body).
+fn each_record<'a>(
+    x: &mut Xdr<'a>,
+    n: u32,
+    mut each: impl FnMut(u32, &mut Xdr<'a>) -> Result<(), Malformed>,
+) -> Result<(), Malformed> {
+    for _ in 0..n {
+        let (fmt, body) = record(x)?;
+        each(fmt, &mut Xdr { b: body })?;
+    }
+    Ok(())
 }
 
 /// One record of a sample: (format, body).
