@@ -8,6 +8,7 @@ use rocemon_testkit::netns::{
     Agent, BpfFs, VethPair,
 };
 use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
+use std::path::PathBuf;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
@@ -21,12 +22,23 @@ fn wait_ready(ns: &str, agent: &mut Agent) -> String {
     agent.wait_ready(ns, ADDR).unwrap()
 }
 
-/// A temporary directory with a bpffs of the test's own in it, and the pin directory on it.
-fn own_bpffs(prefix: &str) -> (TempDir, BpfFs, std::path::PathBuf) {
+/// A pinned test's set-up, `None` when it cannot run here (it says why): a temporary
+/// directory with a bpffs of the test's own in it and the pin directory on it, `fx` written
+/// there, and tshark's counts of it.
+fn own_bpffs(
+    prefix: &str,
+    fx: &fixtures::Fixture,
+) -> Option<(TempDir, BpfFs, PathBuf, PathBuf, tshark::Expected)> {
+    if !can_run() {
+        return None;
+    }
+    require_tshark();
     let dir = TempDir::new(prefix).unwrap();
     let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
     let pin_dir = fs.path().join("rocemon");
-    (dir, fs, pin_dir)
+    let path = fx.write(dir.path()).unwrap();
+    let e = tshark::expected(&path).unwrap();
+    Some((dir, fs, pin_dir, path, e))
 }
 
 /// `rocemon run` with XDP (native) and tc ingress on `ifn`, pinned under `pin`, fast polls.
@@ -54,16 +66,11 @@ fn pinned_args<'a>(ifn: &'a str, pin: &'a str) -> [&'a str; 13] {
 /// `rocemon detach` leaves no program, link or pin behind.
 #[test]
 fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
-    if !can_run() {
+    let Some((_dir, fs, pin_dir, path, e)) = own_bpffs("rocemon-pin", &fixtures::rc_ipv4()) else {
         return;
-    }
-    require_tshark();
-    let (dir, fs, pin_dir) = own_bpffs("rocemon-pin");
+    };
     let bpffs = fs.path().to_path_buf();
     let pin = pin_dir.to_str().unwrap();
-    let fx = fixtures::rc_ipv4();
-    let path = fx.write(dir.path()).unwrap();
-    let e = tshark::expected(&path).unwrap();
 
     let pair = VethPair::new("rcpin").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
@@ -253,15 +260,11 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
 /// through the slow path and none unreachable, equal to tshark.
 #[test]
 fn the_slow_path_keeps_counting_while_no_agent_runs() {
-    if !can_run() {
-        return;
-    }
-    require_tshark();
-    let (dir, _fs, pin_dir) = own_bpffs("rocemon-slowpin");
-    let pin = pin_dir.to_str().unwrap();
     let fx = fixtures::tunnels();
-    let path = fx.write(dir.path()).unwrap();
-    let e = tshark::expected(&path).unwrap();
+    let Some((_dir, _fs, pin_dir, path, e)) = own_bpffs("rocemon-slowpin", &fx) else {
+        return;
+    };
+    let pin = pin_dir.to_str().unwrap();
     // The frames the fast path hands on, by the host's own fast path.
     let slow = fx
         .records()
@@ -329,13 +332,10 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
 /// interface renamed away and back is followed by name.
 #[test]
 fn interfaces_that_go_and_come_back_are_counted_again() {
-    if !can_run() {
+    let Some((_dir, _fs, pin_dir, path, e)) = own_bpffs("rocemon-relink", &fixtures::rc_ipv4())
+    else {
         return;
-    }
-    require_tshark();
-    let (dir, _fs, pin_dir) = own_bpffs("rocemon-relink");
-    let path = fixtures::rc_ipv4().write(dir.path()).unwrap();
-    let e = tshark::expected(&path).unwrap();
+    };
     let pair = VethPair::new("rcrelink").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
     let mut agent = Agent::start(ns, BIN, &pinned_args(ifn, pin_dir.to_str().unwrap())).unwrap();
