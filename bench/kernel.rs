@@ -76,23 +76,33 @@ pub(crate) fn populate(ebpf: &mut aya::Ebpf, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Loads the count-only programs the figures are compared with: XDP, and tc with `tc`.
+fn load_baselines(ebpf: &mut aya::Ebpf, tc: bool) -> Result<()> {
+    let names: &[&str] = if tc {
+        &[
+            agent_common::PROG_BASELINE_XDP,
+            agent_common::PROG_BASELINE_TC,
+        ]
+    } else {
+        &[agent_common::PROG_BASELINE_XDP]
+    };
+    for name in names {
+        match ebpf.program_mut(name).context("baseline program")? {
+            aya::programs::Program::Xdp(x) => x.load()?,
+            aya::programs::Program::SchedClassifier(c) => c.load()?,
+            _ => bail!("unexpected baseline program type"),
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn kernel_bench() -> Result<Value> {
     const REPEAT: u32 = 200_000;
     let mut rows = Vec::new();
     for n in [1usize, 10_000, 100_000] {
         let mut ebpf = loader::load_object(131_072)?;
         loader::load_programs(&mut ebpf, &[Hook::Xdp, Hook::TcIngress])?;
-        for name in [
-            agent_common::PROG_BASELINE_XDP,
-            agent_common::PROG_BASELINE_TC,
-        ] {
-            let p = ebpf.program_mut(name).context("baseline program")?;
-            match p {
-                aya::programs::Program::Xdp(x) => x.load()?,
-                aya::programs::Program::SchedClassifier(c) => c.load()?,
-                _ => bail!("unexpected baseline program type"),
-            }
-        }
+        load_baselines(&mut ebpf, true)?;
         populate(&mut ebpf, n.saturating_sub(1))?;
         for (label, frame) in bench_frames() {
             let ns = |prog: &str| -> Result<f64> {
@@ -186,12 +196,7 @@ fn switch_costs(repeat: u32) -> Result<Value> {
     for (label, sw) in configs {
         let mut ebpf = loader::load_object_with(1024, sw)?;
         loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
-        let p = ebpf
-            .program_mut(agent_common::PROG_BASELINE_XDP)
-            .context("baseline program")?;
-        if let aya::programs::Program::Xdp(x) = p {
-            x.load()?;
-        }
+        load_baselines(&mut ebpf, false)?;
         let ns = |prog: &str| -> Result<f64> {
             let fd = ebpf.program(prog).context("program")?.fd()?;
             let runs: Vec<f64> = (0..5)
@@ -237,12 +242,7 @@ pub(crate) fn ab(files: &str) -> Result<()> {
         for (i, (_, bytes)) in objects.iter().enumerate() {
             let mut ebpf = loader::load_object_bytes(bytes, 131_072, loader::Switches::default())?;
             loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
-            if let aya::programs::Program::Xdp(x) = ebpf
-                .program_mut(agent_common::PROG_BASELINE_XDP)
-                .context("baseline program")?
-            {
-                x.load()?;
-            }
+            load_baselines(&mut ebpf, false)?;
             for _ in 0..3 {
                 for (slot, prog) in [
                     (i, agent_common::PROG_XDP),
