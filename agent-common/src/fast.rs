@@ -26,7 +26,7 @@ use crate::headers::ipv6::{self, Ipv6Header};
 use crate::headers::mac_control::{self, MacControl};
 use crate::headers::udp::{self, UdpHeader};
 use crate::headers::{be24, be32};
-use crate::info::{Aeth, Deth, Parsed, RoceInfo, L3, NO_PCP};
+use crate::info::{Aeth, Deth, Parsed, L3, NO_PCP};
 use crate::opcode::ext_layout;
 use crate::outcome::Outcome;
 use crate::reader::PacketReader;
@@ -35,9 +35,6 @@ use crate::ROCEV2_UDP_PORT;
 
 /// The answer of the fast path: `None` means "ask the general parser".
 pub type FastResult = Option<Parsed>;
-
-/// The RoCE shapes' answer: `None` means "ask the general parser".
-type ShapeResult = Option<Result<RoceInfo, Outcome>>;
 
 /// Bytes of a frame the fast path may read (the deepest: one tag, IPv6, UDP, BTH and the
 /// longest extension headers). A reader that can see this much of a frame (or the whole
@@ -122,8 +119,9 @@ fn mac_control<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
 ///
 /// Inlined into the entry program: a BPF-to-BPF call and its return cost more than the
 /// shape's stack frame saves (measured: about 15-40 ns per packet on a host whose returns go
-/// through the SRSO "safe RET" thunk), and the entry's frame stays under the 512-byte limit
-/// because the result goes straight into the per-CPU record.
+/// through the SRSO "safe RET" thunk). Every field goes into the per-CPU record as soon as it
+/// is read: BPF has four callee-saved registers, and values held for one store at the end
+/// were spilled to the stack and loaded back.
 #[inline(always)]
 fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     r: &R,
@@ -131,35 +129,39 @@ fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     pcp: u8,
     out: &mut PacketRecord,
 ) -> bool {
-    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags, pcp) {
-        Some(p) => {
-            out.store(&p.into());
+    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags, pcp, out) {
+        Some(Ok(())) => true,
+        Some(Err(o)) => {
+            out.store(&Parsed::Other(o));
             true
         }
         None => false,
     }
 }
 
-/// One IP family at one L2 length: every offset below is a constant.
+/// One IP family at one L2 length: every offset below is a constant. `Some(Ok(()))`: a RoCE
+/// packet, written into `out`; `Some(Err(_))`: the frame's outcome (`out` holds partial
+/// fields, which the caller's store of the outcome disowns); `None`: the general parser's.
 #[inline(always)]
 fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     r: &R,
     vlan_tags: u8,
     pcp: u8,
-) -> ShapeResult {
+    out: &mut PacketRecord,
+) -> Option<Result<(), Outcome>> {
     let (l3, proto) = if V6 {
         let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
         if h.version() != 6 {
             return None;
         }
+        out.key.src = h.src();
+        out.key.dst = h.dst();
         let l3 = L3 {
             l4: L3_OFF + ipv6::LEN,
             payload_len: h.payload_len(),
             ip_version: 6,
             ecn: h.ecn(),
             dscp: h.traffic_class() >> 2,
-            src: h.src(),
-            dst: h.dst(),
         };
         (l3, h.next_header())
     } else {
@@ -170,6 +172,9 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
             return None;
         }
         let (s, d) = (h.src(), h.dst());
+        // Built as integers: two word stores each instead of sixteen byte stores.
+        out.key.src = (u32::from_le_bytes(s) as u128).to_le_bytes();
+        out.key.dst = (u32::from_le_bytes(d) as u128).to_le_bytes();
         let l3 = L3 {
             // Stated, not derived from the IHL: the offsets stay compile-time constants.
             l4: L3_OFF + ipv4::MIN_LEN,
@@ -177,9 +182,6 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
             ip_version: 4,
             ecn: h.ecn(),
             dscp: h.tos() >> 2,
-            // Built as integers: two word stores each instead of sixteen byte stores.
-            src: (u32::from_le_bytes(s) as u128).to_le_bytes(),
-            dst: (u32::from_le_bytes(d) as u128).to_le_bytes(),
         };
         (l3, h.protocol())
     };
@@ -199,21 +201,23 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
         VXLAN_PORT => return None,
         _ => return Some(Err(Outcome::UdpOtherPort)),
     }
-    Some(roce(r, &l3, u, Tunnel::default(), vlan_tags, pcp))
+    Some(roce_into(r, &l3, u, Tunnel::default(), vlan_tags, pcp, out))
 }
 
 /// The RoCEv2 part of a frame once its UDP header (to port 4791) is read: the BTH and the
-/// extension headers its opcode has. Shared by the fast path and the general parser
-/// ([`parse`](crate::parse::parse)), so both end the same way.
+/// extension headers its opcode has, written into `out` next to the addresses the caller
+/// wrote. Shared by the fast path and the general parser
+/// ([`parse_frame_into`](crate::parse::parse_frame_into)), so both end the same way.
 #[inline(always)]
-pub(crate) fn roce<R: PacketReader>(
+pub(crate) fn roce_into<R: PacketReader>(
     r: &R,
     l3: &L3,
     u: UdpHeader,
     tunnel: Tunnel,
     vlan_tags: u8,
     pcp: u8,
-) -> Result<RoceInfo, Outcome> {
+    out: &mut PacketRecord,
+) -> Result<(), Outcome> {
     let mut udp_len = u.length();
     if udp_len < udp::LEN {
         return Err(Outcome::BadUdpLength);
@@ -231,61 +235,49 @@ pub(crate) fn roce<R: PacketReader>(
         r.read::<{ bth::LEN }>(bth_off)
             .ok_or(Outcome::TruncatedBth)?,
     );
-
-    let mut info = RoceInfo {
-        outcome: Outcome::Roce,
-        ip_version: l3.ip_version,
-        ecn: l3.ecn,
-        src: l3.src,
-        dst: l3.dst,
-        sport: u.src_port(),
-        udp_len: udp_len as u16,
-        vlan_tags,
-        dscp: l3.dscp,
-        pcp: if pcp < 8 { Some(pcp) } else { None },
-        tunnel,
-        bth: b,
-        reth_dma_len: None,
-        aeth: None,
-        deth: None,
-    };
+    out.begin_roce(l3.ip_version, l3.ecn, l3.dscp);
+    out.set_l2(vlan_tags, if pcp < 8 { Some(pcp) } else { None });
+    out.set_udp(u.src_port(), udp_len as u16);
+    out.set_tunnel(tunnel);
+    out.set_bth(&b);
     let layout = ext_layout(b.opcode);
     let ext_off = bth_off + bth::LEN;
     if udp_len < udp::LEN + bth::LEN + layout.len as usize
         || r.len() < ext_off + layout.len as usize
     {
-        info.outcome = Outcome::RoceExtTruncated;
-        return Ok(info);
+        out.set_ext(Outcome::RoceExtTruncated, None, None, None);
+        return Ok(());
     }
-    if let Some(at) = layout.deth {
-        match r.read::<DETH_LEN>(ext_off + at as usize) {
-            Some(d) => {
-                info.deth = Some(Deth {
-                    qkey: be32([d[0], d[1], d[2], d[3]]),
-                    src_qp: be24([d[5], d[6], d[7]]),
-                })
-            }
-            None => info.outcome = Outcome::RoceExtTruncated,
+    let mut outcome = Outcome::Roce;
+    let deth = layout.deth.and_then(|at| {
+        let d = r.read::<DETH_LEN>(ext_off + at as usize);
+        if d.is_none() {
+            outcome = Outcome::RoceExtTruncated;
         }
-    }
-    if let Some(at) = layout.reth {
-        match r.read::<RETH_LEN>(ext_off + at as usize) {
-            Some(e) => info.reth_dma_len = Some(be32([e[12], e[13], e[14], e[15]])),
-            None => info.outcome = Outcome::RoceExtTruncated,
+        d.map(|d| Deth {
+            qkey: be32([d[0], d[1], d[2], d[3]]),
+            src_qp: be24([d[5], d[6], d[7]]),
+        })
+    });
+    let reth = layout.reth.and_then(|at| {
+        let e = r.read::<RETH_LEN>(ext_off + at as usize);
+        if e.is_none() {
+            outcome = Outcome::RoceExtTruncated;
         }
-    }
-    if let Some(at) = layout.aeth {
-        match r.read::<AETH_LEN>(ext_off + at as usize) {
-            Some(a) => {
-                info.aeth = Some(Aeth {
-                    syndrome: a[0],
-                    msn: be24([a[1], a[2], a[3]]),
-                })
-            }
-            None => info.outcome = Outcome::RoceExtTruncated,
+        e.map(|e| be32([e[12], e[13], e[14], e[15]]))
+    });
+    let aeth = layout.aeth.and_then(|at| {
+        let a = r.read::<AETH_LEN>(ext_off + at as usize);
+        if a.is_none() {
+            outcome = Outcome::RoceExtTruncated;
         }
-    }
-    Ok(info)
+        a.map(|a| Aeth {
+            syndrome: a[0],
+            msn: be24([a[1], a[2], a[3]]),
+        })
+    });
+    out.set_ext(outcome, reth, aeth, deth);
+    Ok(())
 }
 
 #[cfg(test)]

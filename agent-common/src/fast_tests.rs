@@ -2,6 +2,7 @@
 //! shapes itself. Frames come from the independent builder and the shipped fixtures.
 
 use super::*;
+use crate::info::RoceInfo;
 use crate::parse::{parse_frame, LinkType};
 use crate::reader::SliceReader;
 use core::cell::Cell;

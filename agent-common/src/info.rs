@@ -129,7 +129,8 @@ impl RoceInfo {
     }
 }
 
-/// Where the UDP header starts and what the IP layer said.
+/// Where the UDP header starts and what the IP layer said (its addresses go straight into
+/// the record's flow key: [`Addrs`]).
 pub(crate) struct L3 {
     pub(crate) l4: usize,
     /// Bytes of IP payload the IP header announces (for the UDP length check).
@@ -137,6 +138,10 @@ pub(crate) struct L3 {
     pub(crate) ip_version: u8,
     pub(crate) ecn: u8,
     pub(crate) dscp: u8,
+}
+
+/// The IP addresses of a packet (IPv4 in the first four bytes, the rest zero).
+pub(crate) struct Addrs {
     pub(crate) src: [u8; 16],
     pub(crate) dst: [u8; 16],
 }

@@ -14,9 +14,10 @@ use crate::headers::{be16, sll};
 use crate::reader::PacketReader;
 use crate::ROCEV2_UDP_PORT;
 
+pub(crate) use crate::info::{Addrs, L3, NO_PCP};
 pub use crate::info::{Aeth, Deth, Parsed, RoceInfo};
-pub(crate) use crate::info::{L3, NO_PCP};
 pub use crate::outcome::{Outcome, OutcomeKind};
+use crate::record::PacketRecord;
 
 /// What the first bytes of a frame are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,21 +30,16 @@ pub enum LinkType {
     LinuxSll2,
 }
 
-/// [`parse`] writing its result into `out`. Not inlined: in BPF the general parser is then a
-/// subprogram with its own stack frame (its result lives there), so the slow program's frame
-/// plus the counting function's stays under the 512-byte limit.
+/// [`parse_frame_into`] as the kernel's slow programs call it. Not inlined: in BPF the general
+/// parser is then a subprogram with its own stack frame, so the slow program's frame plus the
+/// counting function's stays under the 512-byte limit.
 ///
 /// Returns the outcome's discriminant, which the kernel caller checks: a subprogram whose
 /// result is unused (or returns nothing) may leave a stack pointer in R0, which the verifier
 /// refuses at its exit.
 #[inline(never)]
-pub fn parse_into<R: PacketReader>(
-    r: &R,
-    link: LinkType,
-    out: &mut crate::record::PacketRecord,
-) -> u32 {
-    let p = parse_frame(r, link);
-    out.store(&p);
+pub fn parse_into<R: PacketReader>(r: &R, link: LinkType, out: &mut PacketRecord) -> u32 {
+    parse_frame_into(r, link, out);
     // Read back as memory, not as the value just stored: LLVM then cannot prove the range
     // of the result, keeps it, and R0 is a scalar at the subprogram's exit.
     // SAFETY: a valid reference to a plain integer field.
@@ -60,18 +56,27 @@ pub fn parse<R: PacketReader>(r: &R, link: LinkType) -> Result<RoceInfo, Outcome
 /// Parses one frame. Never panics, never reads outside the reader.
 #[inline(always)]
 pub fn parse_frame<R: PacketReader>(r: &R, link: LinkType) -> Parsed {
+    let mut rec = PacketRecord::default();
+    parse_frame_into(r, link, &mut rec);
+    rec.load()
+}
+
+/// Parses one frame into a flat record, the shape the kernel counts from (the fast path
+/// writes the same record through the same setters). Never panics, never reads outside the
+/// reader.
+#[inline(always)]
+pub fn parse_frame_into<R: PacketReader>(r: &R, link: LinkType, out: &mut PacketRecord) {
     // The look-ahead stays in this frame (filled in place, not moved through a result).
     let mut look = encap::Lookahead::default();
     let l2 = match parse_l2(r, link, &mut look) {
         Ok(l2) => l2,
-        Err(o) => return Parsed::Other(o),
+        Err(o) => return out.store(&Parsed::Other(o)),
     };
     if l2.ethertype == mac_control::ETHERTYPE_MAC_CONTROL {
-        return mac_control_at(r, l2.off);
+        return out.store(&mac_control_at(r, l2.off));
     }
-    match parse_l3(r, &l2, &look) {
-        Ok(i) => Parsed::Roce(i),
-        Err(o) => Parsed::Other(o),
+    if let Err(o) = parse_l3(r, &l2, &look, out) {
+        out.store(&Parsed::Other(o));
     }
 }
 
@@ -193,12 +198,19 @@ fn parse_l2<R: PacketReader>(
 }
 
 #[inline(always)]
-fn parse_l3<R: PacketReader>(r: &R, l2: &L2, look: &encap::Lookahead) -> Result<RoceInfo, Outcome> {
-    let (l3, u) = ip_udp(r, l2, look)?;
+fn parse_l3<R: PacketReader>(
+    r: &R,
+    l2: &L2,
+    look: &encap::Lookahead,
+    out: &mut PacketRecord,
+) -> Result<(), Outcome> {
+    let (l3, addrs, u) = ip_udp(r, l2, look)?;
     if u.dst_port() != ROCEV2_UDP_PORT {
         return Err(Outcome::UdpOtherPort);
     }
-    crate::fast::roce(r, &l3, u, l2.tunnel, l2.vlan_tags, l2.pcp)
+    out.key.src = addrs.src;
+    out.key.dst = addrs.dst;
+    crate::fast::roce_into(r, &l3, u, l2.tunnel, l2.vlan_tags, l2.pcp, out)
 }
 
 /// The IP layer and the UDP header after the link layer.
@@ -207,8 +219,8 @@ fn ip_udp<R: PacketReader>(
     r: &R,
     l2: &L2,
     look: &encap::Lookahead,
-) -> Result<(L3, UdpHeader), Outcome> {
-    let l3 = match l2.ethertype {
+) -> Result<(L3, Addrs, UdpHeader), Outcome> {
+    let (l3, addrs) = match l2.ethertype {
         ethernet::ETHERTYPE_IPV4 => parse_ipv4(r, l2.off, look.has_ipv4, &look.ipv4)?,
         ethernet::ETHERTYPE_IPV6 => parse_ipv6(r, l2.off)?,
         _ => return Err(Outcome::NotIp),
@@ -218,7 +230,7 @@ fn ip_udp<R: PacketReader>(
     } else {
         UdpHeader(r.read::<{ udp::LEN }>(l3.l4).ok_or(Outcome::TruncatedUdp)?)
     };
-    Ok((l3, u))
+    Ok((l3, addrs, u))
 }
 
 /// Where a UDP datagram's payload sits in a frame.
@@ -239,7 +251,7 @@ pub struct UdpPayload {
 pub fn udp_payload<R: PacketReader>(r: &R, link: LinkType) -> Option<UdpPayload> {
     let mut look = encap::Lookahead::default();
     let l2 = parse_l2(r, link, &mut look).ok()?;
-    let (l3, u) = ip_udp(r, &l2, &look).ok()?;
+    let (l3, addrs, u) = ip_udp(r, &l2, &look).ok()?;
     let offset = l3.l4 + udp::LEN;
     let len = u
         .length()
@@ -247,7 +259,7 @@ pub fn udp_payload<R: PacketReader>(r: &R, link: LinkType) -> Option<UdpPayload>
         .saturating_sub(udp::LEN)
         .min(r.len().saturating_sub(offset));
     Some(UdpPayload {
-        src: l3.src,
+        src: addrs.src,
         ip_version: l3.ip_version,
         dst_port: u.dst_port(),
         offset,
@@ -261,7 +273,7 @@ fn parse_ipv4<R: PacketReader>(
     off: usize,
     read_ahead: bool,
     ahead: &[u8; ipv4::MIN_LEN],
-) -> Result<L3, Outcome> {
+) -> Result<(L3, Addrs), Outcome> {
     let h = Ipv4Header(if read_ahead {
         *ahead
     } else {
@@ -299,19 +311,18 @@ fn parse_ipv4<R: PacketReader>(
     dst[1] = d[1];
     dst[2] = d[2];
     dst[3] = d[3];
-    Ok(L3 {
+    let l3 = L3 {
         l4: off + hl,
         payload_len: h.total_len() - hl,
         ip_version: 4,
         ecn: h.ecn(),
         dscp: h.tos() >> 2,
-        src,
-        dst,
-    })
+    };
+    Ok((l3, Addrs { src, dst }))
 }
 
 #[inline(always)]
-fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
+fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<(L3, Addrs), Outcome> {
     let h = Ipv6Header(r.read::<{ ipv6::LEN }>(off).ok_or(Outcome::TruncatedIpv6)?);
     if h.version() != 6 {
         return Err(Outcome::BadIpVersion);
@@ -353,15 +364,20 @@ fn parse_ipv6<R: PacketReader>(r: &R, off: usize) -> Result<L3, Outcome> {
         }
         return Err(Outcome::NotUdp);
     }
-    Ok(L3 {
+    let l3 = L3 {
         l4,
         payload_len: remaining,
         ip_version: 6,
         ecn: h.ecn(),
         dscp: h.traffic_class() >> 2,
-        src: h.src(),
-        dst: h.dst(),
-    })
+    };
+    Ok((
+        l3,
+        Addrs {
+            src: h.src(),
+            dst: h.dst(),
+        },
+    ))
 }
 
 #[cfg(test)]

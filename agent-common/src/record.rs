@@ -125,45 +125,61 @@ impl PacketRecord {
             }
             Parsed::Roce(info) => info,
         };
-        let mut flags = OK;
-        (self.pcp, flags) = match info.pcp {
-            Some(p) => (p, flags | HAS_PCP),
-            None => (0, flags),
+        self.store_roce(info);
+    }
+
+    /// Writes a RoCE packet (the RoCE arm of [`Self::store`]) with the setters the parsers
+    /// write through: one encoding of every field and flag.
+    #[inline(always)]
+    fn store_roce(&mut self, info: &RoceInfo) {
+        self.key.src = info.src;
+        self.key.dst = info.dst;
+        self.begin_roce(info.ip_version, info.ecn, info.dscp);
+        self.set_l2(info.vlan_tags, info.pcp);
+        self.set_udp(info.sport, info.udp_len);
+        self.set_tunnel(info.tunnel);
+        self.set_bth(&info.bth);
+        self.set_ext(info.outcome, info.reth_dma_len, info.aeth, info.deth);
+    }
+
+    /// Starts a RoCE packet: its IP layer (the parser writes the key's addresses as it reads
+    /// them). The other `set_` calls then fill the rest; a parser that finds the frame is not
+    /// RoCE after all stores its outcome instead, which clears the record's RoCE flag.
+    #[inline(always)]
+    pub(crate) fn begin_roce(&mut self, ip_version: u8, ecn: u8, dscp: u8) {
+        self.flags = OK;
+        self.key.ip_version = ip_version;
+        self.key.hook = 0;
+        self.ecn = ecn;
+        self.dscp = dscp;
+    }
+
+    /// The (inner) frame's tags walked and its outermost tag's priority.
+    #[inline(always)]
+    pub(crate) fn set_l2(&mut self, vlan_tags: u8, pcp: Option<u8>) {
+        self.vlan_tags = vlan_tags;
+        (self.pcp, self.flags) = match pcp {
+            Some(p) => (p, self.flags | HAS_PCP),
+            None => (0, self.flags & !HAS_PCP),
         };
-        self.dscp = info.dscp;
-        self.outcome = info.outcome as u32;
-        self.key = FlowKey {
-            src: info.src,
-            dst: info.dst,
-            sport: info.sport,
-            ip_version: info.ip_version,
-            hook: 0,
-            dest_qp: info.bth.dest_qp,
-        };
-        self.reth_dma_len = match info.reth_dma_len {
-            Some(v) => {
-                flags |= HAS_RETH;
-                v
-            }
-            None => 0,
-        };
-        (self.aeth_syndrome, self.aeth_msn) = match info.aeth {
-            Some(a) => {
-                flags |= HAS_AETH;
-                (a.syndrome, a.msn)
-            }
-            None => (0, 0),
-        };
-        (self.deth_qkey, self.deth_src_qp) = match info.deth {
-            Some(d) => {
-                flags |= HAS_DETH;
-                (d.qkey, d.src_qp)
-            }
-            None => (0, 0),
-        };
-        self.tunnel_id = info.tunnel.id;
-        self.tunnel_kind = info.tunnel.kind as u8;
-        let b = &info.bth;
+    }
+
+    /// The UDP source port (the flow's) and the datagram's length.
+    #[inline(always)]
+    pub(crate) fn set_udp(&mut self, sport: u16, udp_len: u16) {
+        self.key.sport = sport;
+        self.udp_len = udp_len;
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_tunnel(&mut self, t: Tunnel) {
+        self.tunnel_id = t.id;
+        self.tunnel_kind = t.kind as u8;
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_bth(&mut self, b: &Bth) {
+        self.key.dest_qp = b.dest_qp;
         self.psn = b.psn;
         self.pkey = b.pkey;
         self.opcode = b.opcode;
@@ -174,9 +190,41 @@ impl PacketRecord {
             | bit(b.ack_req, ACK_REQ);
         self.pad_count = b.pad_count;
         self.tver = b.tver;
-        self.udp_len = info.udp_len;
-        self.ecn = info.ecn;
-        self.vlan_tags = info.vlan_tags;
+    }
+
+    /// The extension headers the opcode has (absent ones as 0 with their flag clear) and the
+    /// RoCE outcome (`RoceExtTruncated` when one was cut short).
+    #[inline(always)]
+    pub(crate) fn set_ext(
+        &mut self,
+        outcome: Outcome,
+        reth: Option<u32>,
+        aeth: Option<Aeth>,
+        deth: Option<Deth>,
+    ) {
+        let mut flags = self.flags & !(HAS_RETH | HAS_AETH | HAS_DETH);
+        self.outcome = outcome as u32;
+        self.reth_dma_len = match reth {
+            Some(v) => {
+                flags |= HAS_RETH;
+                v
+            }
+            None => 0,
+        };
+        (self.aeth_syndrome, self.aeth_msn) = match aeth {
+            Some(a) => {
+                flags |= HAS_AETH;
+                (a.syndrome, a.msn)
+            }
+            None => (0, 0),
+        };
+        (self.deth_qkey, self.deth_src_qp) = match deth {
+            Some(d) => {
+                flags |= HAS_DETH;
+                (d.qkey, d.src_qp)
+            }
+            None => (0, 0),
+        };
         self.flags = flags;
     }
 
