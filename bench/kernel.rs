@@ -52,26 +52,37 @@ pub(crate) fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Fills the flow map with `n` flows that none of the benchmark frames belong to.
+/// Fills each flow map (IPv4, IPv6) with `n` flows that none of the benchmark frames belong
+/// to.
 pub(crate) fn populate(ebpf: &mut aya::Ebpf, n: usize) -> Result<()> {
     let cpus = nr_cpus().map_err(|(_, e)| e)?;
-    let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS")?;
-    let mut flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
-    for i in 0..n as u32 {
+    let key = |i: u32, ip_version: u8| {
         let mut k = FlowKey {
-            ip_version: 4,
+            ip_version,
             sport: (i % 0x4000) as u16 | 0xC000,
             dest_qp: 0x10000 + i,
             ..FlowKey::default()
         };
         k.src[..4].copy_from_slice(&[10, 200, (i >> 8) as u8, i as u8]);
         k.dst[..4].copy_from_slice(&[10, 201, 0, 1]);
-        let s = FlowStats {
-            packets: 10 + i as u64 % 1000,
-            bytes: 1000 * (10 + i as u64 % 1000),
-            ..FlowStats::default()
-        };
-        flows.insert(k, PerCpuValues::try_from(vec![s; cpus])?, 0)?;
+        k
+    };
+    let stats = |i: u32| FlowStats {
+        packets: 10 + u64::from(i) % 1000,
+        bytes: 1000 * (10 + u64::from(i) % 1000),
+        ..FlowStats::default()
+    };
+    let map = ebpf.map_mut(MAP_FLOWS4).context("FLOWS4")?;
+    let mut flows4: PerCpuHashMap<_, FlowKey4, FlowStats> = PerCpuHashMap::try_from(map)?;
+    for i in 0..n as u32 {
+        let values = PerCpuValues::try_from(vec![stats(i); cpus])?;
+        flows4.insert(FlowKey4::of(&key(i, 4)), values, 0)?;
+    }
+    let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS")?;
+    let mut flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
+    for i in 0..n as u32 {
+        let values = PerCpuValues::try_from(vec![stats(i); cpus])?;
+        flows.insert(key(i, 6), values, 0)?;
     }
     Ok(())
 }

@@ -33,7 +33,7 @@ mod sflow;
 #[path = "../tests/support/testrun.rs"]
 mod testrun;
 
-use agent_common::{FlowKey, FlowStats, Hook, SliceReader, MAP_FLOWS};
+use agent_common::{FlowKey, FlowKey4, FlowStats, Hook, SliceReader, MAP_FLOWS, MAP_FLOWS4};
 use anyhow::{bail, Context, Result};
 use aya::maps::{PerCpuHashMap, PerCpuValues};
 use aya::util::nr_cpus;

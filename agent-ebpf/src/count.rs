@@ -2,17 +2,17 @@
 //! and the flow, through `agent-common`'s update functions (userspace runs the same sequence
 //! in `rocemon::sources::tally`).
 
-use crate::{COUNTERS, FLOWS, SCRATCH, SESSIONS};
+use crate::{COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
-    fast::parse_fast_into, parse::parse_into, record::PacketRecord, Hook, HookCounters, LinkType,
-    PacketReader, SessionKey, SessionStats, TrafficClasses,
+    fast::parse_fast_into, parse::parse_into, record::PacketRecord, FlowKey4, FlowStats, Hook,
+    HookCounters, LinkType, PacketReader, SessionKey, SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
     macros::map,
-    maps::PerCpuArray,
+    maps::{LruPerCpuHashMap, PerCpuArray},
 };
 
 /// The parse result of the frame being counted, handed from a parse path to
@@ -254,7 +254,6 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
     // The flow key is the record's first field: looked up in place, with this hook's byte.
     rec.key.hook = hook as u8;
     let info = &*rec;
-    let key = &info.key;
     // The ring needs the fine clock and the flow takes the same reading; without the ring the
     // coarse clock (jiffy resolution) is enough for first/last seen and rates over polls, and
     // cheaper per packet.
@@ -264,39 +263,45 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
         // SAFETY: the helper has no preconditions.
         unsafe { bpf_ktime_get_coarse_ns() }
     };
-    if let Some(s) = FLOWS.get_ptr_mut(key) {
-        // SAFETY: this CPU's value of an existing element, as above.
-        let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
-        c.record_flow(&ev);
-        return false;
-    }
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let slot = if info.key.ip_version == 4 {
+        flow_slot(&FLOWS4, &FlowKey4::of(&info.key), c)
+    } else {
+        flow_slot(&FLOWS, &info.key, c)
+    };
+    let Some(s) = slot else {
         c.flow_update_errors += 1;
         return true;
     };
-    // SAFETY: this CPU's scratch slot; zeroed in place (no stack copy), then filled.
-    let ev = unsafe {
+    // SAFETY: this CPU's value of an element of the map; BPF programs do not preempt each
+    // other on a CPU.
+    let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
+    c.record_flow(&ev);
+    false
+}
+
+/// This CPU's value of the flow `key` in `map`: looked up, else inserted zeroed
+/// (`BPF_NOEXIST`: another CPU may insert it in between, then its element is used) and looked
+/// up again, so the packet is counted in one place. `None` when the map refused the flow.
+#[inline(always)]
+fn flow_slot<K>(
+    map: &LruPerCpuHashMap<K, FlowStats>,
+    key: &K,
+    c: &mut HookCounters,
+) -> Option<*mut FlowStats> {
+    if let Some(s) = map.get_ptr_mut(key) {
+        return Some(s);
+    }
+    let scratch = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's scratch slot, zeroed in place (a `FlowStats` does not fit on the
+    // stack next to the record); the map copies the value.
+    let zeroed = unsafe {
         core::ptr::write_bytes(scratch, 0, 1);
-        (*scratch).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN))
+        &*scratch
     };
-    // SAFETY: as above; the map copies the value.
-    if FLOWS
-        .insert(key, unsafe { &*scratch }, BPF_NOEXIST as u64)
-        .is_ok()
-    {
-        c.record_flow(&ev);
+    if map.insert(key, zeroed, BPF_NOEXIST as u64).is_ok() {
         c.flows_created += 1;
-        return false;
     }
-    // Another CPU inserted the flow in between: count into its element.
-    if let Some(s) = FLOWS.get_ptr_mut(key) {
-        // SAFETY: as above.
-        let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
-        c.record_flow(&ev);
-        return false;
-    }
-    c.flow_update_errors += 1;
-    true
+    map.get_ptr_mut(key)
 }
 
 /// Adds a packet to its mirror session's counters (a new session is inserted; a full map is

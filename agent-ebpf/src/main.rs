@@ -19,8 +19,8 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    record::PacketRecord, FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats,
-    FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
+    record::PacketRecord, FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey,
+    SessionStats, FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
@@ -36,10 +36,15 @@ use direct::DirectReader;
 #[map]
 static COUNTERS: PerCpuArray<HookCounters> = PerCpuArray::with_max_entries(Hook::COUNT as u32, 0);
 
-/// Flows, LRU so a full map evicts the oldest flow instead of refusing new ones; userspace
-/// may resize it at load time.
+/// IPv6 flows, LRU so a full map evicts the oldest flow instead of refusing new ones;
+/// userspace may resize it at load time.
 #[map]
 static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
+    LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+
+/// IPv4 flows, as [`FLOWS`] under the 16-byte key (cheaper to hash on every packet).
+#[map]
+static FLOWS4: LruPerCpuHashMap<FlowKey4, FlowStats> =
     LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
 
 /// Scratch space for a new flow's first record: a `FlowStats` does not fit on the 512-byte

@@ -133,7 +133,7 @@ pub struct RunArgs {
     /// How often the kernel maps are read, in milliseconds.
     #[arg(long, value_name = "MS")]
     pub poll_interval_ms: Option<u64>,
-    /// Entries of the kernel flow map (per interface).
+    /// Entries of each kernel flow map, IPv4 and IPv6 (per interface).
     #[arg(long, value_name = "N")]
     pub flow_map_entries: Option<u32>,
     /// Print a one-line summary to stderr every N seconds (0: never).

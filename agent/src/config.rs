@@ -265,7 +265,7 @@ impl Config {
         if let Some(total) = host_memory_bytes() {
             if need > total / 2 {
                 return Err(bad(format!(
-                    "flow_map_entries {flow_map_entries} needs about {} MiB of kernel memory on this host ({} interface(s) x {} CPUs x {} bytes per flow), more than half of its {} MiB; lower flow_map_entries",
+                    "flow_map_entries {flow_map_entries} needs about {} MiB of kernel memory on this host ({} interface(s) x 2 maps (IPv4, IPv6) x {} CPUs x {} bytes per flow), more than half of its {} MiB; lower flow_map_entries",
                     need >> 20,
                     ifaces.len(),
                     possible_cpus(),
@@ -352,12 +352,18 @@ pub fn possible_cpus() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// About what one interface's flow map costs in kernel memory: per entry, a value per CPU
-/// (the map is per CPU), the key, and the hash element's own overhead.
+/// About what one interface's flow maps cost in kernel memory: two maps (IPv4 flows under a
+/// 16-byte key, IPv6 under a 40-byte one) of `entries` each, preallocated (LRU); per entry a
+/// value per CPU (the maps are per CPU), the key, and the hash element's own overhead.
 pub fn flow_map_bytes(entries: u32, cpus: usize) -> u64 {
     let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
-    let key = std::mem::size_of::<agent_common::FlowKey>().next_multiple_of(8) as u64;
-    u64::from(entries) * (cpus as u64 * value + key + 64)
+    [
+        std::mem::size_of::<agent_common::FlowKey4>(),
+        std::mem::size_of::<agent_common::FlowKey>(),
+    ]
+    .iter()
+    .map(|k| u64::from(entries) * (cpus as u64 * value + k.next_multiple_of(8) as u64 + 64))
+    .sum()
 }
 
 /// The host's memory (MemTotal).

@@ -6,11 +6,10 @@ use crate::config::XdpMode;
 use crate::error::UsageError;
 use crate::kernel::pins::IfacePins;
 use crate::sources::afxdp::{BindMode, Capture, QueueStats};
-pub use crate::sources::maps::{
-    read_counters, read_flows, read_flows_by_key, read_ring, read_sessions,
-};
+pub use crate::sources::maps::{read_counters, read_flows, read_ring, read_sessions};
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_FLOWS, MAP_XSKS,
+    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_FLOWS, MAP_FLOWS4,
+    MAP_XSKS,
 };
 use anyhow::{Context, Result};
 use aya::maps::{ProgramArray, XskMap};
@@ -165,6 +164,7 @@ fn load_object_pinned(
 ) -> Result<Ebpf> {
     let mut l = EbpfLoader::new();
     l.map_max_entries(MAP_FLOWS, flow_entries);
+    l.map_max_entries(MAP_FLOWS4, flow_entries);
     let (psn, sessions) = (
         u8::from(switches.psn_tracking),
         u8::from(switches.session_counters),

@@ -16,8 +16,8 @@
 //! time: [`PinLock`] is an exclusive `flock` on the root directory itself.
 
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
-    MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
+    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
+    MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
 };
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -27,9 +27,10 @@ pub use crate::config::DEFAULT_PIN_DIR;
 /// the program arrays of the slow programs: the kernel empties a program array when its last
 /// user reference closes, so without a pin the pinned links' fast programs would lose their
 /// slow path when the agent exits.
-pub const PINNED_MAPS: [&str; 5] = [
+pub const PINNED_MAPS: [&str; 6] = [
     MAP_COUNTERS,
     MAP_FLOWS,
+    MAP_FLOWS4,
     MAP_SESSIONS,
     MAP_XDP_SLOW,
     MAP_TC_SLOW,
@@ -42,6 +43,7 @@ pub fn layout_tag(flow_entries: u32) -> String {
         std::mem::size_of::<HookCounters>() as u64,
         Hook::COUNT as u64,
         std::mem::size_of::<FlowKey>() as u64,
+        std::mem::size_of::<FlowKey4>() as u64,
         std::mem::size_of::<FlowStats>() as u64,
         std::mem::size_of::<SessionKey>() as u64,
         std::mem::size_of::<SessionStats>() as u64,

@@ -3,12 +3,12 @@
 
 use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS, MAP_FLOWS,
-    MAP_SESSIONS,
+    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
+    MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
 };
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
-use aya::Ebpf;
+use aya::{Ebpf, Pod};
 use rustc_hash::FxHashMap;
 
 /// Every mirror session of an object, merged over CPUs.
@@ -39,54 +39,64 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
     Ok(out)
 }
 
-/// Every flow of an object, merged over CPUs, and the number of entries that failed to read.
-/// Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to walking the keys
-/// (two syscalls per flow) on kernels without batch support.
+/// Every flow of an object (the IPv4 map and the IPv6 map), merged over CPUs, and the number
+/// of entries that failed to read.
 pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
-    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
+    let mut out = Vec::new();
+    let errors = read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut out)?
+        + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, &mut out)?;
+    Ok((out, errors))
+}
+
+/// One flow map's flows, under their full keys, appended to `out`; returns the entries that
+/// failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
+/// walking the keys (two syscalls per flow) on kernels without batch support.
+fn read_flow_map<K: Pod + Default>(
+    ebpf: &Ebpf,
+    name: &str,
+    full: impl Fn(&K) -> FlowKey,
+    out: &mut Vec<(FlowKey, FlowStats)>,
+) -> Result<u64> {
+    let map = ebpf
+        .map(name)
+        .with_context(|| format!("{name} map missing"))?;
     if let aya::maps::Map::PerCpuLruHashMap(data) | aya::maps::Map::PerCpuHashMap(data) = map {
         use std::os::fd::{AsFd, AsRawFd};
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-        let mut out = Vec::new();
-        let read = crate::sources::batch::lookup_percpu::<FlowKey, FlowStats>(
+        let start = out.len();
+        let read = crate::sources::batch::lookup_percpu::<K, FlowStats>(
             data.fd().as_fd().as_raw_fd(),
             cpus,
-            |k, values| {
-                let mut s = FlowStats::default();
-                for v in values {
-                    s.merge(v);
-                }
-                out.push((*k, s));
-            },
+            |k, values| out.push((full(k), merged(values))),
         );
         match read {
-            Ok(()) => return Ok((out, 0)),
-            Err(e) => log::debug!("batch lookup unavailable ({e}); walking the keys"),
+            Ok(()) => return Ok(0),
+            Err(e) => {
+                out.truncate(start);
+                log::debug!("batch lookup unavailable ({e}); walking the keys");
+            }
         }
     }
-    read_flows_by_key(ebpf)
-}
-
-/// Every flow, key by key (the fallback; an LRU map can evict a key between the key walk and
-/// the lookup, which counts as a read error).
-pub fn read_flows_by_key(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
-    let map = ebpf.map(MAP_FLOWS).context("FLOWS map missing")?;
-    let flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
-    let mut out = Vec::new();
+    // Key by key (an LRU map can evict a key between the key walk and the lookup, which
+    // counts as a read error).
+    let flows: PerCpuHashMap<_, K, FlowStats> = PerCpuHashMap::try_from(map)?;
     let mut errors = 0;
     for item in flows.iter() {
         match item {
-            Ok((k, values)) => {
-                let mut s = FlowStats::default();
-                for v in values.iter() {
-                    s.merge(v);
-                }
-                out.push((k, s));
-            }
+            Ok((k, values)) => out.push((full(&k), merged(&values))),
             Err(_) => errors += 1,
         }
     }
-    Ok((out, errors))
+    Ok(errors)
+}
+
+/// One flow's per-CPU values as one.
+fn merged(values: &[FlowStats]) -> FlowStats {
+    let mut s = FlowStats::default();
+    for v in values {
+        s.merge(v);
+    }
+    s
 }
 
 /// The kernel's monotonic clock in milliseconds (`bpf_ktime_get_ns` reads the same clock).
