@@ -34,11 +34,49 @@ fn the_ring_holds_each_millisecond_s_roce_packets_and_bytes() {
     if !ready(true) {
         return;
     }
-    let mut ebpf = loader::load_object(65_536).unwrap();
+    let fine = loader::Switches {
+        coarse_ring_clock: false,
+        ..loader::Switches::default()
+    };
+    batches_land_in_their_milliseconds(fine, rocemon::sources::maps::monotonic_ms);
+}
+
+/// The same on the coarse clock (the loader's choice where a tick is at most a millisecond;
+/// forced here whatever this host's tick): each batch lands in the milliseconds
+/// CLOCK_MONOTONIC_COARSE read around it, the clock `bpf_ktime_get_coarse_ns` reads.
+#[test]
+fn on_the_coarse_clock_the_ring_holds_each_tick_s_packets_and_bytes() {
+    if !ready(true) {
+        return;
+    }
+    let coarse = loader::Switches {
+        coarse_ring_clock: true,
+        ..loader::Switches::default()
+    };
+    batches_land_in_their_milliseconds(coarse, coarse_ms);
+}
+
+/// CLOCK_MONOTONIC_COARSE in milliseconds.
+fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) },
+        0
+    );
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Two batches of RoCE frames 40 ms apart, the ring read afterwards: each batch's packets and
+/// bytes are in the milliseconds `now` read around it, and nothing is anywhere else.
+fn batches_land_in_their_milliseconds(switches: loader::Switches, now: fn() -> u64) {
+    let mut ebpf = loader::load_object_with(65_536, switches).unwrap();
     loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
     let (frames, bytes) = roce_frames();
     assert!(frames.len() > 10, "{} RoCE frames", frames.len());
-    let now = rocemon::sources::maps::monotonic_ms;
     let mut batches = Vec::new();
     for _ in 0..2 {
         let from = now();

@@ -103,6 +103,10 @@ pub const SWITCH_SESSIONS: &str = "ROCEMON_SESSIONS";
 /// The hooks whose RoCE packets feed the per-millisecond ring ([`ring`]): a bit per [`Hook`]
 /// discriminant, 0 off. One ingress hook and egress, so that no packet is added twice.
 pub const SWITCH_RING_HOOKS: &str = "ROCEMON_RING_HOOKS";
+/// 1: the ring takes the coarse clock (the time of the last tick) instead of the fine one.
+/// The loader sets it where a tick is at most a millisecond (HZ >= 1000): the fine clock reads
+/// the TSC, serialised, on every RoCE packet, its largest single cost.
+pub const SWITCH_RING_COARSE: &str = "ROCEMON_RING_COARSE";
 /// Load-time traffic class expectation ([`TrafficClasses`]): RoCE DSCP bit set (u64), RoCE
 /// priority (u8), CNP DSCP bit set (u64).
 pub const GLOBAL_ROCE_DSCP: &str = "ROCEMON_ROCE_DSCP";

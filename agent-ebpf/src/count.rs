@@ -33,6 +33,10 @@ static ROCEMON_SESSIONS: u8 = 1;
 #[no_mangle]
 static ROCEMON_RING_HOOKS: u8 = 0;
 
+/// 1: the ring reads the coarse clock ([`agent_common::SWITCH_RING_COARSE`]).
+#[no_mangle]
+static ROCEMON_RING_COARSE: u8 = 0;
+
 /// RoCE packets and bytes per millisecond ([`agent_common::ring`]): the fine series the
 /// agent finds the training rhythm in.
 #[map]
@@ -46,10 +50,19 @@ fn ring_on(hook: Hook) -> bool {
 }
 
 /// Adds a RoCE packet to this CPU's ring slot of its millisecond; returns the clock (ns).
+/// The coarse clock where it resolves a millisecond: a packet then lands in the millisecond
+/// of the last tick (at most one early), which the rhythm's periods (tens of milliseconds
+/// and more) do not feel.
 #[inline(always)]
 fn ring_add(frame_len: u64) -> u64 {
-    // SAFETY: the helper has no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the helpers have no preconditions.
+    let now = unsafe {
+        if on(&ROCEMON_RING_COARSE) {
+            bpf_ktime_get_coarse_ns()
+        } else {
+            bpf_ktime_get_ns()
+        }
+    };
     let ms = now / 1_000_000;
     if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
         // SAFETY: this CPU's slot, as for the counter block.

@@ -334,6 +334,7 @@ impl Config {
                     && file.session_counters.unwrap_or(true),
                 classes,
                 rhythm: !args.no_rhythm && file.rhythm.unwrap_or(true),
+                ..crate::sources::tally::Switches::default()
             },
             pin_dir: args
                 .pin_dir
@@ -521,10 +522,15 @@ impl Config {
                 }
             ),
             format!(
-                "kernel: psn tracking {}, session counters {}, rhythm {}, program stats {}",
+                "kernel: psn tracking {}, session counters {}, rhythm {} ({} clock), program stats {}",
                 on_off(self.switches.psn_tracking),
                 on_off(self.switches.session_counters),
                 on_off(self.switches.rhythm),
+                if self.switches.coarse_ring_clock {
+                    "coarse"
+                } else {
+                    "fine"
+                },
                 on_off(self.program_stats)
             ),
             crate::classes::summary(&self.switches.classes),

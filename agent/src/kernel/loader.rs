@@ -172,6 +172,8 @@ fn load_object_pinned(
     l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
     l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
     l.override_global(agent_common::SWITCH_RING_HOOKS, &ring_hooks, true);
+    let coarse = u8::from(switches.coarse_ring_clock);
+    l.override_global(agent_common::SWITCH_RING_COARSE, &coarse, true);
     let c = &switches.classes;
     let (roce_dscp, roce_priority, cnp_dscp) = (c.roce_dscp, c.roce_priority, c.cnp_dscp);
     l.override_global(agent_common::GLOBAL_ROCE_DSCP, &roce_dscp, true);

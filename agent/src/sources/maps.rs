@@ -110,6 +110,20 @@ pub fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// The resolution of the kernel's coarse monotonic clock (`bpf_ktime_get_coarse_ns` reads the
+/// same clock): one tick, 1 ms at HZ=1000, 4 ms at HZ=250. `u64::MAX` if unknown.
+pub fn coarse_clock_resolution_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
+        return u64::MAX;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// RoCE packets and bytes per millisecond from `from_ms` to `to_ms` (inclusive) out of the
 /// ring ([`agent_common::ring`]), summed over CPUs; a slot of another lap held nothing then.
 /// At most [`RING_SLOTS`] milliseconds back from `to_ms` can be had: `from_ms` is raised to

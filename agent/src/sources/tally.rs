@@ -23,6 +23,9 @@ pub struct Switches {
     /// Kernel only: RoCE bytes per millisecond in the ring the training rhythm is found in
     /// ([`agent_common::ring`]).
     pub rhythm: bool,
+    /// Kernel only: the ring on the coarse clock ([`agent_common::SWITCH_RING_COARSE`]); by
+    /// default where the host's tick is at most a millisecond.
+    pub coarse_ring_clock: bool,
 }
 
 impl Default for Switches {
@@ -32,6 +35,7 @@ impl Default for Switches {
             session_counters: true,
             classes: TrafficClasses::DEFAULT,
             rhythm: true,
+            coarse_ring_clock: crate::sources::maps::coarse_clock_resolution_ns() <= 1_000_000,
         }
     }
 }
