@@ -60,6 +60,11 @@ file_errors! {
     ecmp_hash_no_fields: "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 4\nfields = []" => "ecmp.hash.fields is empty";
     afxdp_with_xdp_hook: "capture = \"afxdp\"\nhooks = [\"xdp\"]" => "AF_XDP capture attaches its own XDP program";
     afxdp_mode_without_capture: "afxdp_mode = \"copy\"" => "afxdp_mode is set but capture is not afxdp";
+    afxdp_batch_without_capture: "afxdp_batch = 16" => "afxdp_batch is set but capture is not afxdp";
+    afxdp_batch_zero: "capture = \"afxdp\"\nafxdp_batch = 0" => "afxdp_batch 0 is out of range; use 1 to 2048";
+    afxdp_batch_above_the_ring: "capture = \"afxdp\"\nafxdp_batch = 4096" => "afxdp_batch 4096 is out of range; use 1 to 2048";
+    afxdp_coalesce_too_long: "capture = \"afxdp\"\nafxdp_coalesce_us = 20000" => "afxdp_coalesce_us 20000 is out of range; use 0 to 10000";
+    afxdp_busy_poll_without_capture: "afxdp_busy_poll_us = 50" => "afxdp_busy_poll_us is set but capture is not afxdp";
     hooks_empty: "hooks = []" => "hooks is empty";
     unknown_hook: "hooks = [\"kprobe\"]" => "unknown hook 'kprobe'";
     interface_twice: "interfaces = [\"lo\", \"lo\"]" => "interface 'lo' is given twice";

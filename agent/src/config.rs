@@ -10,7 +10,7 @@ use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
 pub use crate::logging::LogFormat;
-pub use crate::sources::afxdp::BindMode;
+pub use crate::sources::afxdp::{AfxdpOptions, BindMode};
 pub use crate::sources::rdma::RdmaConfig;
 pub use crate::web::{WebSection, WebSettings};
 use agent_common::Hook;
@@ -43,6 +43,11 @@ pub struct FileConfig {
     /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
     pub capture: Option<CaptureArg>,
     pub afxdp_mode: Option<BindMode>,
+    /// AF_XDP receive tuning (see `AfxdpOptions`): descriptors per pass, the pause that lets
+    /// frames gather, busy polling.
+    pub afxdp_batch: Option<u32>,
+    pub afxdp_coalesce_us: Option<u32>,
+    pub afxdp_busy_poll_us: Option<u32>,
     /// RC connections from the kernel's RDMA resource view (hardware RoCE hosts).
     pub rdma: Option<RdmaConfig>,
     /// Pin maps and links so counting goes on across restarts (default true).
@@ -102,7 +107,7 @@ pub struct Config {
     /// Root of the sysfs tree (RDMA NIC counters, link speeds).
     pub sysfs_root: std::path::PathBuf,
     /// `Some` in AF_XDP capture mode (then `hooks` holds [`Hook::AfXdp`]).
-    pub afxdp: Option<BindMode>,
+    pub afxdp: Option<AfxdpOptions>,
     pub rdma: RdmaConfig,
     /// Where maps and links are pinned (and where `--no-pin` looks for a previous run's pins).
     pub pin_dir: std::path::PathBuf,
@@ -206,6 +211,15 @@ impl Config {
                 "afxdp_mode is set but capture is not afxdp; add --capture afxdp (capture = \"afxdp\") or drop the AF_XDP mode".into(),
             ));
         }
+        let afxdp = afxdp_options(
+            capture,
+            afxdp_mode,
+            [
+                file.afxdp_batch,
+                file.afxdp_coalesce_us,
+                file.afxdp_busy_poll_us,
+            ],
+        )?;
         for h in &hook_names {
             let h = parse_hook(h)?;
             if h == Hook::Xdp && capture == CaptureArg::Afxdp {
@@ -322,7 +336,7 @@ impl Config {
                 .clone()
                 .or(file.sysfs_root)
                 .unwrap_or_else(|| "/sys".into()),
-            afxdp: (capture == CaptureArg::Afxdp).then(|| afxdp_mode.unwrap_or(BindMode::Auto)),
+            afxdp,
             rdma,
             pin: !args.no_pin && file.pin.unwrap_or(true),
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
@@ -343,6 +357,41 @@ impl Config {
                 .unwrap_or_else(|| DEFAULT_PIN_DIR.into()),
         })
     }
+}
+
+/// The AF_XDP settings of a file, validated: `None` unless the capture is AF_XDP (then a
+/// tuning key is a mistake, named).
+fn afxdp_options(
+    capture: CaptureArg,
+    mode: Option<BindMode>,
+    [batch, coalesce_us, busy_poll_us]: [Option<u32>; 3],
+) -> Result<Option<AfxdpOptions>, UsageError> {
+    let keys = [
+        ("afxdp_batch", batch, 1, crate::sources::afxdp::MAX_BATCH),
+        ("afxdp_coalesce_us", coalesce_us, 0, 10_000),
+        ("afxdp_busy_poll_us", busy_poll_us, 0, 10_000),
+    ];
+    for (name, v, lo, hi) in keys {
+        let Some(v) = v else { continue };
+        if capture != CaptureArg::Afxdp {
+            return Err(bad(format!(
+                "{name} is set but capture is not afxdp; add capture = \"afxdp\" or drop {name}"
+            )));
+        }
+        if !(lo..=hi).contains(&v) {
+            return Err(bad(format!("{name} {v} is out of range; use {lo} to {hi}")));
+        }
+    }
+    if capture != CaptureArg::Afxdp {
+        return Ok(None);
+    }
+    let d = AfxdpOptions::default();
+    Ok(Some(AfxdpOptions {
+        mode: mode.unwrap_or(d.mode),
+        batch: batch.unwrap_or(d.batch),
+        coalesce_us: coalesce_us.unwrap_or(d.coalesce_us),
+        busy_poll_us: busy_poll_us.unwrap_or(d.busy_poll_us),
+    }))
 }
 
 /// The detector settings of a file (shared by `run` and `analyze`), validated.
@@ -481,7 +530,17 @@ impl Config {
             format!(
                 "capture: {}",
                 match self.afxdp {
-                    Some(m) => format!("afxdp ({m:?})").to_lowercase(),
+                    Some(a) => format!(
+                        "afxdp ({}; batch {}, coalesce {} us, busy poll {})",
+                        format!("{:?}", a.mode).to_lowercase(),
+                        a.batch,
+                        a.coalesce_us,
+                        if a.busy_poll_us == 0 {
+                            "off".to_string()
+                        } else {
+                            format!("{} us", a.busy_poll_us)
+                        }
+                    ),
                     None => "maps".into(),
                 }
             ),

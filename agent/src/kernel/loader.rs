@@ -5,7 +5,7 @@
 use crate::config::XdpMode;
 use crate::error::UsageError;
 use crate::kernel::pins::IfacePins;
-use crate::sources::afxdp::{BindMode, Capture, QueueStats};
+use crate::sources::afxdp::{AfxdpOptions, Capture, QueueStats};
 pub use crate::sources::maps::{read_counters, read_flows, read_ring, read_sessions};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_FLOWS, MAP_FLOWS4,
@@ -50,7 +50,7 @@ pub struct AttachOptions<'a> {
     pub hooks: &'a [Hook],
     pub xdp_mode: XdpMode,
     pub flow_entries: u32,
-    pub afxdp: Option<BindMode>,
+    pub afxdp: Option<AfxdpOptions>,
     /// The bpffs directory for pins.
     pub pin_root: &'a Path,
     /// Pin maps and links there; false: everything ends with the process.
@@ -266,7 +266,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
         capture = Some(Capture::open(
             iface,
             idx,
-            o.afxdp.unwrap_or(BindMode::Auto),
+            o.afxdp.unwrap_or_default(),
             o.flow_entries as usize,
             o.switches,
             |q, fd| xsks.set(q, fd, 0).map_err(Into::into),

@@ -33,10 +33,6 @@ use xdpilone::{DeviceQueue, IfInfo, RingRx, Socket, SocketConfig, Umem, UmemConf
 /// Frames per queue (UMEM chunks, fill and receive ring entries): 8 MiB of 4 KiB chunks.
 const FRAMES: u32 = 2048;
 const FRAME_SIZE: u32 = 4096;
-/// Descriptors taken from the receive ring per pass.
-const BATCH: u32 = 64;
-/// How long the receive loop lets frames gather when its ring is empty (see [`receive`]).
-const COALESCE: Duration = Duration::from_micros(200);
 /// `sockaddr_xdp` flag: multi-buffer frames arrive as several descriptors (Linux 6.6+).
 const XDP_USE_SG: u16 = 1 << 4;
 /// Descriptor option: more buffers of this frame follow.
@@ -55,6 +51,37 @@ pub enum BindMode {
     #[serde(rename = "zerocopy")]
     ZeroCopy,
 }
+
+/// How the sockets are bound and read. The defaults come from the live benchmark
+/// (`cargo xtask bench`, AF_XDP rows: batch sizes, pauses and busy polling measured side by
+/// side on a veth).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AfxdpOptions {
+    pub mode: BindMode,
+    /// Descriptors taken from the receive ring per pass (at most the ring's [`FRAMES`]).
+    pub batch: u32,
+    /// How long the receive loop lets frames gather when its ring runs empty, before it
+    /// waits for them (0: wait at once).
+    pub coalesce_us: u32,
+    /// Busy polling (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` of this many microseconds, a
+    /// budget of `batch`): the receive loop drives the driver's receive queue itself instead
+    /// of waiting for its interrupt (0: off).
+    pub busy_poll_us: u32,
+}
+
+impl Default for AfxdpOptions {
+    fn default() -> Self {
+        AfxdpOptions {
+            mode: BindMode::Auto,
+            batch: 64,
+            coalesce_us: 200,
+            busy_poll_us: 0,
+        }
+    }
+}
+
+/// Receive ring entries (and UMEM frames) per queue: the largest batch.
+pub const MAX_BATCH: u32 = FRAMES;
 
 /// One queue's figures, cumulative since the socket opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -111,7 +138,7 @@ impl Capture {
     pub fn open(
         iface: &str,
         ifindex: u32,
-        mode: BindMode,
+        opts: AfxdpOptions,
         flow_limit: usize,
         switches: Switches,
         mut register: impl FnMut(u32, RawFd) -> Result<()>,
@@ -142,7 +169,7 @@ impl Capture {
             let (st, sp) = (state.clone(), stop.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("afxdp-{iface}-{q}"))
-                .spawn(move || worker(ifindex, q, mode, tx, sp, st))
+                .spawn(move || worker(ifindex, q, opts, tx, sp, st))
                 .context("spawn an AF_XDP queue thread")?;
             let opened = rx
                 .recv()
@@ -157,7 +184,7 @@ impl Capture {
                         .with_context(|| format!("register the AF_XDP socket of queue {q}"))?;
                     log::info!("AF_XDP socket on {iface} queue {q} ({m} mode)");
                 }
-                Err(e) if mode == BindMode::ZeroCopy => {
+                Err(e) if opts.mode == BindMode::ZeroCopy => {
                     return Err(UsageError::BadConfig(format!(
                         "AF_XDP zero-copy is not available on '{iface}' queue {q} ({e}); \
                          the driver lacks zero-copy support: use --afxdp-mode copy or auto"
@@ -376,12 +403,12 @@ type Opened = Result<(RawFd, &'static str), String>;
 fn worker(
     ifindex: u32,
     queue: u32,
-    mode: BindMode,
+    opts: AfxdpOptions,
     opened: mpsc::Sender<Opened>,
     stop: Arc<AtomicBool>,
     state: Arc<Mutex<QueueState>>,
 ) {
-    let sock = match mode {
+    let sock = match opts.mode {
         BindMode::ZeroCopy => open_socket(ifindex, queue, true),
         BindMode::Copy => open_socket(ifindex, queue, false),
         BindMode::Auto => open_socket(ifindex, queue, true).or_else(|zc| {
@@ -389,7 +416,7 @@ fn worker(
             open_socket(ifindex, queue, false)
         }),
     };
-    let mut sock = match sock {
+    let mut sock = match sock.and_then(|s| busy_poll(&s, opts).map(|()| s)) {
         Ok(s) => s,
         Err(e) => {
             let _ = opened.send(Err(e));
@@ -402,11 +429,46 @@ fn worker(
     if opened.send(Ok((sock.rx.as_raw_fd(), sock.mode))).is_err() {
         return;
     }
-    receive(&mut sock, &stop, &state);
+    receive(&mut sock, &stop, &state, opts);
+}
+
+/// Turns on busy polling for the socket when asked (see [`AfxdpOptions::busy_poll_us`]).
+fn busy_poll(sock: &XskSocket, opts: AfxdpOptions) -> Result<(), String> {
+    if opts.busy_poll_us == 0 {
+        return Ok(());
+    }
+    let fd = sock.rx.as_raw_fd();
+    for (name, opt, v) in [
+        ("SO_PREFER_BUSY_POLL", libc::SO_PREFER_BUSY_POLL, 1),
+        ("SO_BUSY_POLL", libc::SO_BUSY_POLL, opts.busy_poll_us as i32),
+        (
+            "SO_BUSY_POLL_BUDGET",
+            libc::SO_BUSY_POLL_BUDGET,
+            opts.batch as i32,
+        ),
+    ] {
+        // SAFETY: a valid socket and a pointer to an int of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(format!(
+                "setsockopt {name}: {} (busy polling needs Linux 5.11+ and CAP_NET_ADMIN)",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The receive loop: wait, parse and count a batch, give the chunks back to the fill ring.
-fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
+fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>, opts: AfxdpOptions) {
     let mut pfd = libc::pollfd {
         fd: sock.rx.as_raw_fd(),
         events: libc::POLLIN,
@@ -421,13 +483,27 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
     let mut frame_len: Option<u64> = None;
     while !stop.load(Ordering::Relaxed) {
         if sock.rx.available() == 0 {
-            // Let frames gather before waiting for them: each wake-up costs a system call and
-            // a context switch that the sender and the kernel's copy into the UMEM need the
-            // CPU for. Measured on a 2-CPU veth (frames delivered against what the stack
-            // alone receives, three runs each): no pause 0.37-0.47x, 200 us 0.63-0.82x,
-            // 1 ms 0.55-0.63x. The ring holds 2,048 frames: 200 us of traffic up to 10 M
-            // frames/s.
-            std::thread::sleep(COALESCE);
+            if opts.busy_poll_us > 0 {
+                // Drive the driver's receive queue from here (a non-blocking receive busy
+                // polls the socket's NAPI context).
+                // SAFETY: a valid socket; no buffer is read or written.
+                unsafe {
+                    libc::recvfrom(
+                        pfd.fd,
+                        std::ptr::null_mut(),
+                        0,
+                        libc::MSG_DONTWAIT,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
+            } else if opts.coalesce_us > 0 {
+                // Let frames gather before waiting for them: each wake-up costs a system
+                // call and a context switch that the sender and the kernel's copy into the
+                // UMEM need the CPU for (the bench's AF_XDP rows measure the pause). The ring
+                // holds 2,048 frames: 200 us of traffic up to 10 M frames/s.
+                std::thread::sleep(Duration::from_micros(u64::from(opts.coalesce_us)));
+            }
             if sock.rx.available() == 0 {
                 // SAFETY: one valid pollfd. A timeout bounds how late a stop is noticed.
                 unsafe { libc::poll(&mut pfd, 1, 100) };
@@ -437,7 +513,7 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>) {
             return;
         };
         {
-            let mut rx = sock.rx.receive(BATCH);
+            let mut rx = sock.rx.receive(opts.batch);
             let now = monotonic_ns();
             while let Some(d) = rx.read() {
                 chunks.push(d.addr - d.addr % u64::from(FRAME_SIZE));
