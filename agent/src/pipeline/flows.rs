@@ -6,7 +6,8 @@ use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use agent_common::flow::FlowEvent;
 use agent_common::{FlowKey, FlowStats, RoceInfo};
-use rustc_hash::FxHashMap;
+use indexmap::IndexMap;
+use rustc_hash::FxBuildHasher;
 use std::net::IpAddr;
 
 /// Default time constant of the exponentially weighted rate, in seconds.
@@ -91,7 +92,9 @@ pub struct EvictedFlows {
 #[derive(Debug)]
 pub struct FlowTable {
     pub ifaces: Vec<String>,
-    entries: FxHashMap<(usize, FlowKey), FlowEntry>,
+    /// The flows in one dense vector behind a small index table (`IndexMap`): the per-frame
+    /// lookup probes 16-byte index slots instead of hash slots of whole ~430-byte entries.
+    entries: IndexMap<(usize, FlowKey), FlowEntry, FxBuildHasher>,
     active: Vec<(usize, FlowKey)>,
     /// Flows held at most (None: no bound; the live table is bounded by the kernel maps).
     pub max_flows: Option<usize>,
@@ -107,7 +110,7 @@ impl FlowTable {
     pub fn new(ifaces: Vec<String>) -> Self {
         FlowTable {
             ifaces,
-            entries: FxHashMap::default(),
+            entries: IndexMap::default(),
             active: Vec::new(),
             max_flows: None,
             evicted: EvictedFlows::default(),
@@ -167,7 +170,7 @@ impl FlowTable {
             quiet.select_nth_unstable(n - 1);
         }
         for (_, k) in &quiet[..n] {
-            if let Some(e) = self.entries.remove(k) {
+            if let Some(e) = self.entries.swap_remove(k) {
                 self.evicted.flows += 1;
                 self.evicted.packets += e.stats.packets;
                 self.evicted.bytes += e.stats.bytes;
