@@ -3,7 +3,7 @@
 //! sampled headers (the baseline, same run).
 
 use crate::median;
-use agent_common::{parse_frame, LinkType, SliceReader};
+use agent_common::{parse_record, LinkType, SliceReader};
 use anyhow::Result;
 use rocemon::sflow::collector::Collector;
 use rocemon_testkit::frames::Roce;
@@ -75,10 +75,7 @@ pub(crate) fn sflow_bench() -> Result<Value> {
         let t = Instant::now();
         let mut n = 0u64;
         for h in &headers {
-            if matches!(
-                parse_frame(&SliceReader(h), LinkType::Ethernet),
-                agent_common::Parsed::Roce(_)
-            ) {
+            if parse_record(&SliceReader(h), LinkType::Ethernet).is_roce() {
                 n += 1;
             }
         }

@@ -8,11 +8,10 @@ use crate::classes::TrafficClasses;
 use crate::flow::FlowEvent;
 use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
 pub use crate::hook::Hook;
-use crate::info::Parsed;
 use crate::message::{bucket, MsgOp, MSG_BUCKET_SLOTS};
 use crate::outcome::Outcome;
-use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, NAK_SLOTS};
+use crate::record::PacketRecord;
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
 pub const OUTCOME_SLOTS: usize = 32;
@@ -158,13 +157,17 @@ impl HookCounters {
         message_buckets: [0; MsgOp::COUNT * MSG_BUCKET_SLOTS],
     };
 
-    /// Counts one frame of `frame_len` wire bytes.
+    /// Counts one parsed frame of `frame_len` wire bytes: a RoCE packet, a MAC control
+    /// frame, or another frame under its outcome.
     #[inline(always)]
-    pub fn record(&mut self, parsed: &Parsed, frame_len: u64, classes: &TrafficClasses) {
-        match parsed {
-            Parsed::Roce(info) => self.record_roce(info, frame_len, classes),
-            Parsed::MacControl(m) => self.record_mac_control(m, frame_len),
-            Parsed::Other(o) => self.record_other(*o, frame_len),
+    pub fn record(&mut self, rec: &PacketRecord, frame_len: u64, classes: &TrafficClasses) {
+        if rec.is_roce() {
+            self.record_roce(rec, frame_len, classes);
+            return;
+        }
+        match rec.mac_control() {
+            Some(m) => self.record_mac_control(&m, frame_len),
+            None => self.record_other(rec.outcome(), frame_len),
         }
     }
 
@@ -210,9 +213,9 @@ impl HookCounters {
         self.outcomes[(outcome as usize) & (OUTCOME_SLOTS - 1)] += 1;
     }
 
-    /// Counts a RoCE packet, from the parse result or the kernel's flat record.
+    /// Counts a RoCE packet.
     #[inline(always)]
-    pub fn record_roce<P: RocePacket>(&mut self, p: &P, frame_len: u64, classes: &TrafficClasses) {
+    pub fn record_roce(&mut self, p: &PacketRecord, frame_len: u64, classes: &TrafficClasses) {
         self.frames += 1;
         self.frame_bytes += frame_len;
         self.outcomes[(p.outcome() as usize) & (OUTCOME_SLOTS - 1)] += 1;
@@ -403,7 +406,7 @@ unsafe impl aya::Pod for HookCounters {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_frame;
+    use crate::info::Parsed;
     use crate::{LinkType, SliceReader};
 
     #[test]
@@ -420,8 +423,8 @@ mod tests {
     fn counts_outcomes_and_totals() {
         let mut c = HookCounters::ZERO;
         let cl = TrafficClasses::DEFAULT;
-        c.record(&Parsed::Other(Outcome::NotIp), 60, &cl);
-        c.record(&Parsed::Other(Outcome::TruncatedBth), 50, &cl);
+        c.record(&(&Parsed::Other(Outcome::NotIp)).into(), 60, &cl);
+        c.record(&(&Parsed::Other(Outcome::TruncatedBth)).into(), 50, &cl);
         assert_eq!(c.frames, 2);
         assert_eq!(c.frame_bytes, 110);
         assert_eq!(c.outcomes[Outcome::NotIp as usize], 1);
@@ -432,7 +435,7 @@ mod tests {
         d.add(&c);
         assert_eq!(d.frames, 4);
         // a frame that is not Ethernet-long enough
-        let p = parse_frame(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
+        let p = crate::parse_record(&SliceReader(&[0u8; 5]), LinkType::Ethernet);
         c.record(&p, 5, &cl);
         assert_eq!(c.outcomes[Outcome::TruncatedL2 as usize], 1);
     }

@@ -28,12 +28,20 @@ fn fast(frame: &[u8]) -> Option<Result<RoceInfo, Outcome>> {
     parse_fast(&SliceReader(frame)).map(Parsed::roce)
 }
 
-/// The one property: when the fast path answers, it answers what `parse_frame` says.
+/// The one property: when the fast path answers, it answers what `parse_frame` says; and
+/// the record userspace counts from (`parse_record`: fast path, else the general parser)
+/// reads as what `parse_frame` says.
 fn agrees(frame: &[u8]) -> Result<(), String> {
+    let g = parse_frame(&SliceReader(frame), LinkType::Ethernet);
+    let rec = crate::parse::parse_record(&SliceReader(frame), LinkType::Ethernet).load();
+    if rec != g {
+        return Err(format!(
+            "parse_record {rec:?} vs parse {g:?} on {frame:02x?}"
+        ));
+    }
     match parse_fast(&SliceReader(frame)) {
         None => Ok(()),
         Some(f) => {
-            let g = parse_frame(&SliceReader(frame), LinkType::Ethernet);
             if f == g {
                 Ok(())
             } else {

@@ -3,8 +3,8 @@
 pub use crate::flow_key::FlowKey;
 use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
-use crate::packet::RocePacket;
 use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
+use crate::record::PacketRecord;
 use crate::sum::add_all;
 
 /// What one packet did to its flow, for the hook's counters: the PSN sequence and a completed
@@ -56,16 +56,16 @@ impl FlowStats {
     /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
     /// did to the PSN sequence (for the global counters).
     #[inline(always)]
-    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64, now_ns: u64) -> FlowEvent {
+    pub fn record(&mut self, p: &PacketRecord, frame_len: u64, now_ns: u64) -> FlowEvent {
         self.record_with(p, frame_len, now_ns, true)
     }
 
     /// [`FlowStats::record`], with PSN tracking on or off (a load-time switch of the kernel
     /// programs: hosts that do not want PSN health skip its per-packet work).
     #[inline(always)]
-    pub fn record_with<P: RocePacket>(
+    pub fn record_with(
         &mut self,
-        p: &P,
+        p: &PacketRecord,
         frame_len: u64,
         now_ns: u64,
         track_psn: bool,
@@ -197,8 +197,8 @@ mod tests {
     #[test]
     fn record_and_merge() {
         let mut a = FlowStats::default();
-        a.record(&info(0x04, 3, 7), 100, 10);
-        a.record(&info(0x81, 2, 0), 60, 20);
+        a.record(&info(0x04, 3, 7).into(), 100, 10);
+        a.record(&info(0x81, 2, 0).into(), 60, 20);
         assert_eq!(
             (a.packets, a.bytes, a.ecn_ce, a.cnp, a.becn),
             (2, 160, 1, 1, 1)
@@ -207,8 +207,8 @@ mod tests {
         assert_eq!(a.class_packets[OpClass::Send as usize], 1);
         assert_eq!(a.class_packets[OpClass::Other as usize], 1);
         let mut b = FlowStats::default();
-        b.record(&info(0x0A, 0, 9), 1000, 5);
-        b.record(&info(0x0A, 0, 10), 1000, 30);
+        b.record(&info(0x0A, 0, 9).into(), 1000, 5);
+        b.record(&info(0x0A, 0, 10).into(), 1000, 30);
         let mut m = FlowStats::default();
         m.merge(&a);
         m.merge(&b);

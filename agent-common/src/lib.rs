@@ -7,7 +7,7 @@
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
 //! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`headers`],
 //!   [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
-//!   [`fast`] and [`parse`]; [`packet`]; [`psn`], [`message`]; [`flow`], [`session`];
+//!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`];
 //!   [`counters`] on top.
 //!
 //! - [`reader`]: the packet-reader trait (bounds-checked constant-size reads) and the
@@ -21,8 +21,8 @@
 //! - [`parse`]: `parse_frame(&reader, link) -> Parsed` (RoCE, MAC control, or an outcome).
 //! - [`fast`]: the common shapes at constant offsets (the kernel's fast path); answers only
 //!   what [`parse`] would, or hands the frame on.
-//! - [`record`]: the parse result as one flat record (how the kernel hands it to counting).
-//! - [`packet`]: `RocePacket`, what counting reads of a packet (parse result or record).
+//! - [`record`]: the parse result as one flat record, what every counting path reads (the
+//!   parsers write it; [`parse_frame`] rebuilds the rich [`Parsed`] from it).
 //! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
@@ -43,7 +43,6 @@ pub mod info;
 pub mod message;
 pub mod opcode;
 pub mod outcome;
-pub mod packet;
 pub mod parse;
 pub mod psn;
 pub mod reader;
@@ -58,9 +57,11 @@ pub use flow::{FlowKey, FlowStats};
 pub use flow_key::FlowKey4;
 pub use headers::mac_control::MacControl;
 pub use opcode::OpClass;
-pub use packet::RocePacket;
-pub use parse::{parse, parse_frame, LinkType, Outcome, OutcomeKind, Parsed, RoceInfo};
+pub use parse::{
+    parse, parse_frame, parse_record, LinkType, Outcome, OutcomeKind, Parsed, RoceInfo,
+};
 pub use reader::{PacketReader, PrefixReader, SliceReader};
+pub use record::PacketRecord;
 pub use session::{SessionKey, SessionStats, SESSION_MAP_ENTRIES};
 
 /// The IANA-assigned UDP destination port of RoCEv2.

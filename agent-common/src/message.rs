@@ -11,7 +11,7 @@
 //! RSS does not keep on one queue) completes on neither, and is not counted.
 
 use crate::opcode::{class, ext_layout, OpClass};
-use crate::packet::RocePacket;
+use crate::record::PacketRecord;
 
 /// The operations whose messages are measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub fn bucket(bytes: u64) -> usize {
 /// The payload bytes of a RoCE packet: the UDP datagram less its header, the BTH, the
 /// extension headers, the pad and the ICRC.
 #[inline(always)]
-pub fn payload<P: RocePacket>(p: &P) -> u64 {
+pub fn payload(p: &PacketRecord) -> u64 {
     let ext = u64::from(ext_layout(p.opcode()).len);
     u64::from(p.udp_len())
         .saturating_sub(8 + 12 + 4)
@@ -115,7 +115,7 @@ pub type SendProgress = u64;
 /// message; a SEND packet starts, continues or completes one (`progress`: the flow's SEND in
 /// progress, updated).
 #[inline(always)]
-pub fn observe<P: RocePacket>(p: &P, progress: &mut SendProgress) -> Message {
+pub fn observe(p: &PacketRecord, progress: &mut SendProgress) -> Message {
     let op = p.opcode();
     match class(op) {
         OpClass::Write => match p.reth_dma_len() {

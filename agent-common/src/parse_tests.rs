@@ -501,7 +501,7 @@ proptest! {
     fn counters_account_for_every_frame(frames_ in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 0..40)) {
         let mut c = crate::HookCounters::ZERO;
         for f in &frames_ {
-            c.record(&crate::parse_frame(&SliceReader(f), LinkType::Ethernet), f.len() as u64, &crate::TrafficClasses::DEFAULT);
+            c.record(&crate::parse_record(&SliceReader(f), LinkType::Ethernet), f.len() as u64, &crate::TrafficClasses::DEFAULT);
         }
         prop_assert_eq!(c.frames, frames_.len() as u64);
         prop_assert_eq!(c.outcomes.iter().sum::<u64>(), c.frames);

@@ -15,7 +15,7 @@
 
 use crate::headers::ext::{aeth_kind, AethKind};
 use crate::opcode::{class, transport, OpClass, Transport};
-use crate::packet::RocePacket;
+use crate::record::PacketRecord;
 
 /// PSNs are 24 bits and wrap.
 pub const PSN_MASK: u32 = 0x00FF_FFFF;
@@ -118,7 +118,7 @@ pub const fn is_rnr_nak(syndrome: u8) -> bool {
 
 /// The AETH syndrome of an ACKNOWLEDGE / ATOMIC ACKNOWLEDGE, if the packet is one.
 #[inline(always)]
-pub fn ack_syndrome<P: RocePacket>(p: &P) -> Option<u8> {
+pub fn ack_syndrome(p: &PacketRecord) -> Option<u8> {
     match (class(p.opcode()), p.aeth_syndrome()) {
         (OpClass::Ack, Some(s)) => Some(s),
         _ => None,

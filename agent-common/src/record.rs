@@ -11,7 +11,9 @@ use crate::flow_key::FlowKey;
 use crate::headers::bth::Bth;
 use crate::headers::encap::{Tunnel, TunnelKind};
 use crate::headers::mac_control::MacControl;
+use crate::hook::Hook;
 use crate::info::{Aeth, Deth, Parsed, RoceInfo};
+use crate::opcode::OPCODE_CNP;
 use crate::outcome::Outcome;
 
 const OK: u8 = 1;
@@ -101,6 +103,23 @@ const fn bit(on: bool, b: u8) -> u8 {
         b
     } else {
         0
+    }
+}
+
+impl From<&Parsed> for PacketRecord {
+    /// The record of a parse result (what [`PacketRecord::store`] writes).
+    #[inline(always)]
+    fn from(p: &Parsed) -> PacketRecord {
+        let mut r = PacketRecord::default();
+        r.store(p);
+        r
+    }
+}
+
+impl From<RoceInfo> for PacketRecord {
+    #[inline(always)]
+    fn from(info: RoceInfo) -> PacketRecord {
+        PacketRecord::from(&Parsed::Roce(info))
     }
 }
 
@@ -275,10 +294,63 @@ impl PacketRecord {
         }
     }
 
-    /// The frame's outcome.
+    /// The frame's outcome ([`Outcome::Roce`] or [`Outcome::RoceExtTruncated`] for RoCE).
     #[inline(always)]
     pub fn outcome(&self) -> Outcome {
         outcome_of(self.outcome)
+    }
+
+    #[inline(always)]
+    pub fn opcode(&self) -> u8 {
+        self.opcode
+    }
+
+    /// ECN codepoint (two bits).
+    #[inline(always)]
+    pub fn ecn(&self) -> u8 {
+        self.ecn
+    }
+
+    /// DSCP (six bits).
+    #[inline(always)]
+    pub fn dscp(&self) -> u8 {
+        self.dscp
+    }
+
+    #[inline(always)]
+    pub fn psn(&self) -> u32 {
+        self.psn
+    }
+
+    #[inline(always)]
+    pub fn tunnel_id(&self) -> u32 {
+        self.tunnel_id
+    }
+
+    /// The UDP length field (header included), clipped to the IP payload.
+    #[inline(always)]
+    pub fn udp_len(&self) -> u16 {
+        self.udp_len
+    }
+
+    /// The BTH pad count.
+    #[inline(always)]
+    pub fn pad_count(&self) -> u8 {
+        self.pad_count
+    }
+
+    #[inline(always)]
+    pub fn is_cnp(&self) -> bool {
+        self.opcode == OPCODE_CNP
+    }
+
+    /// The flow this packet belongs to, as seen by `hook`.
+    #[inline(always)]
+    pub fn flow_key(&self, hook: Hook) -> FlowKey {
+        FlowKey {
+            hook: hook as u8,
+            ..self.key
+        }
     }
 
     #[inline(always)]
@@ -494,5 +566,45 @@ mod tests {
             }
             let _ = r.load();
         }
+    }
+
+    /// The record answers every question counting asks as the parse result it holds.
+    #[test]
+    fn the_record_reads_as_the_parse_result_on_every_fixture_frame() {
+        use crate::parse;
+        use rocemon_testkit::fixtures;
+        let mut n = 0;
+        for fx in fixtures::all() {
+            if fx.link != fixtures::Link::Ethernet {
+                continue;
+            }
+            for (_, _, frame) in fx.records() {
+                let Ok(info) = parse(&SliceReader(&frame), LinkType::Ethernet) else {
+                    continue;
+                };
+                let mut r = PacketRecord::default();
+                r.store(&Parsed::Roce(info));
+                assert_eq!(r.outcome(), info.outcome);
+                assert_eq!(r.opcode(), info.bth.opcode);
+                assert_eq!(r.ecn(), info.ecn);
+                assert_eq!(r.dscp(), info.dscp);
+                assert_eq!(r.pcp(), info.pcp);
+                assert_eq!(r.becn(), info.bth.becn);
+                assert_eq!(r.fecn(), info.bth.fecn);
+                assert_eq!(r.psn(), info.bth.psn);
+                assert_eq!(r.tunnel_kind(), info.tunnel.kind);
+                assert_eq!(r.tunnel_id(), info.tunnel.id);
+                assert_eq!(r.aeth_syndrome(), info.aeth.map(|a| a.syndrome));
+                assert_eq!(r.reth_dma_len(), info.reth_dma_len);
+                assert_eq!(r.udp_len(), info.udp_len);
+                assert_eq!(r.pad_count(), info.bth.pad_count);
+                assert_eq!(r.is_cnp(), info.is_cnp());
+                for h in Hook::ALL {
+                    assert_eq!(r.flow_key(h), info.flow_key(h));
+                }
+                n += 1;
+            }
+        }
+        assert!(n > 1000, "{n} RoCE frames");
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::headers::encap::TunnelKind;
 use crate::hook::Hook;
-use crate::packet::RocePacket;
+use crate::record::PacketRecord;
 
 /// Sessions tracked per interface.
 pub const SESSION_MAP_ENTRIES: u32 = 256;
@@ -29,7 +29,7 @@ pub struct SessionKey {
 impl SessionKey {
     /// The session a RoCE packet arrived in, if it came encapsulated.
     #[inline(always)]
-    pub fn of<P: RocePacket>(p: &P, hook: Hook) -> Option<SessionKey> {
+    pub fn of(p: &PacketRecord, hook: Hook) -> Option<SessionKey> {
         let kind = p.tunnel_kind();
         if kind as u8 == TunnelKind::None as u8 {
             return None;
@@ -82,13 +82,13 @@ pub struct SessionStats {
 
 impl SessionStats {
     #[inline(always)]
-    pub fn record<P: RocePacket>(&mut self, p: &P, frame_len: u64) {
+    pub fn record(&mut self, p: &PacketRecord, frame_len: u64) {
         self.add(Self::flags(p), frame_len);
     }
 
     /// A packet's CE (bit 0) and CNP (bit 1) flags, as [`SessionStats::add`] takes them.
     #[inline(always)]
-    pub fn flags<P: RocePacket>(p: &P) -> u64 {
+    pub fn flags(p: &PacketRecord) -> u64 {
         u64::from(p.ecn() & 3 == 3) | (u64::from(p.is_cnp()) << 1)
     }
 
@@ -136,7 +136,7 @@ mod tests {
         f[36..38].copy_from_slice(&4791u16.to_be_bytes());
         f[38..40].copy_from_slice(&20u16.to_be_bytes());
         f[42] = 0x04;
-        let info = parse(&SliceReader(&f), LinkType::Ethernet).unwrap();
+        let info = crate::PacketRecord::from(parse(&SliceReader(&f), LinkType::Ethernet).unwrap());
         assert_eq!(SessionKey::of(&info, Hook::Xdp), None);
         let mut s = SessionStats::default();
         s.record(&info, f.len() as u64);

@@ -2,7 +2,7 @@
 //! through the parser and the counting code: none may panic, and every frame is accounted for.
 
 use agent_common::{
-    parse_frame, FlowStats, Hook, HookCounters, LinkType, Parsed, SliceReader, TrafficClasses,
+    parse_record, FlowStats, Hook, HookCounters, LinkType, SliceReader, TrafficClasses,
 };
 use std::path::Path;
 
@@ -20,11 +20,11 @@ fn replay(dir: &Path) -> usize {
         let mut c = HookCounters::ZERO;
         let mut f = FlowStats::default();
         for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2] {
-            let p = parse_frame(&SliceReader(&data), link);
+            let p = parse_record(&SliceReader(&data), link);
             c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
-            if let Parsed::Roce(info) = &p {
-                let _ = info.flow_key(Hook::Xdp);
-                c.record_flow(&f.record(info, data.len() as u64, 0));
+            if p.is_roce() {
+                let _ = p.flow_key(Hook::Xdp);
+                c.record_flow(&f.record(&p, data.len() as u64, 0));
             }
         }
         assert_eq!(c.outcomes.iter().sum::<u64>(), c.frames, "{name}");

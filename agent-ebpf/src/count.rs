@@ -248,14 +248,10 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
     if matches!(path, Path::RedirectFailed | Path::SlowRedirectFailed) {
         c.capture_redirect_failures += 1;
     }
+    c.record(rec, frame_len, &classes());
     if !rec.is_roce() {
-        match rec.mac_control() {
-            Some(m) => c.record_mac_control(&m, frame_len),
-            None => c.record_other(rec.outcome(), frame_len),
-        }
         return false;
     }
-    c.record_roce(rec, frame_len, &classes());
     if on(&ROCEMON_SESSIONS) {
         if let Some(sk) = SessionKey::of(rec, hook) {
             let ce_cnp = SessionStats::flags(rec);

@@ -2,7 +2,8 @@
 #![no_main]
 
 use agent_common::{
-    parse_frame, FlowStats, Hook, HookCounters, LinkType, Parsed, SliceReader, TrafficClasses,
+    parse_frame, parse_record, FlowStats, Hook, HookCounters, LinkType, SliceReader,
+    TrafficClasses,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -10,11 +11,13 @@ fuzz_target!(|data: &[u8]| {
     let mut c = HookCounters::ZERO;
     let mut f = FlowStats::default();
     for link in [LinkType::Ethernet, LinkType::LinuxSll, LinkType::LinuxSll2] {
-        let p = parse_frame(&SliceReader(data), link);
+        let p = parse_record(&SliceReader(data), link);
+        // The rich result is the record's own reading of itself.
+        assert_eq!(parse_frame(&SliceReader(data), link), p.load());
         c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
-        if let Parsed::Roce(info) = &p {
-            let _ = info.flow_key(Hook::Xdp);
-            let ev = f.record(info, data.len() as u64, 0);
+        if p.is_roce() {
+            let _ = p.flow_key(Hook::Xdp);
+            let ev = f.record(&p, data.len() as u64, 0);
             c.record_flow(&ev);
         }
     }

@@ -94,10 +94,10 @@ pub fn pin_to_one_cpu() -> Result<()> {
 /// the fast path hands to the slow program. The differential tests and the kernel fuzzer
 /// compare the kernel maps with this.
 pub fn record_as_kernel(t: &mut rocemon::sources::tally::Tally, frame: &[u8], now_ns: u64) {
-    use agent_common::{fast::parse_fast, parse_frame, LinkType, SliceReader};
+    use agent_common::{fast::parse_fast, parse_record, LinkType, SliceReader};
     let r = SliceReader(frame);
     t.record(
-        &parse_frame(&r, LinkType::Ethernet),
+        &parse_record(&r, LinkType::Ethernet),
         frame.len() as u64,
         now_ns,
     );

@@ -9,7 +9,7 @@ use crate::pipeline::flow_side::{FlowSide, Runner, Step};
 use crate::pipeline::flows::FlowTable;
 use crate::sources::capture::{CaptureSummary, Frame};
 use agent_common::{
-    parse_frame, FlowKey, Hook, HookCounters, Parsed, SessionKey, SessionStats, SliceReader,
+    parse_record, FlowKey, Hook, HookCounters, SessionKey, SessionStats, SliceReader,
     TrafficClasses,
 };
 use std::collections::BTreeMap;
@@ -120,22 +120,22 @@ impl Analysis {
 
     /// Counts one frame.
     pub fn frame(&mut self, f: Frame<'_>) {
-        let parsed = parse_frame(&SliceReader(f.data), f.link);
+        let rec = parse_record(&SliceReader(f.data), f.link);
         let len = f.orig_len as u64;
-        self.counters.record(&parsed, len, &self.opts.classes);
-        let step = match &parsed {
-            Parsed::Roce(info) => {
-                if let Some(sk) = SessionKey::of(info, Hook::Xdp) {
+        self.counters.record(&rec, len, &self.opts.classes);
+        let step = match rec.outcome() {
+            _ if rec.is_roce() => {
+                if let Some(sk) = SessionKey::of(&rec, Hook::Xdp) {
                     // Unbounded here (a file, not a kernel map); the report lists them all.
-                    self.sessions.entry(sk).or_default().record(info, len);
+                    self.sessions.entry(sk).or_default().record(&rec, len);
                 }
                 Step::Roce {
                     ts_ns: f.ts_ns,
-                    info: *info,
+                    info: rec,
                     len,
                 }
             }
-            Parsed::Other(agent_common::Outcome::UdpOtherPort) => match sflow_datagram(&f) {
+            agent_common::Outcome::UdpOtherPort => match sflow_datagram(&f) {
                 Some(d) => Step::Sflow {
                     ts_ns: f.ts_ns,
                     datagram: d.to_vec(),

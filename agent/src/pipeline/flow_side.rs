@@ -9,7 +9,7 @@ use crate::detect::ecmp::{self, EcmpReport};
 use crate::detect::elephant::Transition;
 use crate::pipeline::analysis::{AnalyzeOptions, ElephantPeriod};
 use crate::pipeline::flows::{ElephantEvent, FlowTable};
-use agent_common::{FlowKey, Hook, HookCounters, RoceInfo};
+use agent_common::{FlowKey, Hook, HookCounters, PacketRecord};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender};
 use std::thread::JoinHandle;
@@ -31,7 +31,7 @@ pub enum Step {
     /// A RoCE packet (`len`: wire bytes).
     Roce {
         ts_ns: u64,
-        info: RoceInfo,
+        info: PacketRecord,
         len: u64,
     },
     /// An sFlow datagram (UDP 6343), copied out of the frame.

@@ -5,7 +5,7 @@
 use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use agent_common::flow::FlowEvent;
-use agent_common::{FlowKey, FlowStats, RoceInfo};
+use agent_common::{FlowKey, FlowStats, PacketRecord};
 use indexmap::IndexMap;
 use rustc_hash::FxBuildHasher;
 use std::net::IpAddr;
@@ -329,7 +329,7 @@ impl FlowTable {
         &mut self,
         iface: usize,
         key: FlowKey,
-        info: &RoceInfo,
+        info: &PacketRecord,
         frame_len: u64,
         ts_ns: u64,
     ) -> (FlowEvent, bool) {

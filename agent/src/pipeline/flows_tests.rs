@@ -92,14 +92,14 @@ fn addresses() {
 }
 
 /// A RoCE packet (the independent frame builder of the tests) and a wire length.
-fn roce(bytes_each: u64) -> (RoceInfo, u64) {
+fn roce(bytes_each: u64) -> (agent_common::PacketRecord, u64) {
     let ip = |s: &str| s.parse().unwrap();
     let f = rocemon_testkit::frames::Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 1, 1, 0x04).frame();
-    let info = agent_common::parse(
+    let info = agent_common::parse_record(
         &agent_common::SliceReader(&f),
         agent_common::LinkType::Ethernet,
-    )
-    .unwrap();
+    );
+    assert!(info.is_roce());
     (info, bytes_each)
 }
 

@@ -4,7 +4,7 @@
 //! more than [`MAX_BUCKETS`] would be needed.
 
 use agent_common::opcode::{class, OpClass};
-use agent_common::RoceInfo;
+use agent_common::PacketRecord;
 use serde::Serialize;
 
 /// Buckets kept at most (the charts' resolution).
@@ -37,7 +37,7 @@ impl Timeline {
     }
 
     /// Counts one RoCE packet of `len` wire bytes at `ts_ns`.
-    pub fn record(&mut self, info: &RoceInfo, len: u64, ts_ns: u64) {
+    pub fn record(&mut self, info: &PacketRecord, len: u64, ts_ns: u64) {
         let start = *self.start_ns.get_or_insert(ts_ns);
         // Out of order (a capture's timestamps may step back): the first bucket.
         let off = ts_ns.saturating_sub(start);
@@ -50,9 +50,9 @@ impl Timeline {
             self.buckets.resize(i + 1, Bucket::default());
         }
         let b = &mut self.buckets[i];
-        b.bytes_by_class[class(info.bth.opcode) as usize % OpClass::COUNT] += len;
+        b.bytes_by_class[class(info.opcode()) as usize % OpClass::COUNT] += len;
         b.packets += 1;
-        if info.ecn == 3 {
+        if info.ecn() == 3 {
             b.ce += 1;
         }
         if info.is_cnp() {
@@ -94,17 +94,18 @@ impl Timeline {
 mod tests {
     use super::*;
 
-    fn info(opcode: u8, ecn: u8) -> RoceInfo {
+    fn info(opcode: u8, ecn: u8) -> PacketRecord {
         let ip = |s: &str| s.parse().unwrap();
         let mut r =
             rocemon_testkit::frames::Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 1, 1, opcode);
         r.ecn = ecn;
         let f = r.frame();
-        agent_common::parse(
+        let rec = agent_common::parse_record(
             &agent_common::SliceReader(&f),
             agent_common::LinkType::Ethernet,
-        )
-        .unwrap()
+        );
+        assert!(rec.is_roce());
+        rec
     }
 
     #[test]

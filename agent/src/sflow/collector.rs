@@ -5,7 +5,7 @@
 
 use super::decode::{self, IfCounters, Malformed, Port, Sample};
 use crate::detect::steps::StepTracker;
-use agent_common::{parse_frame, FlowKey, Hook, LinkType, Parsed, RocePacket, SliceReader};
+use agent_common::{parse_record, FlowKey, Hook, LinkType, SliceReader};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -195,10 +195,8 @@ impl Collector {
             self.other_headers += 1;
             return;
         };
-        let roce = match parse_frame(&SliceReader(h.header), LinkType::Ethernet) {
-            Parsed::Roce(i) => Some(i),
-            _ => None,
-        };
+        let roce =
+            Some(parse_record(&SliceReader(h.header), LinkType::Ethernet)).filter(|r| r.is_roce());
         let weight = u64::from(f.sampling_rate);
         let bytes = u64::from(h.frame_length);
         let mut ports: Vec<PortKey> = Vec::with_capacity(2);
@@ -251,7 +249,7 @@ impl Collector {
         let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);
-        let key = RocePacket::flow_key(&i, Hook::Xdp);
+        let key = i.flow_key(Hook::Xdp);
         for port in &ports_of_sample {
             let k = (*port, key);
             if self.port_flows.contains_key(&k) || self.port_flows.len() < 2 * MAX_FLOWS {

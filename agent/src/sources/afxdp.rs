@@ -16,7 +16,7 @@
 use super::tally::{Switches, Tally};
 use crate::error::UsageError;
 use agent_common::{
-    parse_frame, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats,
+    parse_record, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats,
     SliceReader, MAX_CAPTURE_QUEUES,
 };
 use anyhow::{Context, Result};
@@ -525,7 +525,7 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>, o
                 let total = match (frame_len, more) {
                     // The common case: a frame in one buffer, parsed in place.
                     (None, false) => {
-                        let p = parse_frame(&SliceReader(data), LinkType::Ethernet);
+                        let p = parse_record(&SliceReader(data), LinkType::Ethernet);
                         st.tally.record(&p, u64::from(d.len), now);
                         st.stats.frames += 1;
                         st.stats.bytes += u64::from(d.len);
@@ -548,7 +548,7 @@ fn receive(sock: &mut XskSocket, stop: &AtomicBool, state: &Mutex<QueueState>, o
                     len: total as usize,
                 };
                 st.tally
-                    .record(&parse_frame(&r, LinkType::Ethernet), total, now);
+                    .record(&parse_record(&r, LinkType::Ethernet), total, now);
                 st.stats.frames += 1;
                 st.stats.bytes += total;
             }

@@ -4,7 +4,7 @@
 //! differential tests.
 
 use agent_common::{
-    FlowKey, FlowStats, Hook, HookCounters, Parsed, SessionKey, SessionStats, TrafficClasses,
+    FlowKey, FlowStats, Hook, HookCounters, PacketRecord, SessionKey, SessionStats, TrafficClasses,
     SESSION_MAP_ENTRIES,
 };
 use rustc_hash::FxHashMap;
@@ -72,12 +72,12 @@ impl Tally {
     }
 
     /// Counts one parsed frame of `frame_len` wire bytes at `now_ns`.
-    pub fn record(&mut self, parsed: &Parsed, frame_len: u64, now_ns: u64) {
+    pub fn record(&mut self, info: &PacketRecord, frame_len: u64, now_ns: u64) {
         self.counters
-            .record(parsed, frame_len, &self.switches.classes);
-        let Parsed::Roce(info) = parsed else {
+            .record(info, frame_len, &self.switches.classes);
+        if !info.is_roce() {
             return;
-        };
+        }
         let track_psn = self.switches.psn_tracking;
         if let Some(sk) = SessionKey::of(info, self.hook).filter(|_| self.switches.session_counters)
         {
@@ -148,7 +148,7 @@ mod tests {
         let mut f = minimal_roce_frame();
         for sport in [1u16, 2, 1] {
             f[34..36].copy_from_slice(&sport.to_be_bytes());
-            let p = agent_common::parse_frame(
+            let p = agent_common::parse_record(
                 &agent_common::SliceReader(&f),
                 agent_common::LinkType::Ethernet,
             );
@@ -173,7 +173,7 @@ mod tests {
         let mut on = Tally::new(Hook::AfXdp, 16);
         for psn in [1u8, 5, 3] {
             f[53] = psn;
-            let p = agent_common::parse_frame(
+            let p = agent_common::parse_record(
                 &agent_common::SliceReader(&f),
                 agent_common::LinkType::Ethernet,
             );

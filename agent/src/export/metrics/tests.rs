@@ -1,6 +1,6 @@
 //! The catalog's conventions and the counters' arithmetic.
 use super::*;
-use agent_common::{parse_frame, LinkType, SliceReader, TrafficClasses};
+use agent_common::{parse_record, LinkType, SliceReader, TrafficClasses};
 use rocemon_testkit::frames::Roce;
 
 #[test]
@@ -19,7 +19,7 @@ fn counters_follow_kernel_totals_and_names_follow_conventions() {
     let f = r.frame();
     for _ in 0..3 {
         c.record(
-            &parse_frame(&SliceReader(&f), LinkType::Ethernet),
+            &parse_record(&SliceReader(&f), LinkType::Ethernet),
             f.len() as u64,
             &TrafficClasses::DEFAULT,
         );
