@@ -97,26 +97,9 @@ pub(crate) fn live_bench() -> Result<Value> {
         let (r1, t1) = count_only.runs()?;
         drop(count_only);
         let ns_count_only = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
-        let addr = "127.0.0.1:9442";
-        let agent = Agent::start(
-            &pair.ns_a,
-            BIN,
-            &[
-                "run",
-                "--no-pin",
-                "--iface",
-                &pair.a_if,
-                "--hooks",
-                hooks,
-                "--xdp-mode",
-                mode,
-                "--listen",
-                addr,
-            ],
-        )?;
-        std::thread::sleep(Duration::from_secs(2));
+        let agent = start_agent(&pair, &["--no-pin", "--hooks", hooks, "--xdp-mode", mode])?;
         let cost = || -> Result<(f64, f64)> {
-            let (_, body) = http_get_in(&pair.ns_a, addr, "/metrics")?;
+            let body = metrics(&pair)?;
             let l = [("program", program)];
             Ok((
                 metric_sum(&body, "rocemon_program_runs_total", &l),
@@ -179,27 +162,19 @@ pub(crate) fn live_bench() -> Result<Value> {
 /// Frames per second an AF_XDP agent with the configuration file `cfg` delivers to userspace
 /// (and drops) while `frame` is sent at full speed for three seconds.
 fn afxdp_rate(pair: &VethPair, frame: &[u8], cfg: &std::path::Path) -> Result<(f64, f64)> {
-    let addr = "127.0.0.1:9442";
-    let agent = Agent::start(
-        &pair.ns_a,
-        BIN,
+    let agent = start_agent(
+        pair,
         &[
-            "run",
             "--config",
             cfg.to_str().context("config path")?,
-            "--iface",
-            &pair.a_if,
             "--xdp-mode",
             "native",
-            "--listen",
-            addr,
             "--poll-interval-ms",
             "200",
         ],
     )?;
-    std::thread::sleep(Duration::from_secs(2));
     let sums = || -> Result<(f64, f64)> {
-        let (_, body) = http_get_in(&pair.ns_a, addr, "/metrics")?;
+        let body = metrics(pair)?;
         Ok((
             metric_sum(&body, "rocemon_afxdp_frames_total", &[]),
             metric_sum(&body, "rocemon_afxdp_dropped_frames_total", &[]),
@@ -213,4 +188,22 @@ fn afxdp_rate(pair: &VethPair, frame: &[u8], cfg: &std::path::Path) -> Result<(f
     let (f1, d1) = sums()?;
     agent.stop()?;
     Ok(((f1 - f0) / secs, (d1 - d0) / secs))
+}
+
+/// Where the benchmarked agent serves /metrics (inside the receiving namespace).
+const LISTEN: &str = "127.0.0.1:9442";
+
+/// Starts rocemon on the pair's receiving side with `args` and gives it two seconds to
+/// attach and count.
+fn start_agent(pair: &VethPair, args: &[&str]) -> Result<Agent> {
+    let mut all = vec!["run", "--iface", pair.a_if.as_str(), "--listen", LISTEN];
+    all.extend_from_slice(args);
+    let agent = Agent::start(&pair.ns_a, BIN, &all)?;
+    std::thread::sleep(Duration::from_secs(2));
+    Ok(agent)
+}
+
+/// The benchmarked agent's /metrics.
+fn metrics(pair: &VethPair) -> Result<String> {
+    Ok(http_get_in(&pair.ns_a, LISTEN, "/metrics")?.1)
 }

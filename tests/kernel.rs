@@ -443,26 +443,38 @@ fn assert_lossless(k: &agent_common::HookCounters, e: &tshark::Expected, what: &
         ),
         "{what}: PAUSE (frames, xon, quanta) and other MAC control vs tshark"
     );
-    assert_eq!(
-        nonzero(&k.roce_dscp_packets, &k.roce_dscp_bytes),
-        e.dscp,
-        "{what}: RoCE by DSCP vs tshark"
-    );
-    assert_eq!(
-        nonzero(&k.cnp_dscp_packets, &k.cnp_dscp_bytes),
-        e.cnp_dscp,
-        "{what}: CNPs by DSCP vs tshark"
-    );
-    assert_eq!(
-        nonzero(&k.roce_pcp_packets, &k.roce_pcp_bytes),
-        e.pcp,
-        "{what}: RoCE by priority vs tshark"
-    );
-    assert_eq!(
-        nonzero(&k.cnp_pcp_packets, &k.cnp_pcp_bytes),
-        e.cnp_pcp,
-        "{what}: CNPs by priority vs tshark"
-    );
+    for (series, packets, bytes, expected) in [
+        (
+            "RoCE by DSCP",
+            &k.roce_dscp_packets[..],
+            &k.roce_dscp_bytes[..],
+            &e.dscp,
+        ),
+        (
+            "CNPs by DSCP",
+            &k.cnp_dscp_packets,
+            &k.cnp_dscp_bytes,
+            &e.cnp_dscp,
+        ),
+        (
+            "RoCE by priority",
+            &k.roce_pcp_packets,
+            &k.roce_pcp_bytes,
+            &e.pcp,
+        ),
+        (
+            "CNPs by priority",
+            &k.cnp_pcp_packets,
+            &k.cnp_pcp_bytes,
+            &e.cnp_pcp,
+        ),
+    ] {
+        assert_eq!(
+            nonzero(packets, bytes),
+            *expected,
+            "{what}: {series} vs tshark"
+        );
+    }
     assert_eq!(
         (k.lossy_roce_packets, k.lossy_roce_bytes, k.cnp_out_of_class),
         (e.lossy_roce.0, e.lossy_roce.1, e.cnp_out_of_class),
