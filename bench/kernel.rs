@@ -52,9 +52,9 @@ pub(crate) fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Fills each flow map (IPv4, IPv6) with `n` flows that none of the benchmark frames belong
-/// to.
-pub(crate) fn populate(ebpf: &mut aya::Ebpf, n: usize) -> Result<()> {
+/// Fills the IPv4 flow map with `v4` flows and the IPv6 one with `v6`, none of which the
+/// benchmark frames belong to.
+pub(crate) fn populate(ebpf: &mut aya::Ebpf, v4: usize, v6: usize) -> Result<()> {
     let cpus = nr_cpus().map_err(|(_, e)| e)?;
     let key = |i: u32, ip_version: u8| {
         let mut k = FlowKey {
@@ -74,13 +74,13 @@ pub(crate) fn populate(ebpf: &mut aya::Ebpf, n: usize) -> Result<()> {
     };
     let map = ebpf.map_mut(MAP_FLOWS4).context("FLOWS4")?;
     let mut flows4: PerCpuHashMap<_, FlowKey4, FlowStats> = PerCpuHashMap::try_from(map)?;
-    for i in 0..n as u32 {
+    for i in 0..v4 as u32 {
         let values = PerCpuValues::try_from(vec![stats(i); cpus])?;
         flows4.insert(FlowKey4::of(&key(i, 4)), values, 0)?;
     }
     let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS")?;
     let mut flows: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
-    for i in 0..n as u32 {
+    for i in 0..v6 as u32 {
         let values = PerCpuValues::try_from(vec![stats(i); cpus])?;
         flows.insert(key(i, 6), values, 0)?;
     }
@@ -128,7 +128,8 @@ pub(crate) fn kernel_bench() -> Result<Value> {
             let mut ebpf = loader::load_object(131_072)?;
             loader::load_programs(&mut ebpf, &[Hook::Xdp, Hook::TcIngress])?;
             load_baselines(&mut ebpf, true)?;
-            populate(&mut ebpf, n.saturating_sub(1))?;
+            // The map a frame's flow goes to holds n flows with it (IPv4 and IPv6 alike).
+            populate(&mut ebpf, n.saturating_sub(1), n.saturating_sub(1))?;
             for ((_, frame), per_prog) in frames.iter().zip(per_frame.iter_mut()) {
                 for (prog, out) in PROGRAMS.iter().zip(per_prog.iter_mut()) {
                     let fd = ebpf.program(prog).context("program")?.fd()?;

@@ -26,7 +26,8 @@ pub(crate) fn scale_bench() -> Result<Value> {
     let rss_before = rss_bytes();
     let mut ebpf = loader::load_object(131_072)?;
     loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
-    crate::kernel::populate(&mut ebpf, N)?;
+    // One family, as on a fabric (IPv4 here): N flows in all.
+    crate::kernel::populate(&mut ebpf, N, 0)?;
     let mut table = FlowTable::new(vec!["bench0".into()]);
     let mut metrics = Metrics::new()?;
     metrics.set_attached("bench0", Hook::Xdp, "native");
