@@ -1,7 +1,7 @@
-//! Counting in userspace exactly as the kernel programs count (`agent-ebpf`'s `count_parsed`):
-//! the hook's counter block, the mirror session and the flow, all through `agent-common`'s
-//! update functions. Used by the AF_XDP capture source and as the host side of the kernel
-//! differential tests.
+//! Counting in userspace exactly as the kernel programs count (`agent-ebpf`'s
+//! `count::parsed`), from the same parse record: the hook's counter block, the mirror session
+//! and the flow, all through `agent-common`'s update functions. Used by the AF_XDP capture
+//! source and as the host side of the kernel differential tests.
 
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, PacketRecord, SessionKey, SessionStats, TrafficClasses,
