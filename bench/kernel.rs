@@ -263,7 +263,7 @@ fn switch_costs(repeat: u32) -> Result<Value> {
     let mut rows = Vec::new();
     for ((label, _), (mut xdp, base)) in configs.iter().zip(ns) {
         xdp.sort_by(f64::total_cmp);
-        let (min, xdp, base) = (xdp[0], median(xdp.clone()), median(base));
+        let (min, xdp, base) = (xdp[0], median(&xdp), median(base));
         eprintln!(
             "kernel: switches {label:<24} xdp min {min:>5.0} median {xdp:>5.0} ns (baseline {base:>4.0}, x{:.2})",
             xdp / base

@@ -3,6 +3,7 @@
 //! `cargo xtask fuzz`, which writes `fuzz.json` next to the report). Each against a baseline of
 //! the same run.
 
+use crate::median;
 use anyhow::{Context, Result};
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::Roce;
@@ -42,10 +43,6 @@ fn scrape_for(ns: &str, auth: &str, secs: u64) -> Result<(Vec<f64>, f64, u64)> {
         (polls(&last) - p0) / t0.elapsed().as_secs_f64(),
         failed,
     ))
-}
-
-fn median(v: &[f64]) -> f64 {
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// `/metrics` with basic auth, quiet and then under attack from other addresses: 256

@@ -58,9 +58,11 @@ pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
 }
 
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+/// The median of some figures (0 for none).
+pub(crate) fn median(v: impl AsRef<[f64]>) -> f64 {
+    let mut v = v.as_ref().to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn main() -> Result<()> {
