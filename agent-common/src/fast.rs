@@ -249,35 +249,34 @@ pub(crate) fn roce_into<R: PacketReader>(
         return Ok(());
     }
     let mut outcome = Outcome::Roce;
-    let deth = layout.deth.and_then(|at| {
-        let d = r.read::<DETH_LEN>(ext_off + at as usize);
-        if d.is_none() {
-            outcome = Outcome::RoceExtTruncated;
-        }
-        d.map(|d| Deth {
-            qkey: be32([d[0], d[1], d[2], d[3]]),
-            src_qp: be24([d[5], d[6], d[7]]),
-        })
+    let deth = ext_header::<R, DETH_LEN>(r, ext_off, layout.deth, &mut outcome).map(|d| Deth {
+        qkey: be32([d[0], d[1], d[2], d[3]]),
+        src_qp: be24([d[5], d[6], d[7]]),
     });
-    let reth = layout.reth.and_then(|at| {
-        let e = r.read::<RETH_LEN>(ext_off + at as usize);
-        if e.is_none() {
-            outcome = Outcome::RoceExtTruncated;
-        }
-        e.map(|e| be32([e[12], e[13], e[14], e[15]]))
-    });
-    let aeth = layout.aeth.and_then(|at| {
-        let a = r.read::<AETH_LEN>(ext_off + at as usize);
-        if a.is_none() {
-            outcome = Outcome::RoceExtTruncated;
-        }
-        a.map(|a| Aeth {
-            syndrome: a[0],
-            msn: be24([a[1], a[2], a[3]]),
-        })
+    let reth = ext_header::<R, RETH_LEN>(r, ext_off, layout.reth, &mut outcome)
+        .map(|e| be32([e[12], e[13], e[14], e[15]]));
+    let aeth = ext_header::<R, AETH_LEN>(r, ext_off, layout.aeth, &mut outcome).map(|a| Aeth {
+        syndrome: a[0],
+        msn: be24([a[1], a[2], a[3]]),
     });
     out.set_ext(outcome, reth, aeth, deth);
     Ok(())
+}
+
+/// The extension header the opcode has at `at` past the BTH's end, if it has one; one that
+/// cannot be read makes the packet's `outcome` `RoceExtTruncated`.
+#[inline(always)]
+fn ext_header<R: PacketReader, const N: usize>(
+    r: &R,
+    ext_off: usize,
+    at: Option<u8>,
+    outcome: &mut Outcome,
+) -> Option<[u8; N]> {
+    let h = r.read::<N>(ext_off + at? as usize);
+    if h.is_none() {
+        *outcome = Outcome::RoceExtTruncated;
+    }
+    h
 }
 
 #[cfg(test)]
