@@ -1,5 +1,5 @@
 //! Raw command-line flags (clap). They are turned into one validated [`crate::config::Config`]
-//! by `config.rs`; nothing else reads them.
+//! by `config/`; nothing else reads them.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

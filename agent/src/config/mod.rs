@@ -19,6 +19,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod memory;
+mod summary;
+
+use memory::host_memory_bytes;
+pub use memory::{flow_map_bytes, possible_cpus};
+
 /// The configuration file, as written (all keys optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -395,41 +401,6 @@ fn afxdp_options(
 }
 
 /// The detector settings of a file (shared by `run` and `analyze`), validated.
-/// The CPUs a per-CPU map allocates for (possible CPUs, not only online ones).
-pub fn possible_cpus() -> usize {
-    aya::util::nr_cpus()
-        .ok()
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// About what one interface's flow maps cost in kernel memory: two maps (IPv4 flows under a
-/// 16-byte key, IPv6 under a 40-byte one) of `entries` each, preallocated (LRU); per entry a
-/// value per CPU (the maps are per CPU), the key, and the hash element's own overhead.
-pub fn flow_map_bytes(entries: u32, cpus: usize) -> u64 {
-    let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
-    [
-        std::mem::size_of::<agent_common::FlowKey4>(),
-        std::mem::size_of::<agent_common::FlowKey>(),
-    ]
-    .iter()
-    .map(|k| u64::from(entries) * (cpus as u64 * value + k.next_multiple_of(8) as u64 + 64))
-    .sum()
-}
-
-/// The host's memory (MemTotal).
-fn host_memory_bytes() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = m
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
 pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig), UsageError> {
     let rate_window = file
         .rate_window_seconds
@@ -518,119 +489,5 @@ pub fn load_file(path: &Path) -> Result<FileConfig, UsageError> {
         ))
     })
 }
-
-impl Config {
-    /// The effective settings, one per line (`rocemon check-config`, the startup log).
-    pub fn summary(&self) -> String {
-        let hooks: Vec<&str> = self.hooks.iter().map(|h| h.name()).collect();
-        let mut lines = vec![
-            format!("interfaces: {}", self.ifaces.join(", ")),
-            format!("hooks: {}", hooks.join(", ")),
-            format!("xdp_mode: {:?}", self.xdp_mode).to_lowercase(),
-            format!(
-                "capture: {}",
-                match self.afxdp {
-                    Some(a) => format!(
-                        "afxdp ({}; batch {}, coalesce {} us, busy poll {})",
-                        format!("{:?}", a.mode).to_lowercase(),
-                        a.batch,
-                        a.coalesce_us,
-                        if a.busy_poll_us == 0 {
-                            "off".to_string()
-                        } else {
-                            format!("{} us", a.busy_poll_us)
-                        }
-                    ),
-                    None => "maps".into(),
-                }
-            ),
-            format!("listen: {}", self.listen),
-            format!("top_k: {}", self.top_k),
-            format!("poll_interval_ms: {}", self.poll_interval.as_millis()),
-            format!(
-                "flow_map_entries: {} (about {} MiB of kernel memory per interface on this host's {} CPUs)",
-                self.flow_map_entries,
-                flow_map_bytes(self.flow_map_entries, possible_cpus()).div_ceil(1 << 20),
-                possible_cpus()
-            ),
-            format!("rate_window_seconds: {}", self.rate_window_s),
-            format!(
-                "elephant: enter at {} B/s{}, leave below {}% of that",
-                self.elephant.threshold_bytes_per_second,
-                self.elephant
-                    .threshold_link_share
-                    .map(|s| format!(" or {}% of the link speed", s * 100.0))
-                    .unwrap_or_default(),
-                self.elephant.exit_ratio * 100.0
-            ),
-            format!(
-                "ecmp: {} group(s){}",
-                self.ecmp.groups.len(),
-                if self.ecmp.hash.is_some() {
-                    ", hash model set"
-                } else {
-                    ""
-                }
-            ),
-            format!(
-                "pins: {}",
-                if self.pin {
-                    self.pin_dir.display().to_string()
-                } else {
-                    "off".into()
-                }
-            ),
-            format!(
-                "kernel: psn tracking {}, session counters {}, rhythm {} ({} clock), program stats {}",
-                on_off(self.switches.psn_tracking),
-                on_off(self.switches.session_counters),
-                on_off(self.switches.rhythm),
-                if self.switches.coarse_ring_clock {
-                    "coarse"
-                } else {
-                    "fine"
-                },
-                on_off(self.program_stats)
-            ),
-            crate::classes::summary(&self.switches.classes),
-            match &self.sflow {
-                Some(s) => format!(
-                    "sflow: listen {}, receive buffer {} bytes",
-                    s.listen, s.receive_buffer_bytes
-                ),
-                None => "sflow: off".into(),
-            },
-        ];
-        lines.push(format!(
-            "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",
-            if self.web.tls.is_some() { "on" } else { "off" },
-            self.web.users.len(),
-            self.web.request_timeout,
-            self.web.header_timeout,
-            self.web.max_connections,
-            self.web.max_connections_per_client,
-            self.web.max_concurrent_requests
-        ));
-        lines.push(
-            format!(
-                "log: {} ({:?})",
-                self.log_level.unwrap_or(log::LevelFilter::Info),
-                self.log_format
-            )
-            .to_lowercase(),
-        );
-        lines.join("\n")
-    }
-}
-
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;
