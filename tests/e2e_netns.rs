@@ -3,8 +3,8 @@
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
 use rocemon_testkit::netns::{
-    http_get_in, link_details, metric_labels, metric_sum, try_metric_sum, wait_links_gone, Agent,
-    VethPair,
+    http_get_in, link_details, metric_labels, metric_sum, run_args, try_metric_sum,
+    wait_links_gone, Agent, VethPair,
 };
 use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
@@ -166,18 +166,8 @@ fn hook_case(c: Case) {
         (&pair.ns_a, &pair.a_if)
     };
     // --no-pin: everything must end with the process (checked below).
-    let mut args = vec![
-        "run",
-        "--no-pin",
-        "--iface",
-        ifn,
-        "--listen",
-        ADDR,
-        "--poll-interval-ms",
-        "100",
-        "--top-k",
-        "5",
-    ];
+    let mut args = run_args(ifn, ADDR, "100");
+    args.extend(["--top-k", "5"]);
     args.extend_from_slice(c.args);
     let mut agent = Agent::start(ns, BIN, &args).unwrap();
     let ready = wait_ready(ns, &mut agent);
@@ -479,24 +469,9 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     // Two receive queues: one socket each, the counts summed over them.
     let pair = VethPair::with_queues("rcxsk", 2).unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            ifn,
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "100",
-            "--capture",
-            "afxdp",
-            "--xdp-mode",
-            "native",
-        ],
-    )
-    .unwrap();
+    let mut args = run_args(ifn, ADDR, "100");
+    args.extend(["--capture", "afxdp", "--xdp-mode", "native"]);
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
     wait_ready(ns, &mut agent);
     pair.replay_from_b(&path).unwrap();
     let t = Instant::now();

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const XDP_AND_TC: &str = "xdp,tc-ingress";
 const ADDR: &str = "127.0.0.1:9442";
 
 fn can_run() -> bool {
@@ -41,16 +42,16 @@ fn own_bpffs(
     Some((dir, fs, pin_dir, path, e))
 }
 
-/// `rocemon run` with XDP (native) and tc ingress on `ifn`, pinned under `pin`, fast polls.
-fn pinned_args<'a>(ifn: &'a str, pin: &'a str) -> [&'a str; 13] {
+/// `rocemon run` with `hooks` (XDP in `mode`) on `ifn`, pinned under `pin`, fast polls.
+fn pinned_args<'a>(ifn: &'a str, pin: &'a str, hooks: &'a str, mode: &'a str) -> [&'a str; 13] {
     [
         "run",
         "--iface",
         ifn,
         "--hooks",
-        "xdp,tc-ingress",
+        hooks,
         "--xdp-mode",
-        "native",
+        mode,
         "--listen",
         ADDR,
         "--poll-interval-ms",
@@ -74,7 +75,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
 
     let pair = VethPair::new("rcpin").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let args = pinned_args(ifn, pin);
+    let args = pinned_args(ifn, pin, XDP_AND_TC, "native");
     // Zero before the first packet is counted (the series appear with their opcode label).
     let packets = |body: &str, hook: &str| {
         try_metric_sum(
@@ -164,21 +165,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
 
     // Run 3, reconfigured: XDP in skb mode only. The tc link goes (it is no longer
     // configured), the XDP link is replaced in the new mode, and the maps (so the counts) stay.
-    let args3 = [
-        "run",
-        "--iface",
-        ifn,
-        "--hooks",
-        "xdp",
-        "--xdp-mode",
-        "skb",
-        "--listen",
-        ADDR,
-        "--poll-interval-ms",
-        "100",
-        "--pin-dir",
-        pin,
-    ];
+    let args3 = pinned_args(ifn, pin, "xdp", "skb");
     let mut agent = Agent::start(ns, BIN, &args3).unwrap();
     agent
         .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
@@ -284,7 +271,7 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
             run("ip", &["netns", "exec", n, "sysctl", "-qw", &key]).unwrap();
         }
     }
-    let args = pinned_args(ifn, pin);
+    let args = pinned_args(ifn, pin, XDP_AND_TC, "native");
     let mut agent = Agent::start(ns, BIN, &args).unwrap();
     wait_ready(ns, &mut agent);
     let (status, stderr) = agent.stop().unwrap();
@@ -338,7 +325,12 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     };
     let pair = VethPair::new("rcrelink").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(ns, BIN, &pinned_args(ifn, pin_dir.to_str().unwrap())).unwrap();
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &pinned_args(ifn, pin_dir.to_str().unwrap(), XDP_AND_TC, "native"),
+    )
+    .unwrap();
     wait_ready(ns, &mut agent);
     let packets = |b: &str, hook: &str| {
         try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64

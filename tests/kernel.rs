@@ -19,6 +19,13 @@ use testrun::{record_as_kernel, test_run};
 const XDP_PASS: u32 = 2;
 const TC_ACT_PIPE: u32 = 3;
 
+/// Runs the XDP program once over `data`; it must pass the frame.
+fn run_xdp(ebpf: &aya::Ebpf, data: &[u8]) {
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    let r = test_run(prog.fd().unwrap(), data, 1).unwrap();
+    assert_eq!(r.retval, XDP_PASS, "XDP must pass every frame");
+}
+
 /// Flow stats without the clock fields, which only the kernel sets.
 fn comparable(s: &FlowStats) -> FlowStats {
     FlowStats {
@@ -286,11 +293,7 @@ fn full_flow_map_keeps_global_counters_exact() {
     let fx = fixtures::many_flows();
     let mut host = Tally::new(Hook::Xdp, usize::MAX);
     for (_, _, data) in fx.records() {
-        let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-        assert_eq!(
-            test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
-            XDP_PASS
-        );
+        run_xdp(&ebpf, &data);
         record_as_kernel(&mut host, &data, 0);
     }
     let k = loader::read_counters(&ebpf).unwrap();
@@ -357,11 +360,7 @@ fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
     let mut frames = 0;
     for fx in [fixtures::psn_health(), fixtures::tunnels()] {
         for (_, _, data) in fx.records() {
-            let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-            assert_eq!(
-                test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
-                XDP_PASS
-            );
+            run_xdp(&ebpf, &data);
             record_as_kernel(&mut host, &data, 0);
             frames += 1;
         }
@@ -504,11 +503,7 @@ fn configured_traffic_classes_decide_what_the_kernel_counts_as_lossy() {
     let mut host = Tally::with_switches(Hook::Xdp, usize::MAX, sw);
     let mut default_host = Tally::new(Hook::Xdp, usize::MAX);
     for (_, _, data) in rocemon_testkit::lossless::lossless().records() {
-        let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-        assert_eq!(
-            test_run(prog.fd().unwrap(), &data, 1).unwrap().retval,
-            XDP_PASS
-        );
+        run_xdp(&ebpf, &data);
         record_as_kernel(&mut host, &data, 0);
         record_as_kernel(&mut default_host, &data, 0);
     }

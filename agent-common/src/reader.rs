@@ -9,6 +9,14 @@
 /// make offsets variable).
 pub const MAX_READ_OFFSET: usize = 512;
 
+/// Whether `n` bytes at `off` lie inside `len` bytes of data and `off` is at most
+/// [`MAX_READ_OFFSET`]: the one bounds rule of every reader. In the kernel the offset bound
+/// comes first so the verifier sees a bounded offset before the sum.
+#[inline(always)]
+pub fn readable(off: usize, n: usize, len: usize) -> bool {
+    off <= MAX_READ_OFFSET && off + n <= len
+}
+
 /// Source of packet bytes for [`crate::parse`].
 pub trait PacketReader {
     /// Number of bytes that can be read (the captured length, not the wire length).
@@ -36,10 +44,10 @@ impl PacketReader for SliceReader<'_> {
 
     #[inline(always)]
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        if off > MAX_READ_OFFSET {
+        if !readable(off, N, self.0.len()) {
             return None;
         }
-        let bytes = self.0.get(off..off.checked_add(N)?)?;
+        let bytes = self.0.get(off..off + N)?;
         let mut out = [0u8; N];
         out.copy_from_slice(bytes);
         Some(out)

@@ -3,7 +3,7 @@
 //! was measured faster, but gives every read two paths, and together with the mirror/tunnel
 //! look-ahead the verifier then refuses the program as too complex (E2BIG).
 
-use agent_common::{reader::MAX_READ_OFFSET, record::PacketRecord, PacketReader};
+use agent_common::{reader::readable, record::PacketRecord, PacketReader};
 use aya_ebpf::programs::TcContext;
 
 pub struct TcReader<'a> {
@@ -29,7 +29,7 @@ impl PacketReader for TcReader<'_> {
 
     #[inline(always)]
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        if off > MAX_READ_OFFSET || off + N > self.len {
+        if !readable(off, N, self.len) {
             return None;
         }
         self.ctx.load::<[u8; N]>(off).ok()

@@ -6,7 +6,7 @@
 //! helper returns plain bytes, the paths merge, and reads also reach the fragments of a
 //! multi-buffer (jumbo) frame.
 
-use agent_common::{reader::MAX_READ_OFFSET, PacketReader};
+use agent_common::{reader::readable, PacketReader};
 use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
 use core::mem::MaybeUninit;
 
@@ -34,8 +34,7 @@ impl PacketReader for XdpReader<'_> {
 
     #[inline(always)]
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        // Clamp the variable offset to a constant so the verifier knows its range.
-        if off > MAX_READ_OFFSET || off + N > self.len {
+        if !readable(off, N, self.len) {
             return None;
         }
         let mut buf = MaybeUninit::<[u8; N]>::uninit();

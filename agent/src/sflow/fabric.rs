@@ -51,23 +51,21 @@ pub fn validate(groups: &[UplinkGroup]) -> Result<(), String> {
     Ok(())
 }
 
-/// The first and last flow keys (for a range over one port's flows).
-const KEY_MIN: FlowKey = FlowKey {
-    src: [0; 16],
-    dst: [0; 16],
-    sport: 0,
-    ip_version: 0,
-    hook: 0,
-    dest_qp: 0,
-};
-const KEY_MAX: FlowKey = FlowKey {
-    src: [0xFF; 16],
-    dst: [0xFF; 16],
-    sport: u16::MAX,
-    ip_version: u8::MAX,
-    hook: u8::MAX,
-    dest_qp: u32::MAX,
-};
+/// The first and last flow keys (for a range over one port's flows): every byte 0, every
+/// byte 0xFF.
+const KEY_MIN: FlowKey = key_of_bytes(0);
+const KEY_MAX: FlowKey = key_of_bytes(0xFF);
+
+const fn key_of_bytes(b: u8) -> FlowKey {
+    FlowKey {
+        src: [b; 16],
+        dst: [b; 16],
+        sport: u16::from_ne_bytes([b; 2]),
+        ip_version: b,
+        hook: b,
+        dest_qp: u32::from_ne_bytes([b; 4]),
+    }
+}
 
 /// One flow on one uplink.
 #[derive(Clone, Copy, Debug, Default)]

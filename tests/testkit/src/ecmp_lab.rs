@@ -17,6 +17,13 @@ pub struct EcmpLab {
     pub ups: Vec<String>,
 }
 
+/// Gives `dev` in namespace `ns` the address `cidr`, a 9000-byte MTU, and brings it up.
+fn jumbo_up(ns: &str, dev: &str, cidr: &str) -> Result<()> {
+    run("ip", &["-n", ns, "addr", "add", cidr, "dev", dev])?;
+    run("ip", &["-n", ns, "link", "set", dev, "mtu", "9000", "up"])?;
+    Ok(())
+}
+
 impl EcmpLab {
     /// Where the traffic goes (an address of the receiver).
     pub const DST: &'static str = "10.99.0.1";
@@ -53,22 +60,8 @@ impl EcmpLab {
             .collect::<Vec<_>>()
             .join(":");
         run("ip", &["-n", r, "link", "set", &lab.r_in, "address", &mac])?;
-        run(
-            "ip",
-            &["-n", s, "addr", "add", "10.88.0.1/24", "dev", &lab.s_if],
-        )?;
-        run(
-            "ip",
-            &["-n", r, "addr", "add", "10.88.0.2/24", "dev", &lab.r_in],
-        )?;
-        run(
-            "ip",
-            &["-n", s, "link", "set", &lab.s_if, "mtu", "9000", "up"],
-        )?;
-        run(
-            "ip",
-            &["-n", r, "link", "set", &lab.r_in, "mtu", "9000", "up"],
-        )?;
+        jumbo_up(s, &lab.s_if, "10.88.0.1/24")?;
+        jumbo_up(r, &lab.r_in, "10.88.0.2/24")?;
         let mut nexthops: Vec<String> = Vec::new();
         for (i, up) in lab.ups.iter().enumerate() {
             let dn = format!("d{i}{}", &up[2..]);
@@ -78,32 +71,8 @@ impl EcmpLab {
                     "link", "add", up, "netns", r, "type", "veth", "peer", "name", &dn, "netns", d,
                 ],
             )?;
-            run(
-                "ip",
-                &[
-                    "-n",
-                    r,
-                    "addr",
-                    "add",
-                    &format!("10.89.{i}.1/24"),
-                    "dev",
-                    up,
-                ],
-            )?;
-            run(
-                "ip",
-                &[
-                    "-n",
-                    d,
-                    "addr",
-                    "add",
-                    &format!("10.89.{i}.2/24"),
-                    "dev",
-                    &dn,
-                ],
-            )?;
-            run("ip", &["-n", r, "link", "set", up, "mtu", "9000", "up"])?;
-            run("ip", &["-n", d, "link", "set", &dn, "mtu", "9000", "up"])?;
+            jumbo_up(r, up, &format!("10.89.{i}.1/24"))?;
+            jumbo_up(d, &dn, &format!("10.89.{i}.2/24"))?;
             let out = run(
                 "ip",
                 &[
