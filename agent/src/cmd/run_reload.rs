@@ -7,40 +7,32 @@ use crate::pipeline::flows::FlowTable;
 /// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
 /// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
 pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
-    let mut kept = Vec::new();
-    if new.ifaces != config.ifaces {
-        kept.push("interfaces");
-    }
-    if new.sflow != config.sflow {
-        kept.push("sflow");
-    }
-    if new.hooks != config.hooks {
-        kept.push("hooks");
-    }
-    if new.xdp_mode != config.xdp_mode {
-        kept.push("xdp_mode");
-    }
-    if new.afxdp != config.afxdp {
-        kept.push("capture/afxdp_mode");
-    }
-    if new.flow_map_entries != config.flow_map_entries {
-        kept.push("flow_map_entries");
-    }
-    if new.pin != config.pin || new.pin_dir != config.pin_dir {
-        kept.push("pin/pin_dir");
-    }
-    if new.listen != config.listen {
-        kept.push("listen");
-    }
-    if new.web != config.web {
-        kept.push("web");
-    }
-    if new.program_stats != config.program_stats {
-        kept.push("program_stats");
-    }
-    if new.switches != config.switches {
-        kept.push("psn_tracking/session_counters/rhythm");
-    }
+    let restart_only = [
+        (new.ifaces != config.ifaces, "interfaces"),
+        (new.sflow != config.sflow, "sflow"),
+        (new.hooks != config.hooks, "hooks"),
+        (new.xdp_mode != config.xdp_mode, "xdp_mode"),
+        (new.afxdp != config.afxdp, "capture/afxdp_mode"),
+        (
+            new.flow_map_entries != config.flow_map_entries,
+            "flow_map_entries",
+        ),
+        (
+            new.pin != config.pin || new.pin_dir != config.pin_dir,
+            "pin/pin_dir",
+        ),
+        (new.listen != config.listen, "listen"),
+        (new.web != config.web, "web"),
+        (new.program_stats != config.program_stats, "program_stats"),
+        (
+            new.switches != config.switches,
+            "psn_tracking/session_counters/rhythm",
+        ),
+    ];
+    let kept: Vec<&str> = restart_only
+        .iter()
+        .filter_map(|&(changed, name)| changed.then_some(name))
+        .collect();
     if !kept.is_empty() {
         log::warn!(
             "reload: {} changed but need a restart to apply (systemctl restart rocemon); the rest is applied",

@@ -36,9 +36,6 @@ impl Metrics {
         let (dir, hn) = (hook.direction(), hook.name());
         let l = [iface, dir, hn];
         let speed = self.link_speed_bps.get(iface).copied();
-        self.pfc_frames
-            .with_label_values(&l)
-            .inc_by(d(cur.pfc_frames, prev.pfc_frames));
         for (p, name) in PRIORITY.iter().enumerate() {
             for (kind, now, before) in [
                 ("xoff", cur.pfc_xoff[p], prev.pfc_xoff[p]),
@@ -79,9 +76,6 @@ impl Metrics {
                 .with_label_values(&l)
                 .inc_by(quanta_seconds(q, bps));
         }
-        self.mac_control_other
-            .with_label_values(&l)
-            .inc_by(d(cur.mac_control_other, prev.mac_control_other));
         for dscp in 0..64usize {
             let ds = dscp.to_string();
             let counts = [
@@ -129,15 +123,6 @@ impl Metrics {
                 counts,
             );
         }
-        self.lossy_packets
-            .with_label_values(&l)
-            .inc_by(d(cur.lossy_roce_packets, prev.lossy_roce_packets));
-        self.lossy_bytes
-            .with_label_values(&l)
-            .inc_by(d(cur.lossy_roce_bytes, prev.lossy_roce_bytes));
-        self.cnp_out_of_class
-            .with_label_values(&l)
-            .inc_by(d(cur.cnp_out_of_class, prev.cnp_out_of_class));
     }
 
     /// The NIC's own pause counters of one interface (totals; a device with neither source

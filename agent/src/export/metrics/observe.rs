@@ -7,6 +7,7 @@ use crate::detect::ecmp::{EcmpReport, GroupView};
 use crate::pipeline::flows::FlowTable;
 use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, Hook, HookCounters, Outcome, OutcomeKind};
+use prometheus::IntCounterVec;
 
 impl Metrics {
     pub fn set_build_info(&self) {
@@ -79,12 +80,36 @@ impl Metrics {
         self.flow_evictions.with_label_values(&[iface]);
     }
 
+    /// The series that follow one field of a hook's counter block, labelled by interface,
+    /// direction and hook.
+    fn per_hook_counters(&self) -> [(&IntCounterVec, fn(&HookCounters) -> u64); 15] {
+        [
+            (&self.cnp, |c| c.cnp_packets),
+            (&self.becn, |c| c.becn_packets),
+            (&self.fecn, |c| c.fecn_packets),
+            (&self.frames, |c| c.frames),
+            (&self.psn_gaps, |c| c.psn_gaps),
+            (&self.session_overflow, |c| c.session_overflow),
+            (&self.slow_path_frames, |c| c.slow_path_frames),
+            (&self.slow_path_unreachable, |c| c.slow_path_unreachable),
+            (&self.retransmits, |c| c.retransmits),
+            (&self.rnr_naks, |c| c.rnr_naks),
+            (&self.pfc_frames, |c| c.pfc_frames),
+            (&self.mac_control_other, |c| c.mac_control_other),
+            (&self.lossy_packets, |c| c.lossy_roce_packets),
+            (&self.lossy_bytes, |c| c.lossy_roce_bytes),
+            (&self.cnp_out_of_class, |c| c.cnp_out_of_class),
+        ]
+    }
+
     /// Advances the counters of one hook to the kernel's totals `cur`.
     pub fn observe_counters(&mut self, iface: &str, hook: Hook, cur: &HookCounters) {
-        let prev = self
+        let slot = self
             .prev
             .entry((iface.to_string(), hook))
             .or_insert(HookCounters::ZERO);
+        let before = std::mem::replace(slot, *cur);
+        let prev = &before;
         // A total below the previous one means the map was re-created: start over from it.
         let d = super::delta;
         let (dir, hn) = (hook.direction(), hook.name());
@@ -106,18 +131,11 @@ impl Metrics {
                 .inc_by(d(cur.ecn_packets[i], prev.ecn_packets[i]));
         }
         let l = [iface, dir, hn];
-        self.cnp
-            .with_label_values(&l)
-            .inc_by(d(cur.cnp_packets, prev.cnp_packets));
-        self.becn
-            .with_label_values(&l)
-            .inc_by(d(cur.becn_packets, prev.becn_packets));
-        self.fecn
-            .with_label_values(&l)
-            .inc_by(d(cur.fecn_packets, prev.fecn_packets));
-        self.frames
-            .with_label_values(&l)
-            .inc_by(d(cur.frames, prev.frames));
+        for (series, field) in self.per_hook_counters() {
+            series
+                .with_label_values(&l)
+                .inc_by(d(field(cur), field(prev)));
+        }
         for o in Outcome::ALL {
             let n = d(cur.outcomes[o as usize], prev.outcomes[o as usize]);
             let kind = match o.kind() {
@@ -134,18 +152,6 @@ impl Metrics {
         self.map_update_errors
             .with_label_values(&[iface, agent_common::MAP_FLOWS])
             .inc_by(d(cur.flow_update_errors, prev.flow_update_errors));
-        self.psn_gaps
-            .with_label_values(&l)
-            .inc_by(d(cur.psn_gaps, prev.psn_gaps));
-        self.session_overflow
-            .with_label_values(&l)
-            .inc_by(d(cur.session_overflow, prev.session_overflow));
-        self.slow_path_frames
-            .with_label_values(&l)
-            .inc_by(d(cur.slow_path_frames, prev.slow_path_frames));
-        self.slow_path_unreachable
-            .with_label_values(&l)
-            .inc_by(d(cur.slow_path_unreachable, prev.slow_path_unreachable));
         // The kernel does not log on the packet path: say here when a failure counter first
         // moves (once per interface and hook while the agent runs).
         if cur.flow_update_errors > 0 && prev.flow_update_errors == 0 {
@@ -175,21 +181,13 @@ impl Metrics {
                     .inc_by(n);
             }
         }
-        self.retransmits
-            .with_label_values(&l)
-            .inc_by(d(cur.retransmits, prev.retransmits));
-        self.rnr_naks
-            .with_label_values(&l)
-            .inc_by(d(cur.rnr_naks, prev.rnr_naks));
         for (i, code) in NAK_NAMES.iter().enumerate() {
             self.naks
                 .with_label_values(&[iface, dir, hn, code])
                 .inc_by(d(cur.naks[i], prev.naks[i]));
         }
-        let before = *prev;
-        *prev = *cur;
-        self.observe_lossless(iface, hook, cur, &before);
-        self.observe_messages(iface, hook, cur, &before);
+        self.observe_lossless(iface, hook, cur, prev);
+        self.observe_messages(iface, hook, cur, prev);
     }
 
     pub fn map_read_error(&self, iface: &str, map: &str, n: u64) {
