@@ -2,6 +2,7 @@
 
 use rocemon_testkit::netns::{metric_labels, metric_sum, Agent, LoopNs};
 use rocemon_testkit::{is_root, require_root, TempDir};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -130,30 +131,14 @@ fn xdp_native_unsupported_and_auto_fallback() {
     }
     let ns = Ns::new();
     // Loopback has no native XDP support.
-    let out = ns.rocemon(&[
-        "run",
-        "--iface",
-        "lo",
-        "--hooks",
-        "xdp",
-        "--xdp-mode",
-        "native",
-    ]);
+    let out = ns.rocemon(&on_lo("xdp", &["--xdp-mode", "native"]));
     assert_usage_error(&out, "XDP native mode is not supported on 'lo'");
     assert_usage_error(&out, "--xdp-mode auto or skb");
     // auto falls back to skb mode with a warning, and serves.
     let mut agent = Agent::start(
         ns.name(),
         BIN,
-        &[
-            "run",
-            "--iface",
-            "lo",
-            "--hooks",
-            "xdp",
-            "--listen",
-            "127.0.0.1:9443",
-        ],
+        &on_lo("xdp", &["--listen", "127.0.0.1:9443"]),
     )
     .unwrap();
     let body = agent
@@ -166,22 +151,33 @@ fn xdp_native_unsupported_and_auto_fallback() {
         vec![("skb".to_string(), 1.0)]
     );
     // listen address in use: a second agent on the same address fails before attaching.
-    let out = ns.rocemon(&[
-        "run",
-        "--iface",
-        "lo",
-        "--hooks",
-        "tc-ingress",
-        "--listen",
-        "127.0.0.1:9443",
-    ]);
+    let out = ns.rocemon(&on_lo("tc-ingress", &["--listen", "127.0.0.1:9443"]));
     assert_usage_error(&out, "cannot listen on 127.0.0.1:9443");
     let (status, stderr) = agent.stop().unwrap();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("falling back to skb mode"), "{stderr}");
 }
 
+/// `rocemon run` on loopback with `hooks`, then `extra`.
+fn on_lo<'a>(hooks: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--iface", "lo", "--hooks", hooks];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// `rocemon rdma --format json ARGS`, which must succeed: its report.
+/// The flags that point `rocemon rdma` at recorded `rdma -j res` output and a config file.
+fn recorded_args<'a>(qp: &'a Path, cm: &'a Path, cfg: &'a Path) -> [&'a str; 6] {
+    [
+        "--qp-json",
+        qp.to_str().unwrap(),
+        "--cm-id-json",
+        cm.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]
+}
+
 fn rdma_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["rdma", "--format", "json"];
     all.extend_from_slice(args);
@@ -226,16 +222,9 @@ fn rdma_counters_and_connections_from_recorded_output() {
     .unwrap();
     let cfg = dir.path().join("rocemon.toml");
     std::fs::write(&cfg, "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n").unwrap();
-    let j = rdma_json(&[
-        "--sysfs-root",
-        root.to_str().unwrap(),
-        "--qp-json",
-        qp.to_str().unwrap(),
-        "--cm-id-json",
-        cm.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let mut args = vec!["--sysfs-root", root.to_str().unwrap()];
+    args.extend(recorded_args(&qp, &cm, &cfg));
+    let j = rdma_json(&args);
     let counters = j["port_counters"].as_array().unwrap();
     assert_eq!(counters.len(), 2);
     assert!(counters
@@ -301,14 +290,7 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     )
     .unwrap();
     // The paths the offline command predicts for the same connections.
-    let j = rdma_json(&[
-        "--qp-json",
-        qp.to_str().unwrap(),
-        "--cm-id-json",
-        cm.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let j = rdma_json(&recorded_args(&qp, &cm, &cfg));
     let mut per_path = [0u64; 2];
     for c in j["connections"].as_array().unwrap() {
         per_path[c["predicted_path"].as_u64().unwrap() as usize] += 1;
@@ -316,21 +298,19 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     let mut agent = Agent::start(
         ns.name(),
         BIN,
-        &[
-            "run",
-            "--iface",
-            "lo",
-            "--hooks",
+        &on_lo(
             "tc-ingress",
-            "--listen",
-            "127.0.0.1:9444",
-            "--poll-interval-ms",
-            "100",
-            "--sysfs-root",
-            root.to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
+            &[
+                "--listen",
+                "127.0.0.1:9444",
+                "--poll-interval-ms",
+                "100",
+                "--sysfs-root",
+                root.to_str().unwrap(),
+                "--config",
+                cfg.to_str().unwrap(),
+            ],
+        ),
     )
     .unwrap();
     let body = agent
