@@ -48,6 +48,8 @@ file_errors! {
     top_k_too_large: "top_k = 10001" => "top_k 10001 is out of range";
     poll_interval_too_short: "poll_interval_ms = 5" => "poll_interval_ms 5 is out of range; use 10 to 60000";
     flow_map_too_small: "flow_map_entries = 8" => "flow_map_entries 8 is out of range";
+    ipv4_flow_map_too_small: "flow_map_entries_ipv4 = 8" => "flow_map_entries_ipv4 8 is out of range; use 16 to 4194304";
+    ipv6_flow_map_too_large: "flow_map_entries_ipv6 = 4194305" => "flow_map_entries_ipv6 4194305 is out of range; use 16 to 4194304";
     rate_window_zero: "rate_window_seconds = 0.0" => "rate_window_seconds 0 is out of range; use 0.01 to 3600";
     elephant_threshold_zero: "[elephant]\nthreshold_bytes_per_second = 0.0" => "elephant.threshold_bytes_per_second must be above 0";
     elephant_link_share_above_one: "[elephant]\nthreshold_link_share = 2.0" => "elephant.threshold_link_share 2 must be in (0, 1]";
@@ -158,6 +160,25 @@ fn flow_maps_larger_than_the_host_are_refused() {
             names.join(", ")
         ),
         "lower flow_map_entries",
+    );
+}
+
+/// `check-config` names each family's map when their sizes differ.
+#[test]
+fn check_config_names_each_flow_map_when_they_differ() {
+    let dir = TempDir::new("rocemon-cfgmem6").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &path,
+        "interfaces = [\"lo\"]\nflow_map_entries = 65536\nflow_map_entries_ipv6 = 16\n",
+    )
+    .unwrap();
+    let out = rocemon(&["check-config", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("flow_map_entries: IPv4 65536, IPv6 16 (about "),
+        "{text}"
     );
 }
 

@@ -8,6 +8,7 @@ mod support;
 #[path = "support/testrun.rs"]
 mod testrun;
 
+use rocemon::config::FlowMapSizes;
 use rocemon::kernel::loader;
 use rocemon::sources::tally::{self, Tally};
 use rocemon_testkit::fixtures::{self, Link};
@@ -313,6 +314,42 @@ fn full_flow_map_keeps_global_counters_exact() {
     for (key, got) in &flows {
         let want = host.flows.get(key).expect("a held flow the host never saw");
         assert_eq!(comparable(got), comparable(want), "{key:?}");
+    }
+}
+
+/// Each family's flow map takes its own size: the maps are created so, and a 16-entry IPv6 map
+/// does not bound the IPv4 flows.
+#[test]
+fn each_flow_map_takes_its_own_size() {
+    if !ready(false) {
+        return;
+    }
+    let sizes = FlowMapSizes {
+        ipv4: 4096,
+        ipv6: 16,
+    };
+    let mut ebpf = loader::load_object_sized(sizes, loader::Switches::default()).unwrap();
+    for (name, want) in [
+        (agent_common::MAP_FLOWS4, 4096),
+        (agent_common::MAP_FLOWS, 16),
+    ] {
+        let Some(aya::maps::Map::PerCpuLruHashMap(m)) = ebpf.map(name) else {
+            panic!("{name}: no per-CPU LRU hash map")
+        };
+        assert_eq!(m.info().unwrap().max_entries(), want, "{name}");
+    }
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    for (_, _, data) in fixtures::many_flows().records() {
+        run_xdp(&ebpf, &data);
+        record_as_kernel(&mut host, &data, 0);
+    }
+    let (flows, errors) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!(errors, 0);
+    assert!(host.flows.len() > 16, "{} flows", host.flows.len());
+    assert_eq!(flows.len(), host.flows.len(), "every IPv4 flow held");
+    for (key, got) in &flows {
+        assert_eq!(comparable(got), comparable(&host.flows[key]), "{key:?}");
     }
 }
 

@@ -136,6 +136,13 @@ pub struct RunArgs {
     /// Entries of each kernel flow map, IPv4 and IPv6 (per interface).
     #[arg(long, value_name = "N")]
     pub flow_map_entries: Option<u32>,
+    /// Entries of the IPv4 flow map alone (default: --flow-map-entries).
+    #[arg(long, value_name = "N")]
+    pub flow_map_entries_ipv4: Option<u32>,
+    /// Entries of the IPv6 flow map alone (default: --flow-map-entries; 16 on a fabric
+    /// without IPv6 saves its memory).
+    #[arg(long, value_name = "N")]
+    pub flow_map_entries_ipv6: Option<u32>,
     /// Print a one-line summary to stderr every N seconds (0: never).
     #[arg(long, value_name = "SECONDS")]
     pub summary_every: Option<u64>,

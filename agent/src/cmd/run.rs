@@ -228,7 +228,7 @@ fn attach_one(iface: &str, config: &Config) -> Result<Attachment> {
         loader::AttachOptions {
             hooks: &config.hooks,
             xdp_mode: config.xdp_mode,
-            flow_entries: config.flow_map_entries,
+            flow_maps: config.flow_maps,
             afxdp: config.afxdp,
             pin_root: &config.pin_dir,
             pin: config.pin,

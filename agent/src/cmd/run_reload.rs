@@ -13,10 +13,7 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
         (new.hooks != config.hooks, "hooks"),
         (new.xdp_mode != config.xdp_mode, "xdp_mode"),
         (new.afxdp != config.afxdp, "capture/afxdp_mode"),
-        (
-            new.flow_map_entries != config.flow_map_entries,
-            "flow_map_entries",
-        ),
+        (new.flow_maps != config.flow_maps, "flow_map_entries"),
         (
             new.pin != config.pin || new.pin_dir != config.pin_dir,
             "pin/pin_dir",

@@ -7,18 +7,55 @@ pub fn possible_cpus() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// About what one interface's flow maps cost in kernel memory: two maps (IPv4 flows under a
-/// 16-byte key, IPv6 under a 40-byte one) of `entries` each, preallocated (LRU); per entry a
-/// value per CPU (the maps are per CPU), the key, and the hash element's own overhead.
-pub fn flow_map_bytes(entries: u32, cpus: usize) -> u64 {
-    let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
-    [
-        std::mem::size_of::<agent_common::FlowKey4>(),
-        std::mem::size_of::<agent_common::FlowKey>(),
-    ]
-    .iter()
-    .map(|k| u64::from(entries) * (cpus as u64 * value + k.next_multiple_of(8) as u64 + 64))
-    .sum()
+/// Entries of one interface's two kernel flow maps: IPv4 flows under a 16-byte key, IPv6
+/// flows under a 40-byte one. Each is sized on its own, so a fabric of one family does not pay
+/// for the other's map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowMapSizes {
+    pub ipv4: u32,
+    pub ipv6: u32,
+}
+
+impl FlowMapSizes {
+    /// Both maps of `entries`.
+    pub const fn both(entries: u32) -> FlowMapSizes {
+        FlowMapSizes {
+            ipv4: entries,
+            ipv6: entries,
+        }
+    }
+
+    /// The flows both maps hold together (the bound of a userspace table that stands in
+    /// for them: AF_XDP's).
+    pub fn total(&self) -> usize {
+        self.ipv4 as usize + self.ipv6 as usize
+    }
+
+    /// About what the two maps cost in kernel memory: preallocated (LRU); per entry a value
+    /// per CPU (the maps are per CPU), the key, and the hash element's own overhead.
+    pub fn bytes(&self, cpus: usize) -> u64 {
+        let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
+        [
+            (self.ipv4, std::mem::size_of::<agent_common::FlowKey4>()),
+            (self.ipv6, std::mem::size_of::<agent_common::FlowKey>()),
+        ]
+        .iter()
+        .map(|&(entries, key)| {
+            u64::from(entries) * (cpus as u64 * value + key.next_multiple_of(8) as u64 + 64)
+        })
+        .sum()
+    }
+}
+
+impl std::fmt::Display for FlowMapSizes {
+    /// `16384`, or `IPv4 16384, IPv6 16` when the two differ.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ipv4 == self.ipv6 {
+            write!(f, "{}", self.ipv4)
+        } else {
+            write!(f, "IPv4 {}, IPv6 {}", self.ipv4, self.ipv6)
+        }
+    }
 }
 
 /// The host's memory (MemTotal).

@@ -23,7 +23,7 @@ mod memory;
 mod summary;
 
 use memory::host_memory_bytes;
-pub use memory::{flow_map_bytes, possible_cpus};
+pub use memory::{possible_cpus, FlowMapSizes};
 
 /// The configuration file, as written (all keys optional).
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +36,10 @@ pub struct FileConfig {
     pub top_k: Option<usize>,
     pub poll_interval_ms: Option<u64>,
     pub flow_map_entries: Option<u32>,
+    /// The IPv4 flow map alone (default: `flow_map_entries`).
+    pub flow_map_entries_ipv4: Option<u32>,
+    /// The IPv6 flow map alone (default: `flow_map_entries`).
+    pub flow_map_entries_ipv6: Option<u32>,
     pub summary_every: Option<u64>,
     /// Time constant of the smoothed flow rates.
     pub rate_window_seconds: Option<f64>,
@@ -105,7 +109,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub top_k: usize,
     pub poll_interval: Duration,
-    pub flow_map_entries: u32,
+    pub flow_maps: FlowMapSizes,
     pub summary_every: Option<Duration>,
     pub rate_window_s: f64,
     pub elephant: ElephantConfig,
@@ -272,20 +276,19 @@ impl Config {
                 "poll_interval_ms {poll_ms} is out of range; use 10 to 60000"
             )));
         }
-        let flow_map_entries = args
-            .flow_map_entries
-            .or(file.flow_map_entries)
-            .unwrap_or(agent_common::FLOW_MAP_ENTRIES);
-        if !(16..=4_194_304).contains(&flow_map_entries) {
-            return Err(bad(format!(
-                "flow_map_entries {flow_map_entries} is out of range; use 16 to 4194304"
-            )));
-        }
-        let need = flow_map_bytes(flow_map_entries, possible_cpus()) * ifaces.len() as u64;
+        let flow_maps = flow_map_sizes(
+            args,
+            [
+                file.flow_map_entries,
+                file.flow_map_entries_ipv4,
+                file.flow_map_entries_ipv6,
+            ],
+        )?;
+        let need = flow_maps.bytes(possible_cpus()) * ifaces.len() as u64;
         if let Some(total) = host_memory_bytes() {
             if need > total / 2 {
                 return Err(bad(format!(
-                    "flow_map_entries {flow_map_entries} needs about {} MiB of kernel memory on this host ({} interface(s) x 2 maps (IPv4, IPv6) x {} CPUs x {} bytes per flow), more than half of its {} MiB; lower flow_map_entries",
+                    "flow maps of {flow_maps} entries need about {} MiB of kernel memory on this host ({} interface(s) x 2 maps (IPv4, IPv6) x {} CPUs x {} bytes per flow), more than half of its {} MiB; lower flow_map_entries (or flow_map_entries_ipv4/_ipv6 for the family the fabric does not use)",
                     need >> 20,
                     ifaces.len(),
                     possible_cpus(),
@@ -332,7 +335,7 @@ impl Config {
             listen,
             top_k,
             poll_interval: Duration::from_millis(poll_ms),
-            flow_map_entries,
+            flow_maps,
             summary_every: (summary > 0).then(|| Duration::from_secs(summary)),
             rate_window_s,
             elephant,
@@ -367,6 +370,29 @@ impl Config {
 
 /// The AF_XDP settings of a file, validated: `None` unless the capture is AF_XDP (then a
 /// tuning key is a mistake, named).
+/// The two flow maps' entries: `flow_map_entries` for both, each family's own key over it,
+/// flags over the file (`file`: the three keys as written); each in range.
+fn flow_map_sizes(args: &RunArgs, file: [Option<u32>; 3]) -> Result<FlowMapSizes, UsageError> {
+    let in_range = |key: &str, n: u32| {
+        if (16..=4_194_304).contains(&n) {
+            Ok(n)
+        } else {
+            Err(bad(format!("{key} {n} is out of range; use 16 to 4194304")))
+        }
+    };
+    let both = args
+        .flow_map_entries
+        .or(file[0])
+        .unwrap_or(agent_common::FLOW_MAP_ENTRIES);
+    let both = in_range("flow_map_entries", both)?;
+    let ipv4 = args.flow_map_entries_ipv4.or(file[1]).unwrap_or(both);
+    let ipv6 = args.flow_map_entries_ipv6.or(file[2]).unwrap_or(both);
+    Ok(FlowMapSizes {
+        ipv4: in_range("flow_map_entries_ipv4", ipv4)?,
+        ipv6: in_range("flow_map_entries_ipv6", ipv6)?,
+    })
+}
+
 fn afxdp_options(
     capture: CaptureArg,
     mode: Option<BindMode>,

@@ -1,6 +1,6 @@
 //! The effective settings in words: `rocemon check-config` and the startup log print them.
 
-use super::memory::{flow_map_bytes, possible_cpus};
+use super::memory::possible_cpus;
 use super::Config;
 
 impl Config {
@@ -33,8 +33,8 @@ impl Config {
             format!("poll_interval_ms: {}", self.poll_interval.as_millis()),
             format!(
                 "flow_map_entries: {} (about {} MiB of kernel memory per interface on this host's {} CPUs)",
-                self.flow_map_entries,
-                flow_map_bytes(self.flow_map_entries, possible_cpus()).div_ceil(1 << 20),
+                self.flow_maps,
+                self.flow_maps.bytes(possible_cpus()).div_ceil(1 << 20),
                 possible_cpus()
             ),
             format!("rate_window_seconds: {}", self.rate_window_s),

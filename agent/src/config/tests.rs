@@ -34,6 +34,68 @@ fn flags_override_file() {
 }
 
 #[test]
+fn both_flow_maps_take_flow_map_entries_by_default() {
+    let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
+    assert_eq!(
+        c.flow_maps,
+        FlowMapSizes::both(agent_common::FLOW_MAP_ENTRIES)
+    );
+    let file: FileConfig = toml::from_str("flow_map_entries = 4096").unwrap();
+    let c = Config::merge(file, &args(&["a"])).unwrap();
+    assert_eq!(c.flow_maps, FlowMapSizes::both(4096));
+}
+
+#[test]
+fn each_flow_map_is_sized_on_its_own() {
+    let file: FileConfig = toml::from_str(
+        "flow_map_entries = 4096
+flow_map_entries_ipv6 = 16",
+    )
+    .unwrap();
+    let c = Config::merge(file, &args(&["a"])).unwrap();
+    assert_eq!(
+        c.flow_maps,
+        FlowMapSizes {
+            ipv4: 4096,
+            ipv6: 16
+        }
+    );
+    // A flag over the file, for one family.
+    let file: FileConfig = toml::from_str("flow_map_entries_ipv4 = 1024").unwrap();
+    let mut a = args(&["a"]);
+    a.flow_map_entries_ipv4 = Some(2048);
+    a.flow_map_entries = Some(512);
+    let c = Config::merge(file, &a).unwrap();
+    assert_eq!(
+        c.flow_maps,
+        FlowMapSizes {
+            ipv4: 2048,
+            ipv6: 512
+        }
+    );
+}
+
+#[test]
+fn a_small_ipv6_map_costs_less_memory() {
+    let both = FlowMapSizes::both(65_536).bytes(4);
+    let v4_only = FlowMapSizes {
+        ipv4: 65_536,
+        ipv6: 16,
+    }
+    .bytes(4);
+    assert!(v4_only * 19 < both * 10, "{v4_only} vs {both}");
+    assert_eq!(FlowMapSizes::both(16).to_string(), "16");
+    assert_eq!(
+        FlowMapSizes {
+            ipv4: 65_536,
+            ipv6: 16
+        }
+        .to_string(),
+        "IPv4 65536, IPv6 16"
+    );
+}
+
+#[test]
 fn kernel_switches_default_on_and_follow_file_then_flags() {
     let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
     assert_eq!(c.switches, crate::kernel::loader::Switches::default());

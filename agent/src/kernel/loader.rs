@@ -2,7 +2,7 @@
 //! flow map), the requested hooks attached, XDP native mode with fallback to skb mode.
 //! Dropping an [`Attachment`] closes the links, which detaches every program.
 
-use crate::config::XdpMode;
+use crate::config::{FlowMapSizes, XdpMode};
 use crate::error::UsageError;
 use crate::kernel::pins::IfacePins;
 use crate::sources::afxdp::{AfxdpOptions, Capture, QueueStats};
@@ -49,7 +49,7 @@ pub struct Attachment {
 pub struct AttachOptions<'a> {
     pub hooks: &'a [Hook],
     pub xdp_mode: XdpMode,
-    pub flow_entries: u32,
+    pub flow_maps: FlowMapSizes,
     pub afxdp: Option<AfxdpOptions>,
     /// The bpffs directory for pins.
     pub pin_root: &'a Path,
@@ -116,7 +116,7 @@ pub fn raise_memlock() {
     }
 }
 
-/// Loads the object with the flow map sized to `flow_entries`, without attaching anything.
+/// Loads the object with both flow maps sized to `flow_entries`, without attaching anything.
 pub fn load_object(flow_entries: u32) -> Result<Ebpf> {
     load_object_with(flow_entries, Switches::default())
 }
@@ -143,28 +143,35 @@ pub use crate::sources::tally::Switches;
 /// Loads the object with the given switches (not pinned; the ring, when on, fed by every
 /// hook: tests run one hook at a time).
 pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
-    load_object_bytes(EBPF_OBJECT, flow_entries, switches)
+    load_object_sized(FlowMapSizes::both(flow_entries), switches)
 }
 
 /// [`load_object_with`] for another build of the object (`cargo xtask bench --ab=FILE`
 /// compares a saved build with this one).
 pub fn load_object_bytes(object: &[u8], flow_entries: u32, switches: Switches) -> Result<Ebpf> {
     let ring = if switches.rhythm { 0x0F } else { 0 };
-    load_object_pinned(object, flow_entries, None, switches, ring)
+    let sizes = FlowMapSizes::both(flow_entries);
+    load_object_pinned(object, sizes, None, switches, ring)
+}
+
+/// [`load_object_with`] with each family's flow map sized on its own.
+pub fn load_object_sized(flow_maps: FlowMapSizes, switches: Switches) -> Result<Ebpf> {
+    let ring = if switches.rhythm { 0x0F } else { 0 };
+    load_object_pinned(EBPF_OBJECT, flow_maps, None, switches, ring)
 }
 
 /// Loads the object; with `pins`, the counting maps are opened from (or created at) their
 /// pinned paths, so programs of several runs share them.
 fn load_object_pinned(
     object: &[u8],
-    flow_entries: u32,
+    flow_maps: FlowMapSizes,
     pins: Option<&IfacePins>,
     switches: Switches,
     ring_hooks: u8,
 ) -> Result<Ebpf> {
     let mut l = EbpfLoader::new();
-    l.map_max_entries(MAP_FLOWS, flow_entries);
-    l.map_max_entries(MAP_FLOWS4, flow_entries);
+    l.map_max_entries(MAP_FLOWS4, flow_maps.ipv4);
+    l.map_max_entries(MAP_FLOWS, flow_maps.ipv6);
     let (psn, sessions) = (
         u8::from(switches.psn_tracking),
         u8::from(switches.session_counters),
@@ -241,7 +248,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let idx = ifindex(iface)?;
     let pins = if o.pin && o.afxdp.is_none() {
         crate::kernel::pins::ensure_bpffs(o.pin_root)?;
-        Some(IfacePins::new(o.pin_root, iface, o.flow_entries)?)
+        Some(IfacePins::new(o.pin_root, iface, o.flow_maps)?)
     } else {
         if o.pin_root.join(iface).exists() {
             bail_pinned(o.pin_root, iface)?;
@@ -251,7 +258,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
     let mut ebpf = load_object_pinned(
         EBPF_OBJECT,
-        o.flow_entries,
+        o.flow_maps,
         pins.as_ref(),
         o.switches,
         ring_hooks(o.hooks, o.switches.rhythm),
@@ -267,7 +274,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
             iface,
             idx,
             o.afxdp.unwrap_or_default(),
-            o.flow_entries as usize,
+            o.flow_maps.total(),
             o.switches,
             |q, fd| xsks.set(q, fd, 0).map_err(Into::into),
         )?);

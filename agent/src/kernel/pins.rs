@@ -22,6 +22,7 @@ use agent_common::{
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
+use crate::config::FlowMapSizes;
 pub use crate::config::DEFAULT_PIN_DIR;
 /// The maps that carry counts across restarts (the rest is per process: scratch, logs), and
 /// the program arrays of the slow programs: the kernel empties a program array when its last
@@ -38,7 +39,7 @@ pub const PINNED_MAPS: [&str; 6] = [
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
 /// A name for the shapes of everything pinned: sizes of the shared types and map sizes.
-pub fn layout_tag(flow_entries: u32) -> String {
+pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
     let parts = [
         std::mem::size_of::<HookCounters>() as u64,
         Hook::COUNT as u64,
@@ -48,7 +49,8 @@ pub fn layout_tag(flow_entries: u32) -> String {
         std::mem::size_of::<SessionKey>() as u64,
         std::mem::size_of::<SessionStats>() as u64,
         u64::from(SESSION_MAP_ENTRIES),
-        u64::from(flow_entries),
+        u64::from(flow_maps.ipv4),
+        u64::from(flow_maps.ipv6),
     ];
     // FNV-1a over the little-endian bytes: stable across builds and platforms.
     let mut h: u64 = 0xcbf29ce484222325;
@@ -303,10 +305,10 @@ pub struct IfacePins {
 impl IfacePins {
     /// Creates (or finds) the interface's pin directory under a root that [`ensure_bpffs`]
     /// accepted; refuses an interface directory that is a symbolic link.
-    pub fn new(root: &Path, iface: &str, flow_entries: u32) -> Result<IfacePins> {
+    pub fn new(root: &Path, iface: &str, flow_maps: FlowMapSizes) -> Result<IfacePins> {
         let p = IfacePins {
             dir: root.join(iface),
-            layout: layout_tag(flow_entries),
+            layout: layout_tag(flow_maps),
         };
         for d in [&p.dir, &p.map_dir()] {
             if is_symlink(d) {
@@ -483,9 +485,12 @@ mod tests {
 
     #[test]
     fn the_layout_tag_follows_the_flow_map_size() {
-        assert_eq!(layout_tag(1024), layout_tag(1024));
-        assert_ne!(layout_tag(1024), layout_tag(2048));
-        assert!(layout_tag(1).starts_with("maps-"));
+        let tag = |v4, v6| layout_tag(FlowMapSizes { ipv4: v4, ipv6: v6 });
+        assert_eq!(tag(1024, 1024), tag(1024, 1024));
+        assert_ne!(tag(1024, 1024), tag(2048, 2048));
+        assert_ne!(tag(1024, 16), tag(1024, 1024), "the IPv6 map's size");
+        assert_ne!(tag(16, 1024), tag(1024, 1024), "the IPv4 map's size");
+        assert!(tag(1, 1).starts_with("maps-"));
     }
 
     #[test]
@@ -500,7 +505,7 @@ mod tests {
 
     #[test]
     fn layout_names_are_maps_and_sixteen_hex_digits() {
-        assert!(is_layout_name(&layout_tag(16384)));
+        assert!(is_layout_name(&layout_tag(FlowMapSizes::both(16384))));
         assert!(!is_layout_name("maps-"));
         assert!(!is_layout_name("maps-important-data"));
         assert!(!is_layout_name("home"));

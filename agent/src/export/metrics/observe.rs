@@ -9,6 +9,9 @@ use agent_common::psn::NAK_NAMES;
 use agent_common::{opcode, Hook, HookCounters, Outcome, OutcomeKind};
 use prometheus::IntCounterVec;
 
+/// A counter series and the counter-block field it follows.
+type FieldSeries<'a> = (&'a IntCounterVec, fn(&HookCounters) -> u64);
+
 impl Metrics {
     pub fn set_build_info(&self) {
         for r in ["success", "failure"] {
@@ -82,7 +85,7 @@ impl Metrics {
 
     /// The series that follow one field of a hook's counter block, labelled by interface,
     /// direction and hook.
-    fn per_hook_counters(&self) -> [(&IntCounterVec, fn(&HookCounters) -> u64); 15] {
+    fn per_hook_counters(&self) -> [FieldSeries<'_>; 15] {
         [
             (&self.cnp, |c| c.cnp_packets),
             (&self.becn, |c| c.becn_packets),
