@@ -6,9 +6,11 @@ use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use agent_common::flow::FlowEvent;
 use agent_common::{FlowKey, FlowStats, PacketRecord};
-use indexmap::IndexMap;
-use rustc_hash::FxBuildHasher;
 use std::net::IpAddr;
+
+#[path = "flow_slots.rs"]
+mod slots;
+use slots::FlowSlots;
 
 /// Default time constant of the exponentially weighted rate, in seconds.
 pub const RATE_TAU_SECONDS: f64 = 2.0;
@@ -92,9 +94,8 @@ pub struct EvictedFlows {
 #[derive(Debug)]
 pub struct FlowTable {
     pub ifaces: Vec<String>,
-    /// The flows in one dense vector behind a small index table (`IndexMap`): the per-frame
-    /// lookup probes 16-byte index slots instead of hash slots of whole ~430-byte entries.
-    entries: IndexMap<(usize, FlowKey), FlowEntry, FxBuildHasher>,
+    /// The flows in one dense vector behind an index of their keys (see [`slots`]).
+    entries: FlowSlots,
     active: Vec<(usize, FlowKey)>,
     /// Flows held at most (None: no bound; the live table is bounded by the kernel maps).
     pub max_flows: Option<usize>,
@@ -110,7 +111,7 @@ impl FlowTable {
     pub fn new(ifaces: Vec<String>) -> Self {
         FlowTable {
             ifaces,
-            entries: IndexMap::default(),
+            entries: FlowSlots::default(),
             active: Vec::new(),
             max_flows: None,
             evicted: EvictedFlows::default(),
@@ -128,24 +129,21 @@ impl FlowTable {
             }
         }
         let (generation, clock) = (self.generation, self.clock_s);
-        let e = self
-            .entries
-            .entry((iface, key))
-            .or_insert_with(|| FlowEntry {
-                iface,
-                key,
-                stats: FlowStats::default(),
-                rate_bytes: 0.0,
-                rate_packets: 0.0,
-                elephant: ElephantState::default(),
-                prev_bytes: 0,
-                prev_packets: 0,
-                ticked: false,
-                generation,
-                baselined: false,
-                active: false,
-                rate_clock_s: clock,
-            });
+        let e = self.entries.get_or_insert_with((iface, key), || FlowEntry {
+            iface,
+            key,
+            stats: FlowStats::default(),
+            rate_bytes: 0.0,
+            rate_packets: 0.0,
+            elephant: ElephantState::default(),
+            prev_bytes: 0,
+            prev_packets: 0,
+            ticked: false,
+            generation,
+            baselined: false,
+            active: false,
+            rate_clock_s: clock,
+        });
         if !e.active {
             e.active = true;
             self.active.push((iface, key));
@@ -158,9 +156,9 @@ impl FlowTable {
     fn make_room(&mut self, max: usize) {
         let mut quiet: Vec<(u64, (usize, FlowKey))> = self
             .entries
-            .iter()
-            .filter(|(_, e)| !e.elephant.elephant)
-            .map(|(k, e)| (e.stats.last_seen_ns, *k))
+            .values()
+            .filter(|e| !e.elephant.elephant)
+            .map(|e| (e.stats.last_seen_ns, (e.iface, e.key)))
             .collect();
         let n = (max / 8).max(1).min(quiet.len());
         if n == 0 {
@@ -316,7 +314,13 @@ impl FlowTable {
 
     /// Flows of one interface.
     pub fn count_for(&self, iface: usize) -> usize {
-        self.entries.keys().filter(|(i, _)| *i == iface).count()
+        self.entries.values().filter(|e| e.iface == iface).count()
+    }
+
+    /// Asks the CPU for the cache lines of a flow that a packet will soon update (captures:
+    /// the flow thread looks a few packets ahead).
+    pub fn prefetch(&self, iface: usize, key: &FlowKey) {
+        self.entries.prefetch(&(iface, *key));
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &FlowEntry> {
@@ -373,10 +377,10 @@ impl FlowTable {
     pub fn end_poll(&mut self, polled: &[usize]) -> Vec<usize> {
         let g = self.generation;
         let mut gone = vec![0; self.ifaces.len()];
-        self.entries.retain(|(i, _), e| {
-            let keep = !polled.contains(i) || e.generation == g;
+        self.entries.retain(|e| {
+            let keep = !polled.contains(&e.iface) || e.generation == g;
             if !keep {
-                if let Some(n) = gone.get_mut(*i) {
+                if let Some(n) = gone.get_mut(e.iface) {
                     *n += 1;
                 }
             }
