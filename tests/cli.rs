@@ -1,7 +1,7 @@
 //! The `rocemon` binary's errors: each names the problem and the fix, with exit status 2.
 
 use rocemon_testkit::netns::{metric_labels, metric_sum, Agent, LoopNs};
-use rocemon_testkit::{is_root, require_root, TempDir};
+use rocemon_testkit::{assert_ok, is_root, require_root, TempDir};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -182,11 +182,7 @@ fn rdma_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["rdma", "--format", "json"];
     all.extend_from_slice(args);
     let out = rocemon(&all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "rocemon rdma");
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

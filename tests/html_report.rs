@@ -3,7 +3,7 @@
 //! log shows no request the page made), and holds the numbers of the JSON report of the same
 //! capture. A screenshot is taken.
 
-use rocemon_testkit::{fixtures, TempDir};
+use rocemon_testkit::{assert_ok, fixtures, TempDir};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -57,11 +57,7 @@ fn the_html_report_renders_offline_with_the_json_numbers() {
         &["--dump-dom", &format!("--log-net-log={}", netlog.display())],
         &page,
     );
-    assert!(
-        dumped.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dumped.stderr)
-    );
+    assert_ok(&dumped, "chromium --dump-dom");
     let dom = String::from_utf8_lossy(&dumped.stdout).into_owned();
     let log = String::from_utf8_lossy(&dumped.stderr).into_owned();
     assert!(

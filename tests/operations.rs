@@ -5,7 +5,7 @@
 use rocemon_testkit::netns::{
     connect_in, metric_labels, metric_sum, try_metric_sum, Agent, LoopNs, VethPair,
 };
-use rocemon_testkit::{fixtures, require_root, TempDir};
+use rocemon_testkit::{assert_ok, fixtures, require_root, TempDir};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -51,11 +51,7 @@ fn certificates(dir: &Path) -> (String, String, String) {
             .args(args)
             .output()
             .expect("openssl (install it with `cargo xtask setup`)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, &format!("openssl {args:?}"));
     };
     let ec = [
         "-newkey",
@@ -166,11 +162,7 @@ fn web_endpoint_tls_basic_auth_timeouts_and_connection_bound() {
         "--password-file",
         pw.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "rocemon top");
     assert!(String::from_utf8_lossy(&out.stdout).contains("rocemon top:"));
     let out = top(&[]);
     assert_eq!(out.status.code(), Some(2));
@@ -324,11 +316,7 @@ fn the_shipped_example_configuration_is_valid_and_errors_name_the_key() {
         .args(["check-config", &format!("{REPO}/packaging/rocemon.toml")])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "rocemon check-config");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("valid") && text.contains("pins: /sys/fs/bpf/rocemon"),

@@ -8,7 +8,9 @@
 //! stop with the programs still counting, start again, `rocemon detach`.
 
 use rocemon_testkit::netns::{http_get_in, link_details, try_metric_sum, BpfFs, VethPair};
-use rocemon_testkit::{fixtures, may_run, require_root, require_tshark, tshark, TempDir};
+use rocemon_testkit::{
+    assert_ok, fixtures, may_run, require_root, require_tshark, tshark, TempDir,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -149,11 +151,7 @@ fn stage_install(stage: &Path, config: &str) {
         .arg(BIN)
         .output()
         .expect("cargo xtask install");
-    assert!(
-        out.status.success(),
-        "cargo xtask install: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "cargo xtask install");
     // The example configuration is never overwritten by install; the test's replaces it.
     std::fs::write(stage.join("etc/rocemon/rocemon.toml"), config).unwrap();
 }

@@ -128,6 +128,17 @@ pub const AFXDP_CAPTURED_OUTCOMES: [&str; 6] = [
     "truncated_erspan",
 ];
 
+/// Asserts that a command (`what`, for the message) exited 0; the message carries its
+/// standard error.
+pub fn assert_ok(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `BIN analyze --format json --no-progress ARGS FILES`, which must succeed: its JSON.
 pub fn analyze_json(bin: &str, args: &[&str], files: &[&std::path::Path]) -> serde_json::Value {
     let out = std::process::Command::new(bin)
@@ -136,10 +147,6 @@ pub fn analyze_json(bin: &str, args: &[&str], files: &[&std::path::Path]) -> ser
         .args(files)
         .output()
         .expect("run rocemon");
-    assert!(
-        out.status.success(),
-        "rocemon analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "rocemon analyze");
     serde_json::from_slice(&out.stdout).expect("JSON output")
 }
