@@ -194,21 +194,15 @@ fn load_object_pinned(
     l.load(object).context("load the rocemon BPF object")
 }
 
-/// An XDP program of the object by name.
-fn xdp_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp> {
-    let p: &mut Xdp = ebpf
+/// A program of the object by name, as its type (`Xdp`, `SchedClassifier`).
+fn prog<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let p = ebpf
         .program_mut(name)
-        .with_context(|| format!("{name} missing from the object"))?
-        .try_into()?;
-    Ok(p)
-}
-
-fn tc_prog<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier> {
-    let p: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .with_context(|| format!("{name} missing from the object"))?
-        .try_into()?;
-    Ok(p)
+        .with_context(|| format!("{name} missing from the object"))?;
+    Ok(p.try_into()?)
 }
 
 /// Loads the programs for `hooks` (the verifier runs here) without attaching them: each hook's
@@ -219,8 +213,8 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
         let (array, slot, slow) = h.slow_path();
         for name in [h.program(), slow] {
             match h {
-                Hook::Xdp | Hook::AfXdp => xdp_prog(ebpf, name)?.load(),
-                Hook::TcIngress | Hook::TcEgress => tc_prog(ebpf, name)?.load(),
+                Hook::Xdp | Hook::AfXdp => prog::<Xdp>(ebpf, name)?.load(),
+                Hook::TcIngress | Hook::TcEgress => prog::<SchedClassifier>(ebpf, name)?.load(),
             }
             .with_context(|| format!("load {name} (the {} hook)", h.name()))?;
         }
@@ -285,7 +279,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
         let link_pin = pins.as_ref().map(|p| p.link_path(*h));
         match h {
             Hook::Xdp | Hook::AfXdp => {
-                let p = xdp_prog(&mut ebpf, h.program())?;
+                let p = prog::<Xdp>(&mut ebpf, h.program())?;
                 if let Some(lp) = &link_pin {
                     let want = match o.xdp_mode {
                         XdpMode::Auto => None,
@@ -313,7 +307,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
                 } else {
                     TcAttachType::Egress
                 };
-                let p = tc_prog(&mut ebpf, h.program())?;
+                let p = prog::<SchedClassifier>(&mut ebpf, h.program())?;
                 if let Some(lp) = &link_pin {
                     if reattach(lp, None, |fd| {
                         p.attach_to_link(SchedClassifierLink::try_from(fd)?)?;
