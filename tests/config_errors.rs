@@ -163,19 +163,23 @@ fn flow_maps_larger_than_the_host_are_refused() {
     );
 }
 
+/// `rocemon check-config` over `toml`, which must be valid: what it prints.
+fn valid_config(toml: &str) -> String {
+    let dir = TempDir::new("rocemon-cfgok").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = rocemon(&["check-config", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 /// `check-config` names each family's map when their sizes differ.
 #[test]
 fn check_config_names_each_flow_map_when_they_differ() {
-    let dir = TempDir::new("rocemon-cfgmem6").unwrap();
-    let path = dir.path().join("rocemon.toml");
-    std::fs::write(
-        &path,
+    let text = valid_config(
         "interfaces = [\"lo\"]\nflow_map_entries = 65536\nflow_map_entries_ipv6 = 16\n",
-    )
-    .unwrap();
-    let out = rocemon(&["check-config", path.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    );
     assert!(
         text.contains("flow_map_entries: IPv4 65536, IPv6 16 (about "),
         "{text}"
@@ -185,12 +189,7 @@ fn check_config_names_each_flow_map_when_they_differ() {
 /// `check-config` says what the flow map costs on this host.
 #[test]
 fn check_config_names_the_flow_map_memory() {
-    let dir = TempDir::new("rocemon-cfgmem").unwrap();
-    let path = dir.path().join("rocemon.toml");
-    std::fs::write(&path, "interfaces = [\"lo\"]\nflow_map_entries = 65536\n").unwrap();
-    let out = rocemon(&["check-config", path.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = valid_config("interfaces = [\"lo\"]\nflow_map_entries = 65536\n");
     assert!(
         text.contains("flow_map_entries: 65536 (about ") && text.contains("MiB of kernel memory"),
         "{text}"
