@@ -251,6 +251,9 @@ pub enum Runner {
     Thread {
         batch: Vec<Step>,
         tx: SyncSender<Vec<Step>>,
+        /// Emptied batches coming back for reuse: no allocation (and no page faults of fresh
+        /// memory) per batch.
+        spare: Receiver<Vec<Step>>,
         handle: JoinHandle<Result<FlowSide, RecvError>>,
     },
 }
@@ -262,12 +265,13 @@ impl Runner {
             return Runner::Here(Box::new(side));
         }
         let (tx, rx) = sync_channel::<Vec<Step>>(BATCHES_IN_FLIGHT);
+        let (spare_tx, spare) = sync_channel::<Vec<Step>>(BATCHES_IN_FLIGHT + 2);
         // The side goes to the thread once it runs, so a thread that cannot be started (or
         // ends at once) leaves it here, and the analysis runs on this thread instead.
         let (side_tx, side_rx) = sync_channel::<FlowSide>(1);
         let spawned = std::thread::Builder::new()
             .name("analyze-flows".into())
-            .spawn(move || side_rx.recv().map(|side| run(side, rx)));
+            .spawn(move || side_rx.recv().map(|side| run(side, rx, spare_tx)));
         let Ok(handle) = spawned else {
             return Runner::Here(Box::new(side));
         };
@@ -275,6 +279,7 @@ impl Runner {
             Ok(()) => Runner::Thread {
                 batch: Vec::with_capacity(BATCH),
                 tx,
+                spare,
                 handle,
             },
             Err(back) => Runner::Here(Box::new(back.0)),
@@ -285,10 +290,15 @@ impl Runner {
     pub fn step(&mut self, s: Step) {
         match self {
             Runner::Here(side) => side.step(s),
-            Runner::Thread { batch, tx, .. } => {
+            Runner::Thread {
+                batch, tx, spare, ..
+            } => {
                 batch.push(s);
                 if batch.len() == BATCH {
-                    let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                    let next = spare
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                    let full = std::mem::replace(batch, next);
                     // A send fails only if the thread is gone (it panicked): `finish`
                     // reports that.
                     let _ = tx.send(full);
@@ -301,7 +311,9 @@ impl Runner {
     pub fn finish(self) -> FlowSide {
         match self {
             Runner::Here(side) => *side,
-            Runner::Thread { batch, tx, handle } => {
+            Runner::Thread {
+                batch, tx, handle, ..
+            } => {
                 let _ = tx.send(batch);
                 drop(tx);
                 match handle.join() {
@@ -320,18 +332,21 @@ impl Runner {
 /// few flows, few enough that the lines are still cached when their step comes.
 const PREFETCH_AHEAD: usize = 8;
 
-fn run(mut side: FlowSide, rx: Receiver<Vec<Step>>) -> FlowSide {
-    while let Ok(batch) = rx.recv() {
+fn run(mut side: FlowSide, rx: Receiver<Vec<Step>>, spare: SyncSender<Vec<Step>>) -> FlowSide {
+    while let Ok(mut batch) = rx.recv() {
         for s in batch.iter().take(PREFETCH_AHEAD) {
             side.prefetch(s);
         }
-        let mut steps = batch.into_iter();
+        let mut steps = batch.drain(..);
         while let Some(s) = steps.next() {
             if let Some(ahead) = steps.as_slice().get(PREFETCH_AHEAD - 1) {
                 side.prefetch(ahead);
             }
             side.step(s);
         }
+        drop(steps);
+        // Back to the parsing side (dropped when it holds enough spares).
+        let _ = spare.try_send(batch);
     }
     side
 }
