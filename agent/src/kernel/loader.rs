@@ -149,15 +149,19 @@ pub fn load_object_with(flow_entries: u32, switches: Switches) -> Result<Ebpf> {
 /// [`load_object_with`] for another build of the object (`cargo xtask bench --ab=FILE`
 /// compares a saved build with this one).
 pub fn load_object_bytes(object: &[u8], flow_entries: u32, switches: Switches) -> Result<Ebpf> {
-    let ring = if switches.rhythm { 0x0F } else { 0 };
-    let sizes = FlowMapSizes::both(flow_entries);
-    load_object_pinned(object, sizes, None, switches, ring)
+    load_unpinned(object, FlowMapSizes::both(flow_entries), switches)
 }
 
 /// [`load_object_with`] with each family's flow map sized on its own.
 pub fn load_object_sized(flow_maps: FlowMapSizes, switches: Switches) -> Result<Ebpf> {
+    load_unpinned(EBPF_OBJECT, flow_maps, switches)
+}
+
+/// An object loaded for tests and benchmarks: nothing pinned, the ring (when on) fed by
+/// every hook.
+fn load_unpinned(object: &[u8], flow_maps: FlowMapSizes, switches: Switches) -> Result<Ebpf> {
     let ring = if switches.rhythm { 0x0F } else { 0 };
-    load_object_pinned(EBPF_OBJECT, flow_maps, None, switches, ring)
+    load_object_pinned(object, flow_maps, None, switches, ring)
 }
 
 /// Loads the object; with `pins`, the counting maps are opened from (or created at) their
