@@ -2,6 +2,7 @@
 //! tc programs; the kernel maps must equal the host parser's result for the same frames
 //! (differential), and tshark's numbers for the same capture (oracle).
 
+use agent_common::flow_cache::PROG_FLOW_FLUSH;
 use agent_common::{parse, FlowKey, FlowStats, Hook, LinkType, Outcome, SliceReader};
 #[path = "support/kernel.rs"]
 mod support;
@@ -14,7 +15,7 @@ use rocemon::sources::tally::{self, Tally};
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
-use support::ready;
+use support::{comparable, ready};
 use testrun::{record_as_kernel, test_run};
 
 const XDP_PASS: u32 = 2;
@@ -25,15 +26,6 @@ fn run_xdp(ebpf: &aya::Ebpf, data: &[u8]) {
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     let r = test_run(prog.fd().unwrap(), data, 1).unwrap();
     assert_eq!(r.retval, XDP_PASS, "XDP must pass every frame");
-}
-
-/// Flow stats without the clock fields, which only the kernel sets.
-fn comparable(s: &FlowStats) -> FlowStats {
-    FlowStats {
-        first_seen_ns: 0,
-        last_seen_ns: 0,
-        ..*s
-    }
 }
 
 #[test]
@@ -366,7 +358,7 @@ fn every_program_verifies_within_100000_instructions() {
     for h in Hook::ALL {
         let mut ebpf = loader::load_object(1024).unwrap();
         loader::load_programs(&mut ebpf, &[h]).unwrap();
-        for name in [h.program(), h.slow_path().2] {
+        for name in [h.program(), h.slow_path().2, PROG_FLOW_FLUSH] {
             let p = ebpf.program(name).unwrap();
             let n = p.info().unwrap().verified_instruction_count().unwrap_or(0);
             costs.push((name, n));

@@ -21,6 +21,10 @@ pub struct FlowKey {
 // SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
 unsafe impl aya::Pod for FlowKey {}
 
+/// A flow key as five words, the form the kernel's flow cache hashes and compares
+/// ([`crate::flow_cache`]).
+pub type KeyWords = [u64; 5];
+
 /// An IPv4 flow's [`FlowKey`] in 16 bytes: the key of the kernel's IPv4 flow map. The
 /// kernel hashes and compares a flow key on every RoCE packet, and the hash map's cost grows
 /// with the key (jhash over 4 words instead of 10, a 16-byte compare instead of 40):

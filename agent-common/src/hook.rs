@@ -17,6 +17,18 @@ impl Hook {
     pub const COUNT: usize = 4;
     pub const ALL: [Hook; Self::COUNT] = [Hook::Xdp, Hook::TcIngress, Hook::TcEgress, Hook::AfXdp];
 
+    /// The hook of a discriminant passed as a scalar (to a BPF global function); anything
+    /// out of range is the last hook.
+    #[inline(always)]
+    pub const fn from_u32(v: u32) -> Hook {
+        match v {
+            0 => Hook::Xdp,
+            1 => Hook::TcIngress,
+            2 => Hook::TcEgress,
+            _ => Hook::AfXdp,
+        }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Hook::Xdp => "xdp",

@@ -7,7 +7,7 @@
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
 //! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`headers`],
 //!   [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
-//!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`];
+//!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`]; [`flow_cache`];
 //!   [`counters`] on top.
 //!
 //! - [`reader`]: the packet-reader trait (bounds-checked constant-size reads) and the
@@ -26,6 +26,8 @@
 //! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
 //! - [`counters`]: the per-hook counter block and its update function.
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
+//! - [`flow_cache`]: the kernel's per-CPU direct-mapped flow cache in front of the flow maps
+//!   (slot layout, hash, states of the write-back protocol).
 //! - [`ring`]: RoCE packets and bytes per millisecond, the kernel's ring (training rhythm).
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
 //! - [`message`]: RDMA message sizes (RETH DMA lengths, SEND payloads) and their histogram.
@@ -36,6 +38,7 @@ pub mod classes;
 pub mod counters;
 pub mod fast;
 pub mod flow;
+pub mod flow_cache;
 pub mod flow_key;
 pub mod headers;
 pub mod hook;

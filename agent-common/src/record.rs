@@ -124,6 +124,16 @@ impl From<RoceInfo> for PacketRecord {
 }
 
 impl PacketRecord {
+    /// The flow key as the flow cache's five words ([`KeyWords`](crate::flow_key::KeyWords)): two word loads
+    /// per address instead of byte loads (the key is the first field of an 8-aligned record).
+    #[inline(always)]
+    pub fn key_words(&self) -> crate::flow_key::KeyWords {
+        const _: () = assert!(core::mem::offset_of!(PacketRecord, key) == 0);
+        // SAFETY: the record is 8-aligned and the key, 40 bytes of plain integers, is at
+        // offset 0: an aligned read of five words.
+        unsafe { core::ptr::read(self as *const PacketRecord as *const crate::flow_key::KeyWords) }
+    }
+
     /// Writes a parse result. For a frame that is not RoCE only the outcome, the flags and
     /// (for a MAC control frame) the `mac_*` fields are written: nothing else is read back.
     #[inline(always)]

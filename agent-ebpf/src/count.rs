@@ -2,7 +2,7 @@
 //! and the flow, through `agent-common`'s update functions (userspace runs the same sequence
 //! in `rocemon::sources::tally`).
 
-use crate::{COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
+use crate::{flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, FlowKey4, FlowStats, Hook,
@@ -105,7 +105,7 @@ fn classes() -> TrafficClasses {
 /// A switch, read where the code it guards starts (a plain read is folded by LLVM; read
 /// early it costs spills).
 #[inline(always)]
-fn on(switch: &u8) -> bool {
+pub fn on(switch: &u8) -> bool {
     // SAFETY: a valid reference to a static the loader may have rewritten.
     unsafe { core::ptr::read_volatile(switch) != 0 }
 }
@@ -201,12 +201,7 @@ pub fn slow<R: PacketReader>(
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
-    let hook = match hook {
-        0 => Hook::Xdp,
-        1 => Hook::TcIngress,
-        2 => Hook::TcEgress,
-        _ => Hook::AfXdp,
-    };
+    let hook = Hook::from_u32(hook);
     let Some(rec) = record() else {
         return 0;
     };
@@ -215,7 +210,7 @@ pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
 
 /// This CPU's counter block of a hook.
 #[inline(always)]
-fn block(hook: Hook) -> Option<&'static mut HookCounters> {
+pub fn block(hook: Hook) -> Option<&'static mut HookCounters> {
     let c = COUNTERS.get_ptr_mut(hook as u32)?;
     // SAFETY: a per-CPU array value for this CPU; BPF programs do not preempt each other on a
     // CPU, so no other reference to it is live.
@@ -262,7 +257,6 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
     }
     // The flow key is the record's first field: looked up in place, with this hook's byte.
     rec.key.hook = hook as u8;
-    let info = &*rec;
     // The ring needs the fine clock and the flow takes the same reading; without the ring the
     // coarse clock (jiffy resolution) is enough for first/last seen and rates over polls, and
     // cheaper per packet.
@@ -272,20 +266,54 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
         // SAFETY: the helper has no preconditions.
         unsafe { bpf_ktime_get_coarse_ns() }
     };
-    let slot = if info.key.ip_version == 4 {
-        flow_slot(&FLOWS4, &FlowKey4::of(&info.key), c)
-    } else {
-        flow_slot(&FLOWS, &info.key, c)
-    };
-    let Some(s) = slot else {
+    if flow_cache::enabled() {
+        if let Some(e) = flow_cache::hit(&rec.key_words()) {
+            // SAFETY: this CPU's slot (see `flow_cache`).
+            unsafe { flow_record(&mut (*e).stats, rec, c, frame_len, now) };
+            flow_cache::counted(e);
+            return false;
+        }
+        return flow_cache::rocemon_flow_miss(hook as u32, frame_len, now) != 0;
+    }
+    flow_to_map(rec, c, frame_len, now)
+}
+
+/// Counts a RoCE packet into its flow's state and the flow events into the counter block.
+#[inline(always)]
+pub fn flow_record(
+    s: &mut FlowStats,
+    rec: &PacketRecord,
+    c: &mut HookCounters,
+    frame_len: u64,
+    now: u64,
+) {
+    let ev = s.record_with(rec, frame_len, now, on(&ROCEMON_TRACK_PSN));
+    c.record_flow(&ev);
+}
+
+/// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
+/// refused the flow (counted in `flow_update_errors`).
+#[inline(always)]
+pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
+    let Some(s) = flow_slot_of(rec, c) else {
         c.flow_update_errors += 1;
         return true;
     };
     // SAFETY: this CPU's value of an element of the map; BPF programs do not preempt each
     // other on a CPU.
-    let ev = unsafe { (*s).record_with(info, frame_len, now, on(&ROCEMON_TRACK_PSN)) };
-    c.record_flow(&ev);
+    flow_record(unsafe { &mut *s }, rec, c, frame_len, now);
     false
+}
+
+/// This CPU's value of the packet's flow in its family's map (see [`flow_slot`]).
+#[allow(clippy::needless_borrows_for_generic_args)]
+#[inline(always)]
+pub fn flow_slot_of(rec: &PacketRecord, c: &mut HookCounters) -> Option<*mut FlowStats> {
+    if rec.key.ip_version == 4 {
+        flow_slot(&FLOWS4, &FlowKey4::of(&rec.key), c)
+    } else {
+        flow_slot(&FLOWS, &rec.key, c)
+    }
 }
 
 /// This CPU's value of the flow `key` in `map`: looked up, else inserted zeroed

@@ -15,6 +15,7 @@
 
 mod count;
 mod direct;
+mod flow_cache;
 mod tc;
 mod xdp;
 

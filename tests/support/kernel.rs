@@ -1,5 +1,9 @@
-//! Set-up shared by the kernel test files (`kernel.rs`, `kernel_ring.rs`).
+//! Set-up shared by the kernel test files (`kernel.rs`, `kernel_ring.rs`,
+//! `kernel_flow_cache.rs`).
+// Each including crate uses a part of it.
+#![allow(dead_code)]
 
+use agent_common::FlowStats;
 use rocemon::kernel::loader;
 use rocemon_testkit::require_root;
 
@@ -15,4 +19,13 @@ pub fn ready(pinned: bool) -> bool {
         crate::testrun::pin_to_one_cpu().unwrap();
     }
     true
+}
+
+/// Flow stats without the clock fields, which only the kernel sets.
+pub fn comparable(s: &FlowStats) -> FlowStats {
+    FlowStats {
+        first_seen_ns: 0,
+        last_seen_ns: 0,
+        ..*s
+    }
 }

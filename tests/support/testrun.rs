@@ -1,5 +1,5 @@
-//! BPF_PROG_TEST_RUN: feed a frame straight through a loaded XDP or tc program.
-//! aya 0.14 keeps its test-run wrapper private, so this calls the bpf(2) syscall directly.
+//! BPF_PROG_TEST_RUN: feed a frame straight through a loaded XDP or tc program (through the
+//! agent's own wrapper of the syscall, `rocemon::sources::prog_run`).
 //! Test and benchmark support, not part of the agent: included by path where it is used.
 // Each including crate uses a part of it.
 #![allow(dead_code)]
@@ -7,29 +7,7 @@
 use anyhow::{bail, Result};
 use std::os::fd::{AsFd, AsRawFd};
 
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-
-/// `union bpf_attr`'s `test` member (include/uapi/linux/bpf.h).
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-}
+use rocemon::sources::prog_run::TestRunAttr;
 
 /// The program's return value and the mean duration per run in nanoseconds.
 #[derive(Clone, Copy, Debug)]
@@ -50,20 +28,8 @@ pub fn test_run(prog: impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
         repeat: repeat.max(1),
         ..TestRunAttr::default()
     };
-    // SAFETY: attr points at valid buffers that outlive the call; the size is the struct's.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &mut attr as *mut TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "BPF_PROG_TEST_RUN failed: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = rocemon::sources::prog_run::test_run(&mut attr) {
+        bail!("BPF_PROG_TEST_RUN failed: {e}");
     }
     Ok(TestRun {
         retval: attr.retval,

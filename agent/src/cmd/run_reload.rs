@@ -23,7 +23,7 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
         (new.program_stats != config.program_stats, "program_stats"),
         (
             new.switches != config.switches,
-            "psn_tracking/session_counters/rhythm",
+            "psn_tracking/session_counters/rhythm/flow_cache",
         ),
     ];
     let kept: Vec<&str> = restart_only

@@ -70,6 +70,8 @@ pub struct FileConfig {
     pub session_counters: Option<bool>,
     /// Keep RoCE bytes per millisecond in the kernel for the training rhythm (default true).
     pub rhythm: Option<bool>,
+    /// The kernel's per-CPU flow cache in front of the flow maps (default true).
+    pub flow_cache: Option<bool>,
     /// The bpffs directory for the pins (default /sys/fs/bpf/rocemon).
     pub pin_dir: Option<std::path::PathBuf>,
     /// TLS, basic auth (a web configuration file), request timeout, connection bounds.
@@ -357,6 +359,7 @@ impl Config {
                     && file.session_counters.unwrap_or(true),
                 classes,
                 rhythm: !args.no_rhythm && file.rhythm.unwrap_or(true),
+                flow_cache: !args.no_flow_cache && file.flow_cache.unwrap_or(true),
                 ..crate::sources::tally::Switches::default()
             },
             pin_dir: args

@@ -65,7 +65,7 @@ impl Config {
                 }
             ),
             format!(
-                "kernel: psn tracking {}, session counters {}, rhythm {} ({} clock), program stats {}",
+                "kernel: psn tracking {}, session counters {}, rhythm {} ({} clock), flow cache {}, program stats {}",
                 on_off(self.switches.psn_tracking),
                 on_off(self.switches.session_counters),
                 on_off(self.switches.rhythm),
@@ -74,6 +74,7 @@ impl Config {
                 } else {
                     "fine"
                 },
+                on_off(self.switches.flow_cache),
                 on_off(self.program_stats)
             ),
             crate::classes::summary(&self.switches.classes),

@@ -110,6 +110,17 @@ fn kernel_switches_default_on_and_follow_file_then_flags() {
 }
 
 #[test]
+fn flow_cache_defaults_on_and_turns_off_by_file_or_flag() {
+    let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
+    assert!(c.switches.flow_cache);
+    let file: FileConfig = toml::from_str("flow_cache = false").unwrap();
+    assert!(!Config::merge(file, &args(&["a"])).unwrap().switches.flow_cache);
+    let mut a = args(&["a"]);
+    a.no_flow_cache = true;
+    assert!(!Config::merge(FileConfig::default(), &a).unwrap().switches.flow_cache);
+}
+
+#[test]
 fn errors_name_the_key_and_fix() {
     let e = Config::merge(FileConfig::default(), &args(&[]))
         .unwrap_err()

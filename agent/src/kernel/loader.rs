@@ -16,7 +16,7 @@ use aya::maps::{ProgramArray, XskMap};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::{SchedClassifierLink, TcAttachType};
 use aya::programs::xdp::XdpLink;
-use aya::programs::{SchedClassifier, Xdp, XdpMode as AyaXdpMode};
+use aya::programs::{RawTracePoint, SchedClassifier, Xdp, XdpMode as AyaXdpMode};
 use aya::{Ebpf, EbpfLoader};
 use rustc_hash::FxHashMap;
 use std::ffi::CString;
@@ -183,6 +183,8 @@ fn load_object_pinned(
     l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
     l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
     l.override_global(agent_common::SWITCH_RING_HOOKS, &ring_hooks, true);
+    let cache = u8::from(switches.flow_cache);
+    l.override_global(agent_common::flow_cache::SWITCH_FLOW_CACHE, &cache, true);
     let coarse = u8::from(switches.coarse_ring_clock);
     l.override_global(agent_common::SWITCH_RING_COARSE, &coarse, true);
     let c = &switches.classes;
@@ -213,6 +215,7 @@ where
 /// fast entry program and its slow program, whose program-array slot is filled here, before
 /// anything is attached (an empty slot would leave the frames it serves unparsed).
 pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
+    load_flush(ebpf)?;
     for h in hooks {
         let (array, slot, slow) = h.slow_path();
         for name in [h.program(), slow] {
@@ -234,6 +237,20 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
         )?;
         jump.set(slot, &fd, 0)
             .with_context(|| format!("put {slow} into {array}[{slot}]"))?;
+    }
+    Ok(())
+}
+
+/// Loads the flow cache's flush program ([`crate::sources::prog_run::flush_flow_cache`] runs
+/// it), once per object; an object built without one (an older build under `--ab`) has none.
+fn load_flush(ebpf: &mut Ebpf) -> Result<()> {
+    let name = agent_common::flow_cache::PROG_FLOW_FLUSH;
+    let Some(p) = ebpf.program_mut(name) else {
+        return Ok(());
+    };
+    let p: &mut RawTracePoint = p.try_into()?;
+    if p.fd().is_err() {
+        p.load().with_context(|| format!("load {name}"))?;
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
     MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
 };
+use agent_common::flow_cache::{CachedFlow, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE, MAP_FLOW_FLUSHING};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -28,10 +29,13 @@ pub use crate::config::DEFAULT_PIN_DIR;
 /// the program arrays of the slow programs: the kernel empties a program array when its last
 /// user reference closes, so without a pin the pinned links' fast programs would lose their
 /// slow path when the agent exits.
-pub const PINNED_MAPS: [&str; 6] = [
+/// The flow cache holds the newest state of its flows (write-back), so it carries counts too.
+pub const PINNED_MAPS: [&str; 8] = [
     MAP_COUNTERS,
     MAP_FLOWS,
     MAP_FLOWS4,
+    MAP_FLOW_CACHE,
+    MAP_FLOW_FLUSHING,
     MAP_SESSIONS,
     MAP_XDP_SLOW,
     MAP_TC_SLOW,
@@ -46,6 +50,8 @@ pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
         std::mem::size_of::<FlowKey>() as u64,
         std::mem::size_of::<FlowKey4>() as u64,
         std::mem::size_of::<FlowStats>() as u64,
+        std::mem::size_of::<CachedFlow>() as u64,
+        u64::from(FLOW_CACHE_SLOTS),
         std::mem::size_of::<SessionKey>() as u64,
         std::mem::size_of::<SessionStats>() as u64,
         u64::from(SESSION_MAP_ENTRIES),

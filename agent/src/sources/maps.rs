@@ -6,6 +6,7 @@ use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
     MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
 };
+use crate::sources::prog_run::flush_flow_cache;
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
 use aya::{Ebpf, Pod};
@@ -40,10 +41,17 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
 }
 
 /// Every flow of an object (the IPv4 map and the IPv6 map), merged over CPUs, and the number
-/// of entries that failed to read.
+/// of entries that failed to read. The kernel's flow cache is flushed into the maps first
+/// ([`flush_flow_cache`]); a flush that fails counts as one read error (the maps then lack
+/// the packets still in the cache, which the next flush brings).
 pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let mut errors = 0;
+    if let Err(e) = flush_flow_cache(ebpf) {
+        log::debug!("{e:#}");
+        errors += 1;
+    }
     let mut out = Vec::new();
-    let errors = read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut out)?
+    errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut out)?
         + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, &mut out)?;
     Ok((out, errors))
 }

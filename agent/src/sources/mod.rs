@@ -1,7 +1,8 @@
 //! Where frames and counts come from: kernel maps ([`maps`]; the loader owns the object),
 //! capture files, the RDMA NIC counters and queue pairs of hosts whose RoCE traffic bypasses
 //! the kernel, the NIC's own pause counters ([`nic_pause`]), and the link events that say when
-//! a watched interface comes or goes.
+//! a watched interface comes or goes. [`prog_run`] runs loaded programs on demand (the flow
+//! cache's flush before each read of the flow maps).
 pub mod afxdp;
 pub mod batch;
 pub mod capture;
@@ -9,5 +10,6 @@ pub mod input;
 pub mod links;
 pub mod maps;
 pub mod nic_pause;
+pub mod prog_run;
 pub mod rdma;
 pub mod tally;

@@ -26,6 +26,9 @@ pub struct Switches {
     /// Kernel only: the ring on the coarse clock ([`agent_common::SWITCH_RING_COARSE`]); by
     /// default where the host's tick is at most a millisecond.
     pub coarse_ring_clock: bool,
+    /// Kernel only: the per-CPU flow cache in front of the flow maps
+    /// ([`agent_common::flow_cache`]); counts are the same with it and without.
+    pub flow_cache: bool,
 }
 
 impl Default for Switches {
@@ -36,6 +39,7 @@ impl Default for Switches {
             classes: TrafficClasses::DEFAULT,
             rhythm: true,
             coarse_ring_clock: crate::sources::maps::coarse_clock_resolution_ns() <= 1_000_000,
+            flow_cache: true,
         }
     }
 }

@@ -1,0 +1,190 @@
+//! The per-CPU flow cache in front of the flow maps (the protocol is in
+//! [`agent_common::flow_cache`]): the hit path inlined into the counting sequence, the miss
+//! path and the write-back as global functions (verified once each, off the hot path), and
+//! the flush program the agent runs on every CPU before it reads the flow maps.
+
+use crate::count::{self, on};
+use crate::{FLOWS, FLOWS4};
+use agent_common::flow_cache::{
+    key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY,
+    FLOW_CACHE_SLOTS,
+};
+use agent_common::{FlowKey4, FlowStats, Hook};
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    macros::{map, raw_tracepoint},
+    maps::{LruPerCpuHashMap, PerCpuArray},
+    programs::RawTracePointContext,
+};
+use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
+use core::sync::atomic::{compiler_fence, Ordering};
+
+#[map]
+static FLOW_CACHE: PerCpuArray<CachedFlow> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
+
+/// Per CPU: 1 while the flush program runs there (a packet that interrupts it and misses
+/// goes to the map, not into a slot the flush may be copying).
+#[map]
+static FLUSHING: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// The load-time switch ([`agent_common::flow_cache::SWITCH_FLOW_CACHE`]).
+#[no_mangle]
+static ROCEMON_FLOW_CACHE: u8 = 1;
+
+/// Whether the cache is on (read where the code it guards starts, as the other switches).
+#[inline(always)]
+pub fn enabled() -> bool {
+    on(&ROCEMON_FLOW_CACHE)
+}
+
+#[inline(always)]
+fn state(e: *mut CachedFlow) -> u32 {
+    // SAFETY: a slot of this CPU's cache.
+    unsafe { read_volatile(addr_of!((*e).state)) }
+}
+
+/// Sets a slot's state after everything written before it (a compiler fence: on one CPU
+/// program order is what the interrupting program sees).
+#[inline(always)]
+fn set_state(e: *mut CachedFlow, s: u32) {
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: as in `state`.
+    unsafe { write_volatile(addr_of_mut!((*e).state), s) };
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// The packet's flow in this CPU's cache, if its slot holds it.
+#[inline(always)]
+pub fn hit(words: &KeyWords) -> Option<*mut CachedFlow> {
+    let e = FLOW_CACHE.get_ptr_mut(slot_of(words))?;
+    let s = state(e);
+    // SAFETY: as in `state`.
+    if (s == CLEAN || s == DIRTY) && same_key(unsafe { &(*e).key }, words) {
+        Some(e)
+    } else {
+        None
+    }
+}
+
+/// After a hit's update: the slot differs from its map value now.
+#[inline(always)]
+pub fn counted(e: *mut CachedFlow) {
+    set_state(e, DIRTY);
+}
+
+/// Writes slot `slot`'s flow back into its map (this CPU's value of the element; inserted
+/// again if the map dropped it). Returns 1 when the map took it, 0 when not.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
+    let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
+        return 0;
+    };
+    // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
+    let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
+    let stored = if key.ip_version == 4 {
+        store(&FLOWS4, &FlowKey4::of(&key), stats)
+    } else {
+        store(&FLOWS, &key, stats)
+    };
+    u32::from(stored)
+}
+
+/// Copies `stats` into this CPU's value of `key` in `map`, inserting the element if it is
+/// gone (an LRU map evicts under pressure; another CPU may insert it in between).
+#[inline(always)]
+fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
+    for _ in 0..2 {
+        if let Some(v) = map.get_ptr_mut(key) {
+            // SAFETY: this CPU's value of an element of the map.
+            unsafe { core::ptr::copy_nonoverlapping(stats, v, 1) };
+            return true;
+        }
+        if map.insert(key, stats, BPF_NOEXIST as u64).is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
+/// A packet whose flow is not in its slot: the slot's flow goes back to its map and the
+/// packet's flow comes into the slot (looked up, or inserted zeroed: a new flow), then the
+/// packet is counted there. While the flush runs on this CPU, or if the map refuses the
+/// flow, the packet is counted in the map as without the cache. Takes only scalars (a
+/// global function): the packet is in this CPU's record.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 {
+    let hook = Hook::from_u32(hook);
+    let (Some(rec), Some(c)) = (count::record(), count::block(hook)) else {
+        return 0;
+    };
+    let words = rec.key_words();
+    let slot = slot_of(&words);
+    let flushing = FLUSHING.get(0).is_some_and(|f| *f != 0);
+    let e = if flushing {
+        None
+    } else {
+        FLOW_CACHE.get_ptr_mut(slot)
+    };
+    let Some(e) = e else {
+        return u32::from(count::flow_to_map(rec, c, frame_len, now));
+    };
+    if state(e) == DIRTY {
+        set_state(e, BUSY);
+        if rocemon_flow_write_back(slot) == 0 {
+            c.flow_update_errors += 1;
+        }
+    }
+    set_state(e, BUSY);
+    let Some(v) = count::flow_slot_of(rec, c) else {
+        set_state(e, EMPTY);
+        c.flow_update_errors += 1;
+        return 1;
+    };
+    // SAFETY: this CPU's slot and this CPU's value of the flow's element.
+    unsafe {
+        core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
+        (*e).key = words;
+        count::flow_record(&mut (*e).stats, rec, c, frame_len, now);
+    }
+    set_state(e, DIRTY);
+    0
+}
+
+/// The flush: every changed slot of this CPU's cache written back into its map. Never
+/// attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU) before
+/// it reads the flow maps. Returns the slots the maps refused (they stay changed and are
+/// tried again at the next flush; each refusal is a flow update error of the flow's hook).
+#[raw_tracepoint(tracepoint = "rocemon_flow_flush")]
+pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
+    let Some(f) = FLUSHING.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's flag.
+    unsafe { write_volatile(f, 1) };
+    compiler_fence(Ordering::SeqCst);
+    let mut refused = 0;
+    for slot in 0..FLOW_CACHE_SLOTS {
+        let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
+            continue;
+        };
+        if state(e) != DIRTY {
+            continue;
+        }
+        set_state(e, CLEAN);
+        if rocemon_flow_write_back(slot) == 0 {
+            set_state(e, DIRTY);
+            refused += 1;
+            // SAFETY: a slot of this CPU's cache.
+            let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+            if let Some(c) = count::block(hook) {
+                c.flow_update_errors += 1;
+            }
+        }
+    }
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { write_volatile(f, 0) };
+    refused
+}

@@ -1,0 +1,90 @@
+//! BPF_PROG_TEST_RUN, the kernel's way to run a loaded program on demand: the agent runs the
+//! flow cache's flush program with it on every CPU before it reads the flow maps
+//! ([`flush_flow_cache`]); tests and benchmarks feed frames through the packet programs with
+//! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) directly.
+
+use agent_common::flow_cache::PROG_FLOW_FLUSH;
+use anyhow::{bail, Context, Result};
+use aya::Ebpf;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+/// Run on the CPU named in `cpu` (raw tracepoint programs only).
+const BPF_F_TEST_RUN_ON_CPU: u32 = 1;
+
+/// `union bpf_attr`'s `test` member (include/uapi/linux/bpf.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct TestRunAttr {
+    pub prog_fd: u32,
+    pub retval: u32,
+    pub data_size_in: u32,
+    pub data_size_out: u32,
+    pub data_in: u64,
+    pub data_out: u64,
+    pub repeat: u32,
+    pub duration: u32,
+    pub ctx_size_in: u32,
+    pub ctx_size_out: u32,
+    pub ctx_in: u64,
+    pub ctx_out: u64,
+    pub flags: u32,
+    pub cpu: u32,
+    pub batch_size: u32,
+    pub _pad: u32,
+}
+
+/// Runs a program as `attr` says (its buffers must outlive the call); `attr` holds the
+/// return value and the duration afterwards.
+pub fn test_run(attr: &mut TestRunAttr) -> std::io::Result<()> {
+    // SAFETY: attr is a valid `test` attribute whose pointers the caller keeps alive; the
+    // size is the struct's.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            attr as *mut TestRunAttr,
+            std::mem::size_of::<TestRunAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs a raw tracepoint program (no context) on one CPU; returns its return value.
+fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<u32> {
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        flags: BPF_F_TEST_RUN_ON_CPU,
+        cpu,
+        ..TestRunAttr::default()
+    };
+    test_run(&mut attr)?;
+    Ok(attr.retval)
+}
+
+/// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
+/// ([`agent_common::flow_cache`]): the flush program, run on each online CPU. Returns the
+/// slots the maps refused (they stay in the cache and go at the next flush). Nothing to do
+/// when the object was loaded with the cache off (the program is not loaded then).
+pub fn flush_flow_cache(ebpf: &Ebpf) -> Result<u64> {
+    let Some(p) = ebpf.program(PROG_FLOW_FLUSH) else {
+        return Ok(0);
+    };
+    let Ok(fd) = p.fd() else {
+        return Ok(0);
+    };
+    let cpus = aya::util::online_cpus()
+        .map_err(|(_, e)| e)
+        .context("read the online CPUs")?;
+    let mut refused = 0;
+    for cpu in cpus {
+        match run_on_cpu(fd.as_fd(), cpu) {
+            Ok(r) => refused += u64::from(r),
+            Err(e) => bail!("run {PROG_FLOW_FLUSH} on CPU {cpu}: {e}"),
+        }
+    }
+    Ok(refused)
+}

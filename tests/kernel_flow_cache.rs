@@ -1,0 +1,135 @@
+//! The kernel's per-CPU flow cache (`agent_common::flow_cache`) through BPF_PROG_TEST_RUN:
+//! the flow maps the agent reads (after the flush) hold exactly what the host counts for the
+//! same frames, whether packets hit their slot, swap it with another flow, or the cache is
+//! switched off; and the flush is what brings a cached flow's packets into the maps.
+
+#[path = "support/kernel.rs"]
+mod support;
+#[path = "support/testrun.rs"]
+mod testrun;
+
+use agent_common::flow_cache::{slot_of, KeyWords};
+use agent_common::{parse_record, FlowKey, FlowKey4, FlowStats, Hook, LinkType, SliceReader};
+use rocemon::kernel::loader;
+use rocemon::sources::tally::Tally;
+use rocemon_testkit::fixtures;
+use rocemon_testkit::frames::Roce;
+use support::{comparable, ready};
+use testrun::{record_as_kernel, test_run};
+
+/// An RDMA WRITE_ONLY of 256 bytes from 10.1.0.1 to 10.2.0.1, source port `sport`.
+fn write_only(sport: u16, psn: u32) -> Vec<u8> {
+    let mut r = Roce::new(
+        "10.1.0.1".parse().unwrap(),
+        "10.2.0.1".parse().unwrap(),
+        sport,
+        0x123,
+        0x0A,
+    );
+    r.psn = psn;
+    r.payload = 256;
+    r.dma_len = 256;
+    r.frame()
+}
+
+/// The cache slot of a frame's flow as the XDP hook counts it.
+fn slot(frame: &[u8]) -> u32 {
+    let mut rec = parse_record(&SliceReader(frame), LinkType::Ethernet);
+    rec.key.hook = Hook::Xdp as u8;
+    slot_of(&rec.key_words() as &KeyWords)
+}
+
+/// Runs frames through the XDP program and the host's counting, then checks the flows the
+/// agent reads and the counter block against the host's.
+fn run_and_compare(ebpf: &aya::Ebpf, frames: &[Vec<u8>], what: &str) {
+    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    for f in frames {
+        test_run(prog.fd().unwrap(), f, 1).unwrap();
+        record_as_kernel(&mut host, f, 0);
+    }
+    let (flows, errors) = loader::read_flows(ebpf).unwrap();
+    assert_eq!(errors, 0, "{what}: read errors");
+    assert_eq!(flows.len(), host.flows.len(), "{what}: flows");
+    for (key, got) in &flows {
+        let want = host.flows.get(key).expect("a flow the host never saw");
+        assert_eq!(comparable(got), comparable(want), "{what}: {key:?}");
+    }
+    let k = loader::read_counters(ebpf).unwrap();
+    assert_eq!(k[Hook::Xdp as usize], host.counters, "{what}: counter block");
+}
+
+/// Two flows in one slot, their packets interleaved: every packet misses, writes the other
+/// flow back and loads its own (with its PSN state), and the counts stay exact.
+#[test]
+fn flows_that_share_a_cache_slot_are_counted_exactly() {
+    if !ready(true) {
+        return;
+    }
+    let first = write_only(0xC000, 0);
+    let sport = (0xC001..=0xFFFF)
+        .find(|&s| slot(&write_only(s, 0)) == slot(&first))
+        .expect("a source port whose flow shares the slot");
+    let mut frames = Vec::new();
+    for psn in 0..40 {
+        // A gap in the second flow's sequence: its PSN state must survive the swaps.
+        let psn2 = if psn < 20 { psn } else { psn + 3 };
+        frames.push(write_only(0xC000, psn));
+        frames.push(write_only(sport, psn2));
+    }
+    let mut ebpf = loader::load_object(1024).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    run_and_compare(&ebpf, &frames, "two flows in one slot");
+}
+
+/// Many flows (more than the slots hold), with and without the cache: the same flows, the
+/// same counts, equal to the host's.
+#[test]
+fn the_cache_on_and_off_count_the_same() {
+    if !ready(true) {
+        return;
+    }
+    let frames: Vec<Vec<u8>> = fixtures::many_flows()
+        .records()
+        .into_iter()
+        .map(|(_, _, f)| f)
+        .collect();
+    for flow_cache in [true, false] {
+        let sw = loader::Switches {
+            flow_cache,
+            ..loader::Switches::default()
+        };
+        let mut ebpf = loader::load_object_with(65_536, sw).unwrap();
+        loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+        run_and_compare(&ebpf, &frames, &format!("flow cache {flow_cache}"));
+    }
+}
+
+/// Packets are counted in the slot, not in the map, until the flush writes the slot back: the
+/// raw map lags, the agent's read (which flushes) does not.
+#[test]
+fn a_cached_flow_reaches_its_map_at_the_flush() {
+    if !ready(true) {
+        return;
+    }
+    let mut ebpf = loader::load_object(1024).unwrap();
+    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    for psn in 0..5 {
+        test_run(prog.fd().unwrap(), &write_only(0xC000, psn), 1).unwrap();
+    }
+    let raw_packets = |ebpf: &aya::Ebpf| -> u64 {
+        let map = ebpf.map(agent_common::MAP_FLOWS4).unwrap();
+        let m: aya::maps::PerCpuHashMap<_, FlowKey4, FlowStats> =
+            aya::maps::PerCpuHashMap::try_from(map).unwrap();
+        m.iter()
+            .map(|r| r.unwrap().1.iter().map(|s| s.packets).sum::<u64>())
+            .sum()
+    };
+    // The first packet inserted the flow zeroed and counted it in the slot.
+    assert_eq!(raw_packets(&ebpf), 0, "the map before the flush");
+    let (flows, _) = loader::read_flows(&ebpf).unwrap();
+    let key: FlowKey = flows[0].0;
+    assert_eq!((flows.len(), flows[0].1.packets), (1, 5), "{key:?}");
+    assert_eq!(raw_packets(&ebpf), 5, "the map after the flush");
+}
