@@ -171,7 +171,11 @@ pub(crate) fn kernel_bench() -> Result<Value> {
     for h in Hook::ALL {
         let mut ebpf = loader::load_object(1024)?;
         loader::load_programs(&mut ebpf, &[h])?;
-        for name in [h.program(), h.slow_path().2] {
+        for name in [
+            h.program(),
+            h.slow_path().2,
+            agent_common::flow_cache::PROG_FLOW_FLUSH,
+        ] {
             let p = ebpf.program(name).context("program")?;
             let n = p.info()?.verified_instruction_count().unwrap_or(0);
             verified.insert(name.to_string(), json!(n));
@@ -225,7 +229,14 @@ fn switch_costs(repeat: u32) -> Result<Value> {
             },
         ),
         (
-            "all off",
+            "flow cache off",
+            loader::Switches {
+                flow_cache: false,
+                ..on
+            },
+        ),
+        (
+            "all off (cache on)",
             loader::Switches {
                 rhythm: false,
                 psn_tracking: false,

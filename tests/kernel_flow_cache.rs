@@ -56,7 +56,11 @@ fn run_and_compare(ebpf: &aya::Ebpf, frames: &[Vec<u8>], what: &str) {
         assert_eq!(comparable(got), comparable(want), "{what}: {key:?}");
     }
     let k = loader::read_counters(ebpf).unwrap();
-    assert_eq!(k[Hook::Xdp as usize], host.counters, "{what}: counter block");
+    assert_eq!(
+        k[Hook::Xdp as usize],
+        host.counters,
+        "{what}: counter block"
+    );
 }
 
 /// Two flows in one slot, their packets interleaved: every packet misses, writes the other
@@ -91,7 +95,6 @@ fn the_cache_on_and_off_count_the_same() {
     }
     let frames: Vec<Vec<u8>> = fixtures::many_flows()
         .records()
-        .into_iter()
         .map(|(_, _, f)| f)
         .collect();
     for flow_cache in [true, false] {

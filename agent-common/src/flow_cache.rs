@@ -149,7 +149,10 @@ mod tests {
         }
         let filled = used.iter().filter(|&&n| n > 0).count();
         // Random placement fills 1 - 1/e of the slots (63%); a poor hash far fewer.
-        assert!(filled * 100 >= 55 * FLOW_CACHE_SLOTS as usize, "{filled} slots used");
+        assert!(
+            filled * 100 >= 55 * FLOW_CACHE_SLOTS as usize,
+            "{filled} slots used"
+        );
         assert!(*used.iter().max().unwrap_or(&0) <= 8, "{used:?}");
     }
 

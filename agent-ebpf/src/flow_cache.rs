@@ -6,8 +6,7 @@
 use crate::count::{self, on};
 use crate::{FLOWS, FLOWS4};
 use agent_common::flow_cache::{
-    key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY,
-    FLOW_CACHE_SLOTS,
+    key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
 };
 use agent_common::{FlowKey4, FlowStats, Hook};
 use aya_ebpf::{

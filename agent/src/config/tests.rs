@@ -114,10 +114,20 @@ fn flow_cache_defaults_on_and_turns_off_by_file_or_flag() {
     let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
     assert!(c.switches.flow_cache);
     let file: FileConfig = toml::from_str("flow_cache = false").unwrap();
-    assert!(!Config::merge(file, &args(&["a"])).unwrap().switches.flow_cache);
+    assert!(
+        !Config::merge(file, &args(&["a"]))
+            .unwrap()
+            .switches
+            .flow_cache
+    );
     let mut a = args(&["a"]);
     a.no_flow_cache = true;
-    assert!(!Config::merge(FileConfig::default(), &a).unwrap().switches.flow_cache);
+    assert!(
+        !Config::merge(FileConfig::default(), &a)
+            .unwrap()
+            .switches
+            .flow_cache
+    );
 }
 
 #[test]

@@ -15,11 +15,11 @@
 //! directory). Everything else is left in place and named. One agent holds a pin root at a
 //! time: [`PinLock`] is an exclusive `flock` on the root directory itself.
 
+use agent_common::flow_cache::{CachedFlow, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE, MAP_FLOW_FLUSHING};
 use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
     MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
 };
-use agent_common::flow_cache::{CachedFlow, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE, MAP_FLOW_FLUSHING};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 

@@ -1,12 +1,12 @@
 //! The kernel maps as a source: the counter blocks, the mirror sessions and the flows of a
 //! loaded object, merged over CPUs (read at every poll; the loader owns the object).
 
+use crate::sources::prog_run::flush_flow_cache;
 use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
     MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
 };
-use crate::sources::prog_run::flush_flow_cache;
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
 use aya::{Ebpf, Pod};
