@@ -166,6 +166,7 @@ pub(crate) fn kernel_bench() -> Result<Value> {
         }
     }
     let switches = switch_costs(REPEAT)?;
+    let cache = cache_miss_costs()?;
     // What the verifier checked, per program (the budget: 100,000 each).
     let mut verified = serde_json::Map::new();
     for h in Hook::ALL {
@@ -184,7 +185,7 @@ pub(crate) fn kernel_bench() -> Result<Value> {
     eprintln!("kernel: verified instructions {verified:?}");
     Ok(json!({
         "repeat": REPEAT, "rows": rows, "verified_instructions": verified,
-        "switches": switches,
+        "switches": switches, "flow_cache": cache,
     }))
 }
 
@@ -280,6 +281,74 @@ fn switch_costs(repeat: u32) -> Result<Value> {
             xdp / base
         );
         rows.push(json!({ "switches": label, "xdp_min_ns": min, "xdp_ns": xdp, "xdp_baseline_ns": base, "xdp_ratio": xdp / base }));
+    }
+    Ok(Value::Array(rows))
+}
+
+/// What a flow cache miss costs: single runs (BPF_PROG_TEST_RUN with one repeat, so each
+/// run can carry another frame) of one flow over and over (every packet hits its slot), of
+/// two flows that share a slot taking turns (every packet misses: a write-back and a load),
+/// and of the same two flows with the cache off, each next to the count-only program run the
+/// same way (a single run's figure includes the harness's own per-run cost).
+fn cache_miss_costs() -> Result<Value> {
+    const RUNS: usize = 20_000;
+    const ROUNDS: usize = 5;
+    let frame = |sport: u16| {
+        let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), sport, 0x11, 0x0A);
+        w.payload = 1024;
+        w.dma_len = 1024;
+        w.frame()
+    };
+    let slot = |f: &[u8]| {
+        let mut rec = agent_common::parse_record(&SliceReader(f), agent_common::LinkType::Ethernet);
+        rec.key.hook = Hook::Xdp as u8;
+        agent_common::flow_cache::slot_of(&rec.key_words())
+    };
+    let a = frame(0xC001);
+    let b = (0xC002..=0xFFFF)
+        .map(frame)
+        .find(|f| slot(f) == slot(&a))
+        .context("a flow that shares the first one's slot")?;
+    let cases: [(&str, bool, [&Vec<u8>; 2]); 3] = [
+        ("one flow (every packet hits)", true, [&a, &a]),
+        (
+            "two flows in one slot (every packet misses)",
+            true,
+            [&a, &b],
+        ),
+        ("the same two flows, cache off", false, [&a, &b]),
+    ];
+    let mut ns = vec![(Vec::new(), Vec::new()); cases.len()];
+    for _ in 0..ROUNDS {
+        for ((_, on, frames), (xdp, base)) in cases.iter().zip(ns.iter_mut()) {
+            let sw = loader::Switches {
+                flow_cache: *on,
+                ..loader::Switches::default()
+            };
+            let mut ebpf = loader::load_object_with(1024, sw)?;
+            loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
+            load_baselines(&mut ebpf, false)?;
+            for (prog, out) in [
+                (agent_common::PROG_XDP, &mut *xdp),
+                (agent_common::PROG_BASELINE_XDP, &mut *base),
+            ] {
+                let fd = ebpf.program(prog).context("program")?.fd()?;
+                let mut total = 0u64;
+                for i in 0..RUNS {
+                    total += u64::from(test_run(fd, frames[i % 2], 1)?.duration_ns);
+                }
+                out.push(total as f64 / RUNS as f64);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for ((label, _, _), (mut xdp, base)) in cases.iter().zip(ns) {
+        xdp.sort_by(f64::total_cmp);
+        let (min, xdp, base) = (xdp[0], median(&xdp), median(base));
+        eprintln!("kernel: flow cache, {label:<44} xdp min {min:>5.0} median {xdp:>5.0} ns (baseline {base:>4.0}, single runs)");
+        rows.push(
+            json!({ "case": label, "xdp_min_ns": min, "xdp_ns": xdp, "xdp_baseline_ns": base }),
+        );
     }
     Ok(Value::Array(rows))
 }

@@ -28,8 +28,9 @@
 use crate::flow::FlowStats;
 use crate::flow_key::FlowKey;
 
-/// Slots per CPU (a power of two: the slot is the key's hash masked). 256 slots of about
-/// 0.6 KiB: 150 KiB per CPU.
+/// Slots per CPU (a power of two: the slot is the key's hash masked). 256 slots of 304 bytes:
+/// 76 KiB per CPU. More slots would cost the flush program verified instructions (it walks
+/// them all) and memory on hosts with many CPUs.
 pub const FLOW_CACHE_SLOTS: u32 = 256;
 
 /// Name of the per-CPU array of [`CachedFlow`].
