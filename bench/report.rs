@@ -19,6 +19,19 @@ pub(crate) fn machine() -> Value {
     json!({ "cpu": cpu, "cpus": nr_cpus().unwrap_or(0), "kernel": kernel, "rocemon": env!("CARGO_PKG_VERSION") })
 }
 
+/// One Markdown table row per JSON row: its `label` field, then each numeric field with its
+/// number of decimals.
+fn table_rows(s: &mut String, rows: &Value, label: &str, fields: &[(&str, usize)]) {
+    use std::fmt::Write as _;
+    for row in rows.as_array().into_iter().flatten() {
+        let mut line = format!("| {} |", row[label].as_str().unwrap_or(""));
+        for &(f, decimals) in fields {
+            let _ = write!(line, " {:.*} |", decimals, row[f].as_f64().unwrap_or(0.0));
+        }
+        let _ = writeln!(s, "{line}");
+    }
+}
+
 pub(crate) fn markdown(r: &Value) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
@@ -45,28 +58,24 @@ pub(crate) fn markdown(r: &Value) -> String {
         );
     }
     let _ = writeln!(s, "\nWhat the load-time switches cost (plain RoCE frame over XDP; six interleaved rounds, each loading every configuration afresh):\n\n| switches | XDP ns min | XDP ns median | baseline ns | ratio |\n| --- | --- | --- | --- | --- |");
-    for row in r["kernel"]["switches"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} |",
-            row["switches"].as_str().unwrap_or(""),
-            row["xdp_min_ns"].as_f64().unwrap_or(0.0),
-            row["xdp_ns"].as_f64().unwrap_or(0.0),
-            row["xdp_baseline_ns"].as_f64().unwrap_or(0.0),
-            row["xdp_ratio"].as_f64().unwrap_or(0.0)
-        );
-    }
+    table_rows(
+        &mut s,
+        &r["kernel"]["switches"],
+        "switches",
+        &[
+            ("xdp_min_ns", 0),
+            ("xdp_ns", 0),
+            ("xdp_baseline_ns", 0),
+            ("xdp_ratio", 2),
+        ],
+    );
     let _ = writeln!(s, "\nWhat a flow cache miss costs (single runs, each frame fed on its own, so every figure includes the harness's per-run cost, which the count-only program's figure shows; five rounds):\n\n| case | XDP ns min | XDP ns median | baseline ns |\n| --- | --- | --- | --- |");
-    for row in r["kernel"]["flow_cache"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            s,
-            "| {} | {:.0} | {:.0} | {:.0} |",
-            row["case"].as_str().unwrap_or(""),
-            row["xdp_min_ns"].as_f64().unwrap_or(0.0),
-            row["xdp_ns"].as_f64().unwrap_or(0.0),
-            row["xdp_baseline_ns"].as_f64().unwrap_or(0.0)
-        );
-    }
+    table_rows(
+        &mut s,
+        &r["kernel"]["flow_cache"],
+        "case",
+        &[("xdp_min_ns", 0), ("xdp_ns", 0), ("xdp_baseline_ns", 0)],
+    );
     let a = &r["analyze"];
     let _ = writeln!(s, "\n## 2. Capture analysis (1,000,000 frames, 10,000 flows, {:.0} MB)\n\nTarget: at least 100x tshark and within 3x of reading the file.\n\n| tool | seconds | frames/s |\n| --- | --- | --- |\n| rocemon analyze --format json | {:.2} | {:.0} |\n| tshark -T fields -e infiniband.bth.opcode | {:.2} | {:.0} |\n| cat FILE > /dev/null | {:.3} | |\n\nrocemon is **{:.1}x** faster than tshark and takes **{:.1}x** the time of reading the file.\n\nBy frame size (1,000,000 frames over 10,000 flows each; medians of five runs interleaved with `cat`; targets: small frames at most 2x `cat`, large frames at most 1.5x):\n\n| frames | file | rocemon s | cat s | ratio |\n| --- | --- | --- | --- | --- |{}", a["file_bytes"].as_f64().unwrap_or(0.0) / 1e6, a["rocemon_seconds"].as_f64().unwrap_or(0.0), a["rocemon_frames_per_second"].as_f64().unwrap_or(0.0), a["tshark_seconds"].as_f64().unwrap_or(0.0), a["tshark_frames_per_second"].as_f64().unwrap_or(0.0), a["cat_seconds"].as_f64().unwrap_or(0.0), a["speedup_vs_tshark"].as_f64().unwrap_or(0.0), a["ratio_vs_cat"].as_f64().unwrap_or(0.0), size_rows(a));
     let c = &r["scale"];

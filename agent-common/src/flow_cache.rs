@@ -24,6 +24,12 @@
 //!   (the interrupted miss writes the old flow back itself);
 //! - while the flush runs (its per-CPU flag set), a packet that interrupted it and misses
 //!   updates the map directly instead of swapping the slot under the flush.
+//!
+//! A slot gives its flow a second chance: a miss in a slot hit since the last miss counts the
+//! packet in the map (the slot's flow stays), and only a miss in an unreferenced slot swaps.
+//! Where more flows than slots take turns, a swap (two copies of the flow state) per miss
+//! would cost more than the map alone; this way a slot changes flow at most every other miss,
+//! and a flow that keeps coming keeps its slot.
 
 use crate::flow::FlowStats;
 use crate::flow_key::FlowKey;
@@ -61,7 +67,9 @@ pub struct CachedFlow {
     pub key: KeyWords,
     /// [`EMPTY`], [`CLEAN`], [`DIRTY`] or [`BUSY`].
     pub state: u32,
-    pub _pad: u32,
+    /// 1 when a packet hit the slot since the last miss in it (second chance: a miss in a
+    /// referenced slot clears this and counts its packet in the map instead of swapping).
+    pub referenced: u32,
     pub stats: FlowStats,
 }
 

@@ -65,9 +65,11 @@ pub fn hit(words: &KeyWords) -> Option<*mut CachedFlow> {
     }
 }
 
-/// After a hit's update: the slot differs from its map value now.
+/// After a hit's update: the slot differs from its map value now, and its flow is in use.
 #[inline(always)]
 pub fn counted(e: *mut CachedFlow) {
+    // SAFETY: a slot of this CPU's cache (only a miss on this CPU reads the flag).
+    unsafe { (*e).referenced = 1 };
     set_state(e, DIRTY);
 }
 
@@ -106,10 +108,11 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
     false
 }
 
-/// A packet whose flow is not in its slot: the slot's flow goes back to its map and the
-/// packet's flow comes into the slot (looked up, or inserted zeroed: a new flow), then the
-/// packet is counted there. While the flush runs on this CPU, or if the map refuses the
-/// flow, the packet is counted in the map as without the cache. Takes only scalars (a
+/// A packet whose flow is not in its slot: unless the slot's flow was hit since the last miss
+/// (then it keeps the slot and this packet is counted in the map), the slot's flow goes back
+/// to its map and the packet's flow comes into the slot (looked up, or inserted zeroed: a new
+/// flow), then the packet is counted there. While the flush runs on this CPU, or if the map
+/// refuses the flow, the packet is counted in the map as without the cache. Takes only scalars (a
 /// global function): the packet is in this CPU's record.
 #[no_mangle]
 #[inline(never)]
@@ -124,18 +127,16 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     let e = if flushing {
         None
     } else {
-        FLOW_CACHE.get_ptr_mut(slot)
+        FLOW_CACHE.get_ptr_mut(slot).filter(|&e| !second_chance(e))
     };
     let Some(e) = e else {
         return u32::from(count::flow_to_map(rec, c, frame_len, now));
     };
-    if state(e) == DIRTY {
-        set_state(e, BUSY);
-        if rocemon_flow_write_back(slot) == 0 {
-            c.flow_update_errors += 1;
-        }
-    }
+    let was_dirty = state(e) == DIRTY;
     set_state(e, BUSY);
+    if was_dirty && rocemon_flow_write_back(slot) == 0 {
+        c.flow_update_errors += 1;
+    }
     let Some(v) = count::flow_slot_of(rec, c) else {
         set_state(e, EMPTY);
         c.flow_update_errors += 1;
@@ -145,10 +146,24 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     unsafe {
         core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
         (*e).key = words;
+        (*e).referenced = 1;
         count::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);
     0
+}
+
+/// Whether a slot keeps its flow at a miss: it does once after each hit (the flag is
+/// cleared, so the next miss there swaps unless the flow was hit in between).
+#[inline(always)]
+fn second_chance(e: *mut CachedFlow) -> bool {
+    // SAFETY: a slot of this CPU's cache.
+    let referenced = unsafe { &mut (*e).referenced };
+    if *referenced != 0 && state(e) != EMPTY {
+        *referenced = 0;
+        return true;
+    }
+    false
 }
 
 /// The flush: every changed slot of this CPU's cache written back into its map. Never

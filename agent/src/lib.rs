@@ -6,7 +6,8 @@
 //! kernel/ + sources/ --------> pipeline/ -------> detect/ ---------> export/
 //!   loader, pins (programs)     flows (rates,     elephant, ecmp,     metrics/ (the one catalog),
 //!   sources::maps (counters,      top-K)          hash, rhythm,       http + api + web,
-//!     flows, the ring)          timeline,         steps               report, report_html*
+//!     flows, the ring),         timeline,         steps               report, report_html*
+//!     prog_run (the flush)
 //!   sources::capture, input     training
 //!   sources::afxdp, tally      (captures)
 //!   sflow/ (switches' view)
@@ -18,9 +19,9 @@
 //! - [`cli`]: raw flags and their value types; [`config`]: one validated [`config::Config`]
 //!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2).
 //! - [`kernel`]: load the object, attach XDP/tc per interface, fall back, detach on drop
-//!   ([`kernel::loader`]); pins ([`kernel::pins`]). (BPF_PROG_TEST_RUN, for tests and
-//!   benchmarks only, lives in `tests/support/testrun.rs`.)
-//! - [`sources`]: the kernel maps and ring ([`sources::maps`]), captures
+//!   ([`kernel::loader`]); pins ([`kernel::pins`]).
+//! - [`sources`]: the kernel maps and ring ([`sources::maps`]; the flow cache flushed into
+//!   the flow maps first, by a program run on each CPU: [`sources::prog_run`]), captures
 //!   ([`sources::capture`], [`sources::input`]), AF_XDP sockets and their userspace counting
 //!   ([`sources::afxdp`], [`sources::tally`]), NIC pause counters, RDMA connections; [`sflow`]:
 //!   the sFlow v5 collector (switches' view), live and in `analyze`.
