@@ -4,8 +4,8 @@
 //! counted again.
 
 use rocemon_testkit::netns::{
-    link_details, links_alive, metric_sum, pinned_links, run, try_metric_sum, wait_links_gone,
-    Agent, BpfFs, VethPair,
+    http_get_in, link_details, links_alive, metric_sum, pinned_links, run, try_metric_sum,
+    wait_links_gone, Agent, BpfFs, VethPair,
 };
 use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
 use std::path::PathBuf;
@@ -127,6 +127,22 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         "counted while no agent ran"
     );
     assert_eq!(packets(&body, "tc_ingress"), 2 * e.roce_packets);
+    // Per flow too: what the old programs counted while no agent ran sat in the flow cache's
+    // slots (pinned with the flow maps); the new agent flushed them into the maps.
+    let (_, doc) = http_get_in(ns, ADDR, "/api/v1/flows?limit=100000").unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    let flow_packets: u64 = doc["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["hook"] == "xdp")
+        .map(|f| f["packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        flow_packets,
+        2 * e.roce_packets,
+        "XDP flows after the restart"
+    );
     pair.replay_from_b(&path).unwrap();
     let body = wait_for(&mut agent, 3 * e.roce_packets);
     assert_eq!(packets(&body, "xdp"), 3 * e.roce_packets);
