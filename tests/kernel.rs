@@ -15,7 +15,7 @@ use rocemon::sources::tally::{self, Tally};
 use rocemon_testkit::fixtures::{self, Link};
 use rocemon_testkit::{require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;
-use support::{comparable, ready};
+use support::{comparable, ready, xdp_object};
 use testrun::{record_as_kernel, test_run};
 
 const XDP_PASS: u32 = 2;
@@ -278,8 +278,7 @@ fn full_flow_map_keeps_global_counters_exact() {
         return;
     }
     // A tiny flow map: flows beyond it are evicted (LRU), global counters stay exact.
-    let mut ebpf = loader::load_object(16).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(16, loader::Switches::default());
     // many_flows sends each flow's packets together, so no flow comes back after its eviction:
     // the host, with room for every flow, must count exactly what the kernel counts, flows
     // created included (evicted = created - held).
@@ -383,8 +382,7 @@ fn switched_off_psn_tracking_and_session_counters_count_nothing_of_theirs() {
         session_counters: false,
         ..loader::Switches::default()
     };
-    let mut ebpf = loader::load_object_with(65_536, off).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(65_536, off);
     let mut host = Tally::new(Hook::Xdp, usize::MAX);
     let mut frames = 0;
     for fx in [fixtures::psn_health(), fixtures::tunnels()] {
@@ -527,8 +525,7 @@ fn configured_traffic_classes_decide_what_the_kernel_counts_as_lossy() {
         classes,
         ..loader::Switches::default()
     };
-    let mut ebpf = loader::load_object_with(65_536, sw).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(65_536, sw);
     let mut host = Tally::with_switches(Hook::Xdp, usize::MAX, sw);
     let mut default_host = Tally::new(Hook::Xdp, usize::MAX);
     for (_, _, data) in rocemon_testkit::lossless::lossless().records() {

@@ -14,7 +14,7 @@ use rocemon::kernel::loader;
 use rocemon::sources::tally::Tally;
 use rocemon_testkit::fixtures;
 use rocemon_testkit::frames::Roce;
-use support::{comparable, ready};
+use support::{comparable, ready, xdp_object};
 use testrun::{record_as_kernel, test_run};
 
 /// An RDMA WRITE_ONLY of 256 bytes from 10.1.0.1 to 10.2.0.1, source port `sport`.
@@ -83,8 +83,7 @@ fn flows_that_share_a_cache_slot_are_counted_exactly() {
         frames.extend([write_only(0xC000, a), write_only(0xC000, a + 1)]);
         frames.extend([write_only(sport, b), write_only(sport, b + 1)]);
     }
-    let mut ebpf = loader::load_object(1024).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(1024, loader::Switches::default());
     run_and_compare(&ebpf, &frames, "two flows in one slot");
 }
 
@@ -104,8 +103,7 @@ fn the_cache_on_and_off_count_the_same() {
             flow_cache,
             ..loader::Switches::default()
         };
-        let mut ebpf = loader::load_object_with(65_536, sw).unwrap();
-        loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+        let ebpf = xdp_object(65_536, sw);
         run_and_compare(&ebpf, &frames, &format!("flow cache {flow_cache}"));
     }
 }
@@ -117,8 +115,7 @@ fn a_cached_flow_reaches_its_map_at_the_flush() {
     if !ready(true) {
         return;
     }
-    let mut ebpf = loader::load_object(1024).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(1024, loader::Switches::default());
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     for psn in 0..5 {
         test_run(prog.fd().unwrap(), &write_only(0xC000, psn), 1).unwrap();

@@ -10,7 +10,7 @@ mod testrun;
 
 use rocemon::kernel::loader;
 use rocemon_testkit::fixtures;
-use support::ready;
+use support::{ready, xdp_object};
 use testrun::test_run;
 
 const XDP_PASS: u32 = 2;
@@ -73,8 +73,7 @@ fn coarse_ms() -> u64 {
 /// Two batches of RoCE frames 40 ms apart, the ring read afterwards: each batch's packets and
 /// bytes are in the milliseconds `now` read around it, and nothing is anywhere else.
 fn batches_land_in_their_milliseconds(switches: loader::Switches, now: fn() -> u64) {
-    let mut ebpf = loader::load_object_with(65_536, switches).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(65_536, switches);
     let (frames, bytes) = roce_frames();
     assert!(frames.len() > 10, "{} RoCE frames", frames.len());
     let mut batches = Vec::new();
@@ -123,8 +122,7 @@ fn switched_off_rhythm_leaves_the_ring_empty() {
         rhythm: false,
         ..loader::Switches::default()
     };
-    let mut ebpf = loader::load_object_with(65_536, off).unwrap();
-    loader::load_programs(&mut ebpf, &[Hook::Xdp]).unwrap();
+    let ebpf = xdp_object(65_536, off);
     let (frames, bytes) = roce_frames();
     let start = rocemon::sources::maps::monotonic_ms();
     for d in &frames {

@@ -29,3 +29,11 @@ pub fn comparable(s: &FlowStats) -> FlowStats {
         ..*s
     }
 }
+
+/// The object with `flow_entries` per flow map and `switches`, its XDP programs loaded (the
+/// verifier has run; nothing is attached).
+pub fn xdp_object(flow_entries: u32, switches: loader::Switches) -> aya::Ebpf {
+    let mut ebpf = loader::load_object_with(flow_entries, switches).unwrap();
+    loader::load_programs(&mut ebpf, &[agent_common::Hook::Xdp]).unwrap();
+    ebpf
+}
