@@ -108,6 +108,30 @@ fn the_cache_on_and_off_count_the_same() {
     }
 }
 
+/// This CPU's packets of every flow in the raw IPv4 flow map, without a flush.
+fn raw_packets(ebpf: &aya::Ebpf) -> u64 {
+    let map = ebpf.map(agent_common::MAP_FLOWS4).unwrap();
+    let m: aya::maps::PerCpuHashMap<_, FlowKey4, FlowStats> =
+        aya::maps::PerCpuHashMap::try_from(map).unwrap();
+    m.iter()
+        .map(|r| r.unwrap().1.iter().map(|s| s.packets).sum::<u64>())
+        .sum()
+}
+
+/// Five packets of one flow through the XDP program of an object loaded with `switches`.
+fn five_packets(flow_cache: bool) -> aya::Ebpf {
+    let sw = loader::Switches {
+        flow_cache,
+        ..loader::Switches::default()
+    };
+    let ebpf = xdp_object(1024, sw);
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    for psn in 0..5 {
+        test_run(prog.fd().unwrap(), &write_only(0xC000, psn), 1).unwrap();
+    }
+    ebpf
+}
+
 /// Packets are counted in the slot, not in the map, until the flush writes the slot back: the
 /// raw map lags, the agent's read (which flushes) does not.
 #[test]
@@ -115,23 +139,20 @@ fn a_cached_flow_reaches_its_map_at_the_flush() {
     if !ready(true) {
         return;
     }
-    let ebpf = xdp_object(1024, loader::Switches::default());
-    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-    for psn in 0..5 {
-        test_run(prog.fd().unwrap(), &write_only(0xC000, psn), 1).unwrap();
-    }
-    let raw_packets = |ebpf: &aya::Ebpf| -> u64 {
-        let map = ebpf.map(agent_common::MAP_FLOWS4).unwrap();
-        let m: aya::maps::PerCpuHashMap<_, FlowKey4, FlowStats> =
-            aya::maps::PerCpuHashMap::try_from(map).unwrap();
-        m.iter()
-            .map(|r| r.unwrap().1.iter().map(|s| s.packets).sum::<u64>())
-            .sum()
-    };
+    let ebpf = five_packets(true);
     // The first packet inserted the flow zeroed and counted it in the slot.
     assert_eq!(raw_packets(&ebpf), 0, "the map before the flush");
     let (flows, _) = loader::read_flows(&ebpf).unwrap();
     let key: FlowKey = flows[0].0;
     assert_eq!((flows.len(), flows[0].1.packets), (1, 5), "{key:?}");
     assert_eq!(raw_packets(&ebpf), 5, "the map after the flush");
+}
+
+/// With the switch off the programs take it: every packet is in the map at once.
+#[test]
+fn with_the_cache_off_the_map_holds_every_packet_at_once() {
+    if !ready(true) {
+        return;
+    }
+    assert_eq!(raw_packets(&five_packets(false)), 5);
 }

@@ -183,8 +183,10 @@ fn load_object_pinned(
     l.override_global(agent_common::SWITCH_TRACK_PSN, &psn, true);
     l.override_global(agent_common::SWITCH_SESSIONS, &sessions, true);
     l.override_global(agent_common::SWITCH_RING_HOOKS, &ring_hooks, true);
+    // Not required to exist: `--ab` loads builds from before the cache (tests/kernel_flow_cache
+    // checks that this build takes the switch).
     let cache = u8::from(switches.flow_cache);
-    l.override_global(agent_common::flow_cache::SWITCH_FLOW_CACHE, &cache, true);
+    l.override_global(agent_common::flow_cache::SWITCH_FLOW_CACHE, &cache, false);
     let coarse = u8::from(switches.coarse_ring_clock);
     l.override_global(agent_common::SWITCH_RING_COARSE, &coarse, true);
     let c = &switches.classes;
