@@ -4,13 +4,20 @@
 
 use super::*;
 
+/// The plain RoCE packet of the kernel rows: an RC WRITE_ONLY of 1 KiB over IPv4 from source
+/// port `sport` (the flow cache rows vary the port to find two flows that share a slot).
+fn write_only_1k(sport: u16) -> Roce {
+    let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), sport, 0x11, 0x0A);
+    w.payload = 1024;
+    w.dma_len = 1024;
+    w
+}
+
 /// The frames the kernel benchmark runs: several opcodes, IPv4 and IPv6, VLAN; the non-RoCE
 /// frames a RoCE host sees next to RoCE (UDP to another port, ARP); and the rare shapes the
 /// slow program parses (QinQ, IPv4 options, a VXLAN tunnel, an ERSPAN mirror).
 pub(crate) fn bench_frames() -> Vec<(&'static str, Vec<u8>)> {
-    let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), 0xC001, 0x11, 0x0A);
-    w.payload = 1024;
-    w.dma_len = 1024;
+    let w = write_only_1k(0xC001);
     let mut s6 = Roce::new(ip("fd00::1"), ip("fd00::2"), 0xC002, 0x12, 0x04);
     s6.payload = 256;
     let mut ack = Roce::new(ip("10.1.0.2"), ip("10.1.0.1"), 0xC001, 0x13, 0x11);
@@ -294,12 +301,7 @@ fn switch_costs(repeat: u32) -> Result<Value> {
 fn cache_miss_costs() -> Result<Value> {
     const RUNS: usize = 20_000;
     const ROUNDS: usize = 5;
-    let frame = |sport: u16| {
-        let mut w = Roce::new(ip("10.1.0.1"), ip("10.1.0.2"), sport, 0x11, 0x0A);
-        w.payload = 1024;
-        w.dma_len = 1024;
-        w.frame()
-    };
+    let frame = |sport: u16| write_only_1k(sport).frame();
     let slot = |f: &[u8]| {
         let mut rec = agent_common::parse_record(&SliceReader(f), agent_common::LinkType::Ethernet);
         rec.key.hook = Hook::Xdp as u8;

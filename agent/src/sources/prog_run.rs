@@ -4,7 +4,7 @@
 //! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) directly.
 
 use agent_common::flow_cache::PROG_FLOW_FLUSH;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::Ebpf;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
@@ -53,38 +53,36 @@ pub fn test_run(attr: &mut TestRunAttr) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs a raw tracepoint program (no context) on one CPU; returns its return value.
-fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<u32> {
+/// Runs a raw tracepoint program (no context) on one CPU.
+fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<()> {
     let mut attr = TestRunAttr {
         prog_fd: prog.as_raw_fd() as u32,
         flags: BPF_F_TEST_RUN_ON_CPU,
         cpu,
         ..TestRunAttr::default()
     };
-    test_run(&mut attr)?;
-    Ok(attr.retval)
+    test_run(&mut attr)
 }
 
 /// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
-/// ([`agent_common::flow_cache`]): the flush program, run on each online CPU. Returns the
-/// slots the maps refused (they stay in the cache and go at the next flush). Nothing to do
-/// when the object was loaded with the cache off (the program is not loaded then).
-pub fn flush_flow_cache(ebpf: &Ebpf) -> Result<u64> {
+/// ([`agent_common::flow_cache`]): the flush program, run on each online CPU. A slot the maps
+/// refuse stays in the cache for the next flush (the kernel counts the refusal as a flow
+/// update error of the flow's hook). An object without the program (a build from before the
+/// cache, under `--ab`) has nothing to flush; with the cache switched off the flush finds no
+/// changed slot.
+pub fn flush_flow_cache(ebpf: &Ebpf) -> Result<()> {
     let Some(p) = ebpf.program(PROG_FLOW_FLUSH) else {
-        return Ok(0);
+        return Ok(());
     };
     let Ok(fd) = p.fd() else {
-        return Ok(0);
+        return Ok(());
     };
     let cpus = aya::util::online_cpus()
         .map_err(|(_, e)| e)
         .context("read the online CPUs")?;
-    let mut refused = 0;
     for cpu in cpus {
-        match run_on_cpu(fd.as_fd(), cpu) {
-            Ok(r) => refused += u64::from(r),
-            Err(e) => bail!("run {PROG_FLOW_FLUSH} on CPU {cpu}: {e}"),
-        }
+        run_on_cpu(fd.as_fd(), cpu)
+            .with_context(|| format!("run {PROG_FLOW_FLUSH} on CPU {cpu}"))?;
     }
-    Ok(refused)
+    Ok(())
 }
