@@ -5,8 +5,8 @@
 //! count a packet the same way.
 //!
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
-//! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`headers`],
-//!   [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
+//! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`clock`],
+//!   [`headers`], [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
 //!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`]; [`flow_cache`];
 //!   [`counters`] on top.
 //!
@@ -29,12 +29,15 @@
 //! - [`flow_cache`]: the kernel's per-CPU direct-mapped flow cache in front of the flow maps
 //!   (slot layout, hash, states of the write-back protocol).
 //! - [`ring`]: RoCE packets and bytes per millisecond, the kernel's ring (training rhythm).
+//! - [`clock`]: the kernel's per-CPU cache of a clock reading (a packet reads the clock only
+//!   now and then).
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
 //! - [`message`]: RDMA message sizes (RETH DMA lengths, SEND payloads) and their histogram.
 //! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod classes;
+pub mod clock;
 pub mod counters;
 pub mod fast;
 pub mod flow;

@@ -2,7 +2,7 @@
 //! and the flow, through `agent-common`'s update functions (userspace runs the same sequence
 //! in `rocemon::sources::tally`).
 
-use crate::{flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
+use crate::{clock, flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::parse_fast_into, parse::parse_into, record::PacketRecord, FlowKey4, FlowStats, Hook,
@@ -10,7 +10,6 @@ use agent_common::{
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
     macros::map,
     maps::{LruPerCpuHashMap, PerCpuArray},
 };
@@ -50,20 +49,17 @@ fn ring_on(hook: Hook) -> bool {
 }
 
 /// Adds a RoCE packet to this CPU's ring slot of its millisecond; returns the clock (ns).
-/// The coarse clock where it resolves a millisecond: a packet then lands in the millisecond
-/// of the last tick (at most one early), which the rhythm's periods (tens of milliseconds
-/// and more) do not feel.
+/// The fine clock through this CPU's cache ([`clock::fine`]: a packet lands at most a few
+/// packets' time, never more than a tick, early), or the coarse clock where it resolves a
+/// millisecond: a packet then lands in the millisecond of the last tick (at most one early).
+/// The rhythm's periods (tens of milliseconds and more) do not feel either.
 #[inline(always)]
 fn ring_add(frame_len: u64) -> u64 {
-    // SAFETY: the helpers have no preconditions.
-    let now = unsafe {
-        if on(&ROCEMON_RING_COARSE) {
-            bpf_ktime_get_coarse_ns()
-        } else {
-            bpf_ktime_get_ns()
-        }
+    let (now, ms) = if on(&ROCEMON_RING_COARSE) {
+        clock::coarse()
+    } else {
+        clock::fine()
     };
-    let ms = now / 1_000_000;
     if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
         // SAFETY: this CPU's slot, as for the counter block.
         unsafe { (*s).add(ms, frame_len) };
@@ -258,13 +254,12 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
     // The flow key is the record's first field: looked up in place, with this hook's byte.
     rec.key.hook = hook as u8;
     // The ring needs the fine clock and the flow takes the same reading; without the ring the
-    // coarse clock (jiffy resolution) is enough for first/last seen and rates over polls, and
-    // cheaper per packet.
+    // coarse clock (tick resolution) is enough for first/last seen and rates over polls, and
+    // read once per tick.
     let now = if ring_on(hook) {
         ring_add(frame_len)
     } else {
-        // SAFETY: the helper has no preconditions.
-        unsafe { bpf_ktime_get_coarse_ns() }
+        clock::coarse().0
     };
     if flow_cache::enabled() {
         if let Some(e) = flow_cache::hit(&rec.key_words()) {

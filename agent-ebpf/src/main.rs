@@ -13,6 +13,7 @@
 // BPF inline assembly (the direct reader's word loads); the kernel programs build on nightly.
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
+mod clock;
 mod count;
 mod direct;
 mod flow_cache;
