@@ -47,13 +47,6 @@ pub struct ClockCache {
     _pad: u32,
 }
 
-/// The slots of the per-CPU clock cache map: one per clock.
-pub const CLOCK_FINE: u32 = 0;
-pub const CLOCK_COARSE: u32 = 1;
-pub const CLOCK_SLOTS: u32 = 2;
-/// Name of the per-CPU array of [`ClockCache`] (not pinned: a fresh program reads the clock).
-pub const MAP_CLOCK: &str = "CLOCK";
-
 impl ClockCache {
     /// The cached `(ns, ms)` for a packet in tick `jiffies`, if the reading may still serve
     /// (same tick, fewer than `max_reuses` reuses); counts the reuse.

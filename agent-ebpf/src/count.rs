@@ -14,11 +14,19 @@ use aya_ebpf::{
     maps::{LruPerCpuHashMap, PerCpuArray},
 };
 
-/// The parse result of the frame being counted, handed from a parse path to
-/// [`rocemon_count`] (a global function takes only scalars) as a flat record: a `Result`
-/// moved through memory carries undefined bytes the verifier refuses.
+/// A CPU's working state: the parse result of the frame being counted, handed from a parse
+/// path to [`rocemon_count`] (a global function takes only scalars) as a flat record (a
+/// `Result` moved through memory carries undefined bytes the verifier refuses), and the
+/// cached clock readings (in the same value: every per-CPU lookup costs a few ns here).
+#[repr(C)]
+pub struct CpuState {
+    pub record: PacketRecord,
+    pub clocks: clock::Clocks,
+}
+
+/// This CPU's [`CpuState`].
 #[map]
-static PARSED: PerCpuArray<PacketRecord> = PerCpuArray::with_max_entries(1, 0);
+static PARSED: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Load-time switches, set by the loader (`EbpfLoader::set_global`) before the verifier runs:
 /// the code a switch turns off is pruned and never runs. PSN tracking (gaps, retransmissions
@@ -54,11 +62,11 @@ fn ring_on(hook: Hook) -> bool {
 /// millisecond: a packet then lands in the millisecond of the last tick (at most one early).
 /// The rhythm's periods (tens of milliseconds and more) do not feel either.
 #[inline(always)]
-fn ring_add(frame_len: u64) -> u64 {
+fn ring_add(clocks: &mut clock::Clocks, frame_len: u64) -> u64 {
     let (now, ms) = if on(&ROCEMON_RING_COARSE) {
-        clock::coarse()
+        clocks.coarse()
     } else {
-        clock::fine()
+        clocks.fine()
     };
     if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
         // SAFETY: this CPU's slot, as for the counter block.
@@ -70,9 +78,9 @@ fn ring_add(frame_len: u64) -> u64 {
 /// The AF_XDP classifier feeds the ring itself for the RoCE frames it hands to a socket (the
 /// socket's reader counts everything else about them in userspace).
 #[inline(always)]
-pub fn ring_captured(rec: &PacketRecord, frame_len: u64) {
-    if rec.is_roce() && ring_on(Hook::AfXdp) {
-        ring_add(frame_len);
+pub fn ring_captured(st: &mut CpuState, frame_len: u64) {
+    if st.record.is_roce() && ring_on(Hook::AfXdp) {
+        ring_add(&mut st.clocks, frame_len);
     }
 }
 
@@ -130,24 +138,24 @@ impl Path {
     }
 }
 
-/// This CPU's parse record.
+/// This CPU's state (parse record, clocks).
 #[inline(always)]
-pub fn record() -> Option<&'static mut PacketRecord> {
+pub fn state() -> Option<&'static mut CpuState> {
     let slot = PARSED.get_ptr_mut(0)?;
-    // SAFETY: this CPU's slot; BPF programs do not preempt each other on a CPU.
+    // SAFETY: this CPU's slot; a program that interrupts another on this CPU (XDP over tc
+    // egress) writes the record before it reads it, and the clocks keep their own protocol.
     Some(unsafe { &mut *slot })
 }
 
 /// The fast path: parses a frame of a common shape straight into this CPU's record. Returns
-/// the record when the fast path answered (the caller counts it with [`counted_inline`] or
-/// [`counted`]), `None`
-/// when the frame belongs to the slow program.
+/// the state when the fast path answered (the caller counts it with [`counted_inline`] or
+/// [`counted`]), `None` when the frame belongs to the slow program.
 #[inline(always)]
-pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut PacketRecord> {
+pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut CpuState> {
     let r = r?;
-    let rec = record()?;
-    if parse_fast_into(&r, rec) {
-        Some(rec)
+    let st = state()?;
+    if parse_fast_into(&r, &mut st.record) {
+        Some(st)
     } else {
         None
     }
@@ -158,8 +166,8 @@ pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut PacketRecord> 
 /// does not track, so the paths merge after the parse and the entry programs verify at about
 /// 11,200-14,300 instructions.
 #[inline(always)]
-pub fn counted_inline(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) {
-    parsed(rec, hook, frame_len, path);
+pub fn counted_inline(st: &mut CpuState, hook: Hook, frame_len: u64, path: Path) {
+    parsed(st, hook, frame_len, path);
 }
 
 /// Counts the frame whose parse result is in this CPU's record (a failed flow update is
@@ -173,22 +181,20 @@ pub fn counted(hook: Hook, frame_len: u64, path: Path) {
 /// The slow path: the general parser, its result written into this CPU's record. `None`
 /// only if the record cannot be had (then the frame is counted as unreachable).
 #[inline(always)]
-pub fn slow<R: PacketReader>(
-    r: &R,
-    hook: Hook,
-    frame_len: u64,
-) -> Option<&'static mut PacketRecord> {
-    let Some(rec) = record() else {
+pub fn slow<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> Option<&'static mut CpuState> {
+    let Some(st) = state() else {
         unreachable(hook, frame_len);
         return None;
     };
     // The outcome is checked so that the subprogram keeps its scalar return value (a
     // subprogram whose R0 is left holding a stack pointer fails the verifier).
-    if parse_into(r, LinkType::Ethernet, rec) as usize >= agent_common::counters::OUTCOME_SLOTS {
+    if parse_into(r, LinkType::Ethernet, &mut st.record) as usize
+        >= agent_common::counters::OUTCOME_SLOTS
+    {
         unreachable(hook, frame_len);
         return None;
     }
-    Some(rec)
+    Some(st)
 }
 
 /// The counting sequence as a global BPF function: the verifier checks it once, on its own,
@@ -198,10 +204,10 @@ pub fn slow<R: PacketReader>(
 #[inline(never)]
 pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
     let hook = Hook::from_u32(hook);
-    let Some(rec) = record() else {
+    let Some(st) = state() else {
         return 0;
     };
-    parsed(rec, hook, frame_len, Path::from_u32(path)) as u32
+    parsed(st, hook, frame_len, Path::from_u32(path)) as u32
 }
 
 /// This CPU's counter block of a hook.
@@ -229,7 +235,8 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 // 512-byte BPF stack once more.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> bool {
+fn parsed(st: &mut CpuState, hook: Hook, frame_len: u64, path: Path) -> bool {
+    let rec = &mut st.record;
     let Some(c) = block(hook) else {
         return false;
     };
@@ -257,9 +264,9 @@ fn parsed(rec: &mut PacketRecord, hook: Hook, frame_len: u64, path: Path) -> boo
     // coarse clock (tick resolution) is enough for first/last seen and rates over polls, and
     // read once per tick.
     let now = if ring_on(hook) {
-        ring_add(frame_len)
+        ring_add(&mut st.clocks, frame_len)
     } else {
-        clock::coarse().0
+        st.clocks.coarse().0
     };
     if flow_cache::enabled() {
         if let Some(e) = flow_cache::hit(&rec.key_words()) {

@@ -118,9 +118,10 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
 #[inline(never)]
 pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 {
     let hook = Hook::from_u32(hook);
-    let (Some(rec), Some(c)) = (count::record(), count::block(hook)) else {
+    let (Some(st), Some(c)) = (count::state(), count::block(hook)) else {
         return 0;
     };
+    let rec = &st.record;
     let words = rec.key_words();
     let slot = slot_of(&words);
     let flushing = FLUSHING.get(0).is_some_and(|f| *f != 0);

@@ -21,8 +21,8 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    record::PacketRecord, FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey,
-    SessionStats, FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
+    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
+    MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
@@ -88,8 +88,8 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(rec) = count::fast(xdp_direct(&ctx, len)) {
-        count::counted_inline(rec, Hook::Xdp, len, Path::Fast);
+    if let Some(st) = count::fast(xdp_direct(&ctx, len)) {
+        count::counted_inline(st, Hook::Xdp, len, Path::Fast);
         return xdp_action::XDP_PASS;
     }
     // SAFETY: a tail call with the program's own context; on return it failed.
@@ -132,9 +132,9 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
-    if let Some(rec) = count::fast(r) {
-        tc::offloaded_tag(ctx, rec);
-        count::counted_inline(rec, hook, len, Path::Fast);
+    if let Some(st) = count::fast(r) {
+        tc::offloaded_tag(ctx, &mut st.record);
+        count::counted_inline(st, hook, len, Path::Fast);
         return TC_ACT_PIPE;
     }
     // SAFETY: as in rocemon_xdp; the slot is a constant per hook.
@@ -146,8 +146,8 @@ fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
 #[inline(always)]
 fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
-    if let Some(rec) = count::slow(&tc::TcReader::new(ctx), hook, len) {
-        tc::offloaded_tag(ctx, rec);
+    if let Some(st) = count::slow(&tc::TcReader::new(ctx), hook, len) {
+        tc::offloaded_tag(ctx, &mut st.record);
         count::counted(hook, len, Path::Slow);
     }
     TC_ACT_PIPE
@@ -162,8 +162,8 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(rec) = count::fast(xdp_direct(&ctx, len)) {
-        return capture_or_count(&ctx, rec, len, false);
+    if let Some(st) = count::fast(xdp_direct(&ctx, len)) {
+        return capture_or_count(&ctx, st, len, false);
     }
     // SAFETY: as in rocemon_xdp.
     unsafe { XDP_SLOW.tail_call(&ctx, Hook::AfXdp.slow_path().1) };
@@ -175,21 +175,21 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    let Some(rec) = count::slow(&xdp::XdpReader::new(&ctx, len), Hook::AfXdp, len) else {
+    let Some(st) = count::slow(&xdp::XdpReader::new(&ctx, len), Hook::AfXdp, len) else {
         return xdp_action::XDP_PASS;
     };
-    capture_or_count(&ctx, rec, len, true)
+    capture_or_count(&ctx, st, len, true)
 }
 
 /// Hands a frame the classifier wants (RoCE, a broken mirror encapsulation) to the socket of
 /// its receive queue; counts any other frame, and a wanted one whose queue has no socket,
 /// here (`slow`: parsed by the slow program).
 #[inline(always)]
-fn capture_or_count(ctx: &XdpContext, rec: &PacketRecord, len: u64, slow: bool) -> u32 {
-    let wanted = rec.captured();
+fn capture_or_count(ctx: &XdpContext, st: &mut count::CpuState, len: u64, slow: bool) -> u32 {
+    let wanted = st.record.captured();
     if wanted {
         if let Ok(action) = XSKS.redirect(rx_queue(ctx), 0) {
-            count::ring_captured(rec, len);
+            count::ring_captured(st, len);
             return action;
         }
     }
