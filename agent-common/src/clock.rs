@@ -5,13 +5,18 @@
 //! into the kernel that reads the TSC serialised and returns through the SRSO thunk: about
 //! 35 ns of a plain RoCE packet's 140-190 ns on the benchmark host). The tick counter
 //! (`bpf_jiffies64`) is inlined by the verifier into one load, so a packet first reads it and
-//! reuses the cached reading while the tick has not moved:
-//! - the fine clock (the training ring's milliseconds, [`crate::ring`]) is read again after
-//!   [`FINE_REUSES`] reuses or when the tick moved: a packet lands at most that many packets'
-//!   time, and never more than one tick, before its true millisecond (a few microseconds at the
-//!   rates of a training step's traffic; where a CPU sees a packet less often than every
-//!   tick / [`FINE_REUSES`], up to one tick: the rhythm's periods, tens of milliseconds and
-//!   more, do not feel either);
+//! reuses the cached reading while the tick has not moved ([`Reuse`]):
+//! - the fine clock (the training ring's milliseconds, [`crate::ring`]) is reused only while
+//!   this CPU's packets are dense: once more than [`FINE_REUSES`] packets in a row came less
+//!   than [`DENSE_GAP_NS`] apart (and then while each reading's packets keep that average),
+//!   a reading serves [`FINE_REUSES`] more packets; otherwise every packet reads the clock.
+//!   At a steady dense rate a packet lands at most `FINE_REUSES x DENSE_GAP_NS` (70 us)
+//!   early. Where a dense run stops, the reuses left (at most [`FINE_REUSES`] packets) can
+//!   carry into the next burst of the same tick and land up to a tick early; a burst of more
+//!   than [`FINE_REUSES`] packets still reads the clock in its own millisecond, and shorter
+//!   bursts never enter the dense mode, so every millisecond with traffic keeps some (the
+//!   rhythm's duty stays true) unless a short burst follows a dense run within one tick.
+//!   Sparse traffic, where the clock's cost does not matter, keeps its exact milliseconds;
 //! - the coarse clock (a flow's first and last seen when the ring is off, the ring's
 //!   milliseconds where a tick is one) is read once per tick: its value changes only at a
 //!   tick anyway. The tick counter moves a moment before the coarse time does; a reading
@@ -24,15 +29,30 @@
 
 use core::sync::atomic::{compiler_fence, Ordering};
 
-/// Packets that reuse a fine reading before the clock is read again (so one packet in
-/// `FINE_REUSES + 1` pays for the clock).
+/// Packets that reuse a fine reading before the clock is read again, while packets are
+/// dense (so one packet in `FINE_REUSES + 1` pays for the clock); also the run of dense
+/// gaps it takes to enter the dense mode (so a burst that enters it is longer than the
+/// reuses it can carry into the next one).
 pub const FINE_REUSES: u32 = 7;
+
+/// The average gap between a CPU's packets below which they count as dense (10 us: 100,000
+/// packets per second on that CPU).
+pub const DENSE_GAP_NS: u64 = 10_000;
 
 /// Nanoseconds per millisecond (the ring's unit).
 const NS_PER_MS: u64 = 1_000_000;
 
-/// One CPU's cached reading of one clock. `#[repr(C)]`, 32 bytes, no padding (a BPF map
-/// value).
+/// How long a reading may serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// The whole tick (a clock that changes only at a tick).
+    WithinTick,
+    /// [`FINE_REUSES`] packets of the same tick, while the packets are dense (see the module
+    /// doc).
+    WhileDense,
+}
+
+/// One CPU's cached reading of one clock. `#[repr(C)]`, 40 bytes, no padding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct ClockCache {
@@ -44,29 +64,54 @@ pub struct ClockCache {
     pub ms: u64,
     /// Packets that reused this reading.
     pub reuses: u32,
+    /// Packets this reading may serve besides the one that took it.
+    pub allowed: u32,
+    /// Packets in a row that came less than [`DENSE_GAP_NS`] apart (on average over each
+    /// reading's packets).
+    pub streak: u32,
     _pad: u32,
 }
 
 impl ClockCache {
     /// The cached `(ns, ms)` for a packet in tick `jiffies`, if the reading may still serve
-    /// (same tick, fewer than `max_reuses` reuses); counts the reuse.
+    /// (same tick, reuses left); counts the reuse.
     #[inline(always)]
-    pub fn reuse(&mut self, jiffies: u64, max_reuses: u32) -> Option<(u64, u64)> {
-        if self.tick != jiffies.wrapping_add(1) || self.reuses >= max_reuses {
+    pub fn reuse(&mut self, jiffies: u64) -> Option<(u64, u64)> {
+        if self.tick != jiffies.wrapping_add(1) || self.reuses >= self.allowed {
             return None;
         }
         self.reuses += 1;
         Some((self.ns, self.ms))
     }
 
-    /// Stores a fresh reading `ns` taken in tick `jiffies`; returns `(ns, ms)`. The tick is
-    /// written last (see the module doc).
+    /// Stores a fresh reading `ns` taken in tick `jiffies`, which may serve as `policy` says;
+    /// returns `(ns, ms)`. The tick is written last (see the module doc).
     #[inline(always)]
-    pub fn store(&mut self, jiffies: u64, ns: u64) -> (u64, u64) {
+    pub fn store(&mut self, jiffies: u64, ns: u64, policy: Reuse) -> (u64, u64) {
+        let allowed = match policy {
+            Reuse::WithinTick => u32::MAX,
+            Reuse::WhileDense => {
+                // The packets the previous reading served, and the time they spanned.
+                let served = self.reuses + 1;
+                let dense =
+                    self.tick != 0 && ns.wrapping_sub(self.ns) < DENSE_GAP_NS * u64::from(served);
+                self.streak = if dense {
+                    self.streak.saturating_add(served)
+                } else {
+                    0
+                };
+                if self.streak > FINE_REUSES {
+                    FINE_REUSES
+                } else {
+                    0
+                }
+            }
+        };
         let ms = ns / NS_PER_MS;
         self.ns = ns;
         self.ms = ms;
         self.reuses = 0;
+        self.allowed = allowed;
         compiler_fence(Ordering::SeqCst);
         self.tick = jiffies.wrapping_add(1);
         (ns, ms)
@@ -77,32 +122,79 @@ impl ClockCache {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_empty_cache_serves_nothing() {
-        assert_eq!(ClockCache::default().reuse(0, FINE_REUSES), None);
+    /// A fine cache fed packets `gap_ns` apart in tick 10 from `t0`: which packets read the
+    /// clock.
+    fn reads(c: &mut ClockCache, t0: u64, gap_ns: u64, packets: u64) -> Vec<u64> {
+        let mut read = Vec::new();
+        for i in 0..packets {
+            let now = t0 + i * gap_ns;
+            if c.reuse(10).is_none() {
+                c.store(10, now, Reuse::WhileDense);
+                read.push(i);
+            }
+        }
+        read
     }
 
     #[test]
-    fn a_reading_serves_its_tick_up_to_the_reuse_limit() {
+    fn an_empty_cache_serves_nothing() {
+        assert_eq!(ClockCache::default().reuse(0), None);
+    }
+
+    #[test]
+    fn sparse_packets_each_read_the_clock() {
         let mut c = ClockCache::default();
-        assert_eq!(c.store(10, 5_300_000), (5_300_000, 5));
-        for _ in 0..FINE_REUSES {
-            assert_eq!(c.reuse(10, FINE_REUSES), Some((5_300_000, 5)));
-        }
         assert_eq!(
-            c.reuse(10, FINE_REUSES),
-            None,
-            "the limit reached: read again"
+            reads(&mut c, 1_000_000, DENSE_GAP_NS + 1, 6),
+            vec![0, 1, 2, 3, 4, 5]
         );
-        c.store(10, 5_400_000);
-        assert_eq!(c.reuse(10, FINE_REUSES), Some((5_400_000, 5)));
+    }
+
+    #[test]
+    fn dense_packets_read_it_once_per_eight() {
+        let mut c = ClockCache::default();
+        // Nine read (no history, then eight dense gaps in a row); then one in eight.
+        assert_eq!(
+            reads(&mut c, 1_000_000, 100, 34),
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32],
+            "a reading serves FINE_REUSES more packets"
+        );
+        assert_eq!(c.reuse(10), Some((1_000_000 + 32 * 100, 1)));
+    }
+
+    #[test]
+    fn short_bursts_read_every_packet() {
+        // Bursts of FINE_REUSES + 1 packets 1 us apart, a millisecond apart: each packet
+        // reads, so each burst lands in its own millisecond.
+        let mut c = ClockCache::default();
+        for burst in 0..4 {
+            let n = u64::from(FINE_REUSES) + 1;
+            assert_eq!(
+                reads(&mut c, burst * 1_000_000, 1_000, n),
+                (0..n).collect::<Vec<_>>(),
+                "burst {burst}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_burst_that_thins_out_goes_back_to_reading_each_packet() {
+        let mut c = ClockCache::default();
+        // Nine dense packets: the ninth enters the dense mode, its reading unused yet.
+        reads(&mut c, 1_000_000, 100, 9);
+        // Eight packets 20 us apart span 160 us: more than 8 x 10 us.
+        let thin = reads(&mut c, 2_000_000, 20_000, 10);
+        // The dense reading's seven reuses run out first (in the same tick), then each
+        // packet reads.
+        assert_eq!(thin, vec![7, 8, 9]);
     }
 
     #[test]
     fn a_new_tick_asks_for_a_new_reading() {
         let mut c = ClockCache::default();
-        c.store(10, 7_000_000);
-        assert_eq!(c.reuse(11, u32::MAX), None);
-        assert_eq!(c.reuse(10, u32::MAX), Some((7_000_000, 7)));
+        c.store(10, 7_000_000, Reuse::WithinTick);
+        assert_eq!(c.reuse(11), None);
+        assert_eq!(c.reuse(10), Some((7_000_000, 7)));
+        assert_eq!(c.reuse(10), Some((7_000_000, 7)), "the whole tick");
     }
 }

@@ -1,7 +1,7 @@
 //! The packet clock through this CPU's cache ([`agent_common::clock`]): the inlined tick
 //! counter first, the clock helper only when the cached reading may not serve.
 
-use agent_common::clock::{ClockCache, FINE_REUSES};
+use agent_common::clock::{ClockCache, Reuse};
 use aya_ebpf::helpers::{bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 
 /// This CPU's cached readings (they live next to the parse record, in
@@ -14,12 +14,12 @@ pub struct Clocks {
 }
 
 impl Clocks {
-    /// The fine clock (CLOCK_MONOTONIC) as `(ns, ms)`, read on one packet in
-    /// `FINE_REUSES + 1` and at each tick (the ring's milliseconds).
+    /// The fine clock (CLOCK_MONOTONIC) as `(ns, ms)`: read by every packet, or by one in
+    /// eight while this CPU's packets are dense, and at each tick (the ring's milliseconds).
     #[inline(always)]
     pub fn fine(&mut self) -> (u64, u64) {
         // SAFETY: the helper has no preconditions.
-        cached(&mut self.fine, FINE_REUSES, || unsafe {
+        cached(&mut self.fine, Reuse::WhileDense, || unsafe {
             bpf_ktime_get_ns()
         })
     }
@@ -28,7 +28,7 @@ impl Clocks {
     #[inline(always)]
     pub fn coarse(&mut self) -> (u64, u64) {
         // SAFETY: the helper has no preconditions.
-        cached(&mut self.coarse, u32::MAX, || unsafe {
+        cached(&mut self.coarse, Reuse::WithinTick, || unsafe {
             bpf_ktime_get_coarse_ns()
         })
     }
@@ -37,11 +37,11 @@ impl Clocks {
 /// This CPU's cache `c` of one clock, or a fresh reading when it may not serve. An
 /// interrupting program is handled by the write order (see `agent_common::clock`).
 #[inline(always)]
-fn cached(c: &mut ClockCache, max_reuses: u32, read: impl Fn() -> u64) -> (u64, u64) {
+fn cached(c: &mut ClockCache, policy: Reuse, read: impl Fn() -> u64) -> (u64, u64) {
     // SAFETY: the helper has no preconditions (inlined by the verifier: one load).
     let jiffies = unsafe { bpf_jiffies64() };
-    match c.reuse(jiffies, max_reuses) {
+    match c.reuse(jiffies) {
         Some(r) => r,
-        None => c.store(jiffies, read()),
+        None => c.store(jiffies, read(), policy),
     }
 }
