@@ -86,24 +86,6 @@ pub async fn run(
     table.tau_s = config.rate_window_s;
     let mut enter_bps = entry_thresholds(&config);
 
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
-        listener,
-        shared.clone(),
-        config.web.clone(),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
-    let scheme = if config.web.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    log::info!("serving metrics at {scheme}://{local}/metrics");
-    // systemd Type=notify: ready once the programs are attached and /metrics serves.
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-
     // The kernel's per-program run time and count (what each packet costs, in production):
     // on while this descriptor is open. It needs CAP_SYS_ADMIN; without it the figures come
     // only where `sysctl kernel.bpf_stats_enabled=1` is set. Costs two clock reads per run.
@@ -136,8 +118,41 @@ pub async fn run(
     let mut ring_tick = tokio::time::interval(RING_READ_EVERY);
     ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rhythm = LiveRhythm::default();
-    let mut last_poll = Instant::now();
     let mut last_summary = Instant::now();
+    // A first poll before /metrics serves: the first scrape (and systemd's READY) already
+    // has every interface's series. The interval's first tick fires at once: taken here.
+    tick.tick().await;
+    rdma.refresh(&config.rdma);
+    poll(
+        &mut probes,
+        &mut table,
+        &shared,
+        0.0,
+        &config,
+        &enter_bps,
+        &rdma,
+        sflow.as_ref(),
+        &mut rhythm,
+    );
+    let mut last_poll = Instant::now();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        config.web.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let scheme = if config.web.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    log::info!("serving metrics at {scheme}://{local}/metrics");
+    // systemd Type=notify: ready once the programs are attached and /metrics serves.
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
