@@ -378,24 +378,6 @@ pub(crate) fn ab(files: &str) -> Result<()> {
         .context("a bench frame")?
         .1;
     let mut ns = vec![Vec::new(); objects.len() + 1];
-    if let Some(which) = std::env::var_os("AB_HOLD") {
-        let which: usize = which.to_str().unwrap().parse().unwrap();
-        let frame = bench_frames().into_iter().nth(which).unwrap().1;
-        std::fs::write("/tmp/frame.bin", &frame)?;
-        let mut ebpf =
-            loader::load_object_bytes(&objects[0].1, 131_072, loader::Switches::default())?;
-        loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
-        let fd = ebpf
-            .program(agent_common::PROG_XDP)
-            .context("program")?
-            .fd()?;
-        eprintln!("holding");
-        for _ in 0..200 {
-            test_run(fd, &frame, 200_000)?;
-        }
-        std::thread::sleep(std::time::Duration::from_secs(30));
-        return Ok(());
-    }
     for _ in 0..ROUNDS {
         for (i, (_, bytes)) in objects.iter().enumerate() {
             let mut ebpf = loader::load_object_bytes(bytes, 131_072, loader::Switches::default())?;
