@@ -23,9 +23,10 @@
 //!   taken in that moment is the previous tick's and serves the whole tick (a packet then
 //!   lands one tick earlier than the uncached clock would put it).
 //!
-//! A BPF program can interrupt another on the same CPU (XDP in a softirq over tc egress in a
-//! task); the reading is written before its tick, so an interrupting packet sees either the
-//! old tick (and reads the clock itself) or a reading at least as new as the tick it matches.
+//! The packet programs run with bottom halves disabled, so they do not interrupt each other
+//! on a CPU; should one ever be interrupted between its writes, the reading is written
+//! before its tick, so the other sees either the old tick (and reads the clock itself) or a
+//! reading at least as new as the tick it matches.
 
 use core::sync::atomic::{compiler_fence, Ordering};
 

@@ -57,10 +57,11 @@ fn ring_on(hook: Hook) -> bool {
 }
 
 /// Adds a RoCE packet to this CPU's ring slot of its millisecond; returns the clock (ns).
-/// The fine clock through this CPU's cache ([`clock::fine`]: a packet lands at most a few
-/// packets' time, never more than a tick, early), or the coarse clock where it resolves a
-/// millisecond: a packet then lands in the millisecond of the last tick (at most one early).
-/// The rhythm's periods (tens of milliseconds and more) do not feel either.
+/// The fine clock through this CPU's cache ([`clock::Clocks::fine`]: read by each packet, or
+/// by one in eight while packets are dense; the bound is in `agent_common::clock`), or the
+/// coarse clock where it resolves a millisecond: a packet then lands in the millisecond of
+/// the last tick (at most one early). The rhythm's periods (tens of milliseconds and more)
+/// do not feel either.
 #[inline(always)]
 fn ring_add(clocks: &mut clock::Clocks, frame_len: u64) -> u64 {
     let (now, ms) = if on(&ROCEMON_RING_COARSE) {
@@ -142,8 +143,8 @@ impl Path {
 #[inline(always)]
 pub fn state() -> Option<&'static mut CpuState> {
     let slot = PARSED.get_ptr_mut(0)?;
-    // SAFETY: this CPU's slot; a program that interrupts another on this CPU (XDP over tc
-    // egress) writes the record before it reads it, and the clocks keep their own protocol.
+    // SAFETY: this CPU's slot; the packet programs run with bottom halves disabled and do not
+    // interrupt each other on a CPU (the flush program, which can, does not touch it).
     Some(unsafe { &mut *slot })
 }
 
