@@ -133,11 +133,59 @@ fn analyze_bad_config_file() {
     );
 }
 
+/// A flag's value out of range is named by the flag (the key would send the user to a file
+/// that does not say it).
 #[test]
 fn top_k_flag_zero() {
     assert_usage_error(
         &rocemon(&["run", "--iface", "lo", "--top-k", "0"]),
-        "top_k 0 is out of range",
+        "--top-k 0 is out of range; use 1 to 10000",
+    );
+}
+
+#[test]
+fn poll_interval_flag_too_short() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--poll-interval-ms", "5"]),
+        "--poll-interval-ms 5 is out of range; use 10 to 60000",
+    );
+}
+
+#[test]
+fn flow_map_flag_too_small() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--flow-map-entries", "8"]),
+        "--flow-map-entries 8 is out of range; use 16 to 4194304",
+    );
+}
+
+#[test]
+fn ipv4_flow_map_flag_too_small() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--flow-map-entries-ipv4", "3"]),
+        "--flow-map-entries-ipv4 3 is out of range; use 16 to 4194304",
+    );
+}
+
+/// A flag over a file key: the error names the flag, whose value was used.
+#[test]
+fn a_flag_over_the_file_is_named_by_the_flag() {
+    let dir = TempDir::new("rocemon-cfgerr").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &path,
+        "interfaces = [\"lo\"]\nflow_map_entries_ipv6 = 4194305\n",
+    )
+    .unwrap();
+    assert_usage_error(
+        &rocemon(&[
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--flow-map-entries-ipv6",
+            "4194306",
+        ]),
+        "--flow-map-entries-ipv6 4194306 is out of range",
     );
 }
 

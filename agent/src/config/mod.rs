@@ -146,6 +146,22 @@ fn bad(msg: String) -> UsageError {
     UsageError::BadConfig(msg)
 }
 
+/// A setting that a flag or a file key gives (the flag over the key): its value, and the name
+/// an error about it must use: the flag's if the value came from the command line, else the
+/// key's (`None`: neither gave one).
+fn setting<T>(
+    flag: Option<T>,
+    flag_name: &'static str,
+    file: Option<T>,
+    key: &'static str,
+) -> Option<(T, &'static str)> {
+    match (flag, file) {
+        (Some(v), _) => Some((v, flag_name)),
+        (None, Some(v)) => Some((v, key)),
+        (None, None) => None,
+    }
+}
+
 /// Parses a hook name as written on the command line or in the file.
 pub fn parse_hook(s: &str) -> Result<Hook, UsageError> {
     match s.trim() {
@@ -263,19 +279,23 @@ impl Config {
                 "listen address '{listen_s}' is not IP:PORT; use e.g. 127.0.0.1:9442 or [::]:9442"
             ))
         })?;
-        let top_k = args.top_k.or(file.top_k).unwrap_or(DEFAULT_TOP_K);
+        let (top_k, name) =
+            setting(args.top_k, "--top-k", file.top_k, "top_k").unwrap_or((DEFAULT_TOP_K, "top_k"));
         if top_k == 0 || top_k > 10_000 {
             return Err(bad(format!(
-                "top_k {top_k} is out of range; use 1 to 10000"
+                "{name} {top_k} is out of range; use 1 to 10000"
             )));
         }
-        let poll_ms = args
-            .poll_interval_ms
-            .or(file.poll_interval_ms)
-            .unwrap_or(1000);
+        let (poll_ms, name) = setting(
+            args.poll_interval_ms,
+            "--poll-interval-ms",
+            file.poll_interval_ms,
+            "poll_interval_ms",
+        )
+        .unwrap_or((1000, "poll_interval_ms"));
         if !(10..=60_000).contains(&poll_ms) {
             return Err(bad(format!(
-                "poll_interval_ms {poll_ms} is out of range; use 10 to 60000"
+                "{name} {poll_ms} is out of range; use 10 to 60000"
             )));
         }
         let flow_maps = flow_map_sizes(
@@ -376,23 +396,40 @@ impl Config {
 /// The two flow maps' entries: `flow_map_entries` for both, each family's own key over it,
 /// flags over the file (`file`: the three keys as written); each in range.
 fn flow_map_sizes(args: &RunArgs, file: [Option<u32>; 3]) -> Result<FlowMapSizes, UsageError> {
-    let in_range = |key: &str, n: u32| {
+    let in_range = |(n, name): (u32, &str)| {
         if (16..=4_194_304).contains(&n) {
             Ok(n)
         } else {
-            Err(bad(format!("{key} {n} is out of range; use 16 to 4194304")))
+            Err(bad(format!(
+                "{name} {n} is out of range; use 16 to 4194304"
+            )))
         }
     };
-    let both = args
-        .flow_map_entries
-        .or(file[0])
-        .unwrap_or(agent_common::FLOW_MAP_ENTRIES);
-    let both = in_range("flow_map_entries", both)?;
-    let ipv4 = args.flow_map_entries_ipv4.or(file[1]).unwrap_or(both);
-    let ipv6 = args.flow_map_entries_ipv6.or(file[2]).unwrap_or(both);
+    let both = setting(
+        args.flow_map_entries,
+        "--flow-map-entries",
+        file[0],
+        "flow_map_entries",
+    )
+    .unwrap_or((agent_common::FLOW_MAP_ENTRIES, "flow_map_entries"));
+    in_range(both)?;
+    let ipv4 = setting(
+        args.flow_map_entries_ipv4,
+        "--flow-map-entries-ipv4",
+        file[1],
+        "flow_map_entries_ipv4",
+    )
+    .unwrap_or(both);
+    let ipv6 = setting(
+        args.flow_map_entries_ipv6,
+        "--flow-map-entries-ipv6",
+        file[2],
+        "flow_map_entries_ipv6",
+    )
+    .unwrap_or(both);
     Ok(FlowMapSizes {
-        ipv4: in_range("flow_map_entries_ipv4", ipv4)?,
-        ipv6: in_range("flow_map_entries_ipv6", ipv6)?,
+        ipv4: in_range(ipv4)?,
+        ipv6: in_range(ipv6)?,
     })
 }
 

@@ -153,10 +153,13 @@ fn errors_name_the_key_and_fix() {
     assert!(e.contains("IP:PORT"), "{e}");
     let mut a = args(&["x"]);
     a.top_k = Some(0);
-    assert!(Config::merge(FileConfig::default(), &a)
+    let e = Config::merge(FileConfig::default(), &a)
         .unwrap_err()
-        .to_string()
-        .contains("top_k"));
+        .to_string();
+    assert!(
+        e.contains("--top-k 0 is out of range"),
+        "the flag, not the key: {e}"
+    );
     let e = toml::from_str::<FileConfig>("interfacez = []")
         .unwrap_err()
         .to_string();
