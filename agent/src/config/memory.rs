@@ -31,11 +31,13 @@ impl FlowMapSizes {
         self.ipv4 as usize + self.ipv6 as usize
     }
 
-    /// About what the two maps cost in kernel memory: preallocated (LRU); per entry a value
-    /// per CPU (the maps are per CPU), the key, and the hash element's own overhead.
+    /// About what an interface's flow state costs in kernel memory: the two maps,
+    /// preallocated (LRU), per entry a value per CPU (the maps are per CPU), the key and the
+    /// hash element's own overhead; and the per-CPU flow cache in front of them (fixed:
+    /// 256 slots of a whole flow state per CPU, 76 KiB).
     pub fn bytes(&self, cpus: usize) -> u64 {
         let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
-        [
+        let maps: u64 = [
             (self.ipv4, std::mem::size_of::<agent_common::FlowKey4>()),
             (self.ipv6, std::mem::size_of::<agent_common::FlowKey>()),
         ]
@@ -43,7 +45,10 @@ impl FlowMapSizes {
         .map(|&(entries, key)| {
             u64::from(entries) * (cpus as u64 * value + key.next_multiple_of(8) as u64 + 64)
         })
-        .sum()
+        .sum();
+        let cache = u64::from(agent_common::flow_cache::FLOW_CACHE_SLOTS)
+            * std::mem::size_of::<agent_common::flow_cache::CachedFlow>() as u64;
+        maps + cpus as u64 * cache
     }
 }
 
