@@ -133,38 +133,26 @@ fn analyze_bad_config_file() {
     );
 }
 
-/// A flag's value out of range is named by the flag (the key would send the user to a file
-/// that does not say it).
-#[test]
-fn top_k_flag_zero() {
-    assert_usage_error(
-        &rocemon(&["run", "--iface", "lo", "--top-k", "0"]),
-        "--top-k 0 is out of range; use 1 to 10000",
-    );
+/// `rocemon run --iface lo` with more flags, which it must refuse with the needle.
+macro_rules! flag_errors {
+    ($($name:ident: [$($arg:expr),*] => $needle:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            assert_usage_error(&rocemon(&["run", "--iface", "lo", $($arg),*]), $needle);
+        }
+    )*};
 }
 
-#[test]
-fn poll_interval_flag_too_short() {
-    assert_usage_error(
-        &rocemon(&["run", "--iface", "lo", "--poll-interval-ms", "5"]),
-        "--poll-interval-ms 5 is out of range; use 10 to 60000",
-    );
-}
-
-#[test]
-fn flow_map_flag_too_small() {
-    assert_usage_error(
-        &rocemon(&["run", "--iface", "lo", "--flow-map-entries", "8"]),
-        "--flow-map-entries 8 is out of range; use 16 to 4194304",
-    );
-}
-
-#[test]
-fn ipv4_flow_map_flag_too_small() {
-    assert_usage_error(
-        &rocemon(&["run", "--iface", "lo", "--flow-map-entries-ipv4", "3"]),
-        "--flow-map-entries-ipv4 3 is out of range; use 16 to 4194304",
-    );
+// A flag's value out of range is named by the flag (the key would send the user to a file
+// that does not say it).
+flag_errors! {
+    top_k_flag_zero: ["--top-k", "0"] => "--top-k 0 is out of range; use 1 to 10000";
+    poll_interval_flag_too_short: ["--poll-interval-ms", "5"]
+        => "--poll-interval-ms 5 is out of range; use 10 to 60000";
+    flow_map_flag_too_small: ["--flow-map-entries", "8"]
+        => "--flow-map-entries 8 is out of range; use 16 to 4194304";
+    ipv4_flow_map_flag_too_small: ["--flow-map-entries-ipv4", "3"]
+        => "--flow-map-entries-ipv4 3 is out of range; use 16 to 4194304";
 }
 
 /// A flag over a file key: the error names the flag, whose value was used.
