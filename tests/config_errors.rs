@@ -3,6 +3,7 @@
 //! `rocemon check-config` as well.
 
 use rocemon_testkit::TempDir;
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
@@ -18,17 +19,24 @@ fn assert_usage_error(out: &Output, needle: &str) {
     assert!(err.len() < 2000, "a message of {} bytes", err.len());
 }
 
+/// A configuration file of `toml` in its own temporary directory (kept while the guard
+/// lives).
+fn config_file(toml: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new("rocemon-cfg").unwrap();
+    let path = dir.path().join("rocemon.toml");
+    std::fs::write(&path, toml).unwrap();
+    (dir, path)
+}
+
 /// A configuration file (with a watched interface unless the case sets one) that `run` and
 /// `check-config` must both refuse with `needle` in the message.
 fn file_error(toml: &str, needle: &str) {
-    let dir = TempDir::new("rocemon-cfgerr").unwrap();
-    let path = dir.path().join("rocemon.toml");
     let text = if toml.contains("interfaces") {
         toml.to_string()
     } else {
         format!("interfaces = [\"lo\"]\n{toml}")
     };
-    std::fs::write(&path, text).unwrap();
+    let (_dir, path) = config_file(&text);
     let p = path.to_str().unwrap();
     assert_usage_error(&rocemon(&["run", "--config", p]), needle);
     assert_usage_error(&rocemon(&["check-config", p]), needle);
@@ -93,14 +101,8 @@ file_errors! {
 #[test]
 fn huge_log_level_is_cut_in_the_message() {
     // A file: the argument list of one process has a bound of its own.
-    let dir = TempDir::new("rocemon-cfgerr").unwrap();
-    let path = dir.path().join("huge.toml");
     let huge = "x".repeat(1 << 20);
-    std::fs::write(
-        &path,
-        format!("interfaces = [\"lo\"]\nlog_level = \"{huge}\"\n"),
-    )
-    .unwrap();
+    let (_dir, path) = config_file(&format!("interfaces = [\"lo\"]\nlog_level = \"{huge}\"\n"));
     let out = rocemon(&["run", "--config", path.to_str().unwrap()]);
     assert_usage_error(&out, "is not a level");
     assert_usage_error(&out, "(1048576 characters)");
@@ -124,9 +126,7 @@ fn analyze_elephant_threshold_zero() {
 
 #[test]
 fn analyze_bad_config_file() {
-    let dir = TempDir::new("rocemon-cfgerr").unwrap();
-    let path = dir.path().join("a.toml");
-    std::fs::write(&path, "[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 0\n").unwrap();
+    let (_dir, path) = config_file("[ecmp.hash]\nfunction = \"crc16-8005\"\npaths = 0\n");
     assert_usage_error(
         &rocemon(&["analyze", "--config", path.to_str().unwrap(), "/dev/null"]),
         "ecmp.hash.paths 0 is out of range",
@@ -158,13 +158,7 @@ flag_errors! {
 /// A flag over a file key: the error names the flag, whose value was used.
 #[test]
 fn a_flag_over_the_file_is_named_by_the_flag() {
-    let dir = TempDir::new("rocemon-cfgerr").unwrap();
-    let path = dir.path().join("rocemon.toml");
-    std::fs::write(
-        &path,
-        "interfaces = [\"lo\"]\nflow_map_entries_ipv6 = 4194305\n",
-    )
-    .unwrap();
+    let (_dir, path) = config_file("interfaces = [\"lo\"]\nflow_map_entries_ipv6 = 4194305\n");
     assert_usage_error(
         &rocemon(&[
             "run",
@@ -201,9 +195,7 @@ fn flow_maps_larger_than_the_host_are_refused() {
 
 /// `rocemon check-config` over `toml`, which must be valid: what it prints.
 fn valid_config(toml: &str) -> String {
-    let dir = TempDir::new("rocemon-cfgok").unwrap();
-    let path = dir.path().join("rocemon.toml");
-    std::fs::write(&path, toml).unwrap();
+    let (_dir, path) = config_file(toml);
     let out = rocemon(&["check-config", path.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
