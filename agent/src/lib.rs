@@ -11,7 +11,7 @@
 //!   sources::capture, input     training
 //!   sources::afxdp, tally      (captures)
 //!   sflow/ (switches' view)
-//!                        cmd/: run, run_rhythm, run_reload, analyze, top wire them
+//!                        cmd/: run, run_links, run_rhythm, run_reload, analyze, top wire them
 //! ```
 //!
 //! Imports run one way, left to right; `cmd/` sits on top, `cli`/`config` beside it.
@@ -32,7 +32,7 @@
 //! - [`export`]: the metric catalog ([`export::metrics`]), `/metrics` and `/api/v1/*`
 //!   ([`export::http`], [`export::api`]), the `analyze` reports.
 //! - [`cmd`]: `rocemon run` ([`cmd::run`]: it takes its shutdown as a future so tests drive
-//!   it; [`cmd::run_rhythm`], [`cmd::run_reload`]), `rocemon analyze` ([`cmd::analyze`]),
+//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`]), `rocemon analyze` ([`cmd::analyze`]),
 //!   `rocemon top` ([`cmd::top`]).
 
 pub mod classes;

@@ -1,7 +1,8 @@
-//! The commands that wire the pipeline: `rocemon run` ([`run`], [`run_reload`], [`run_rhythm`]), `rocemon analyze` ([`analyze`]) and `rocemon top` ([`top`]).
+//! The commands that wire the pipeline: `rocemon run` ([`run`], [`run_links`], [`run_reload`], [`run_rhythm`]), `rocemon analyze` ([`analyze`]) and `rocemon top` ([`top`]).
 
 pub mod analyze;
 pub mod run;
+pub mod run_links;
 pub mod run_reload;
 pub mod run_rhythm;
 pub mod top;

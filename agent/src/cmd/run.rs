@@ -1,6 +1,7 @@
 //! The live pipeline: check, bind, attach, then poll the kernel maps into the flow table and
 //! the metrics until `shutdown` completes; then detach everything (dropping the probes).
 
+use crate::cmd::run_links::{attach_one, reconcile, show_attached};
 use crate::cmd::run_reload::apply_reload;
 use crate::cmd::run_rhythm::{
     detect_rhythms, drain_rings, ring_read_errors, LiveRhythm, RING_READ_EVERY,
@@ -18,7 +19,7 @@ use crate::export::report::human_bytes;
 use crate::kernel::loader::{self, Attachment};
 use crate::pipeline::flows::FlowTable;
 use crate::sources::rdma::RdmaView;
-use agent_common::{Hook, HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
+use agent_common::{HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -234,125 +235,6 @@ pub async fn run(
         Err(e) => return Err(e).context("HTTP server task"),
     }
     Ok(())
-}
-
-/// Loads and attaches everything configured on one interface.
-fn attach_one(iface: &str, config: &Config) -> Result<Attachment> {
-    let p = loader::attach(
-        iface,
-        loader::AttachOptions {
-            hooks: &config.hooks,
-            xdp_mode: config.xdp_mode,
-            flow_maps: config.flow_maps,
-            afxdp: config.afxdp,
-            pin_root: &config.pin_dir,
-            pin: config.pin,
-            switches: config.switches,
-        },
-    )
-    .with_context(|| format!("attach to {iface}"))?;
-    log::info!(
-        "attached to {iface} (ifindex {}): {}",
-        p.ifindex,
-        p.hooks
-            .iter()
-            .map(|h| match (h, p.xdp_mode) {
-                (Hook::Xdp, Some(m)) => format!("xdp ({m} mode)"),
-                (Hook::AfXdp, Some(m)) => format!("afxdp capture (XDP {m} mode)"),
-                _ => h.name().to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok(p)
-}
-
-/// The mode label of a probe's hook.
-fn mode_of(p: &Attachment, h: Hook) -> &'static str {
-    if matches!(h, Hook::Xdp | Hook::AfXdp) {
-        p.xdp_mode.unwrap_or("skb")
-    } else {
-        "tcx"
-    }
-}
-
-fn show_attached(m: &Metrics, p: &Attachment) {
-    for h in &p.hooks {
-        m.set_attached(&p.iface, *h, mode_of(p, *h));
-    }
-    m.set_interface_up(&p.iface, true);
-    // The AF_XDP sockets (and their modes) show from the first scrape on.
-    m.set_capture_queues(&p.iface, &p.capture_queues());
-}
-
-/// Follows the watched interfaces by name: one that is gone (deleted, or renamed away) has
-/// its programs detached and shows as down; one that comes back (a new interface index under
-/// the name) is attached again, over the pinned maps when pinning (the counts continue);
-/// an MTU change is logged (the programs handle any frame size). Cheap: one
-/// `if_nametoindex` per interface.
-fn reconcile(
-    probes: &mut [Option<Attachment>],
-    mtus: &mut [Option<u32>],
-    config: &Config,
-    shared: &Shared,
-) {
-    use crate::sources::links::{link_state, LinkState};
-    for (i, iface) in config.ifaces.iter().enumerate() {
-        let state = link_state(iface);
-        if let LinkState::Present { mtu: Some(m), .. } = state {
-            if let Some(old) = mtus[i].filter(|o| *o != m) {
-                log::info!("MTU of {iface} changed from {old} to {m}; counting continues");
-            }
-            mtus[i] = Some(m);
-        }
-        let current = probes[i].as_ref().map(|p| p.ifindex);
-        let wanted = match state {
-            LinkState::Present { ifindex, .. } => Some(ifindex),
-            LinkState::Absent => None,
-        };
-        if current == wanted {
-            continue;
-        }
-        if let Some(old) = probes[i].take() {
-            match wanted {
-                None => log::warn!(
-                    "{iface} is gone (deleted or renamed); its programs are detached, and counting resumes when an interface named {iface} appears"
-                ),
-                Some(idx) => log::warn!(
-                    "{iface} was re-created (ifindex {} -> {idx}); attaching again",
-                    old.ifindex
-                ),
-            }
-            if let Ok(m) = shared.metrics.lock() {
-                for h in &old.hooks {
-                    m.set_detached(iface, *h, mode_of(&old, *h));
-                }
-                m.set_interface_up(iface, false);
-            }
-            // The links must go with the probe: on a device renamed away they would still
-            // run, and a pinned one would be taken for the next device's.
-            old.unpin_links();
-            drop(old);
-        }
-        if wanted.is_none() {
-            continue;
-        }
-        match attach_one(iface, config) {
-            Ok(p) => {
-                log::info!("{iface} is back: counting again");
-                if let Ok(m) = shared.metrics.lock() {
-                    show_attached(&m, &p);
-                }
-                probes[i] = Some(p);
-            }
-            Err(e) => {
-                log::warn!("attach to {iface} after it came back failed (next try at the next poll or link change): {e:#}");
-                if let Ok(m) = shared.metrics.lock() {
-                    m.attach_failed(iface);
-                }
-            }
-        }
-    }
 }
 
 /// Elephant entry thresholds per interface (link share of the reported speed, or absolute).
