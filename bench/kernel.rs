@@ -358,11 +358,11 @@ fn cache_miss_costs() -> Result<Value> {
 }
 
 /// `--ab=FILE[,FILE...]`: this build's XDP program against saved builds of the object (for
-/// example `target/release/build/rocemon-*/out/agent` copied before a change), on the plain
-/// RoCE frame, interleaved: each round loads every object afresh and runs it next to the
-/// count-only program. One load can sit in a slow or a fast mode for all its runs on this
-/// noisy machine, so the figures are the minimum, the first quartile and the median over
-/// rounds, not one median.
+/// example `target/release/build/rocemon-*/out/agent` copied before a change), on each
+/// fast-path frame (plain RoCE and the non-RoCE frames), interleaved: each round loads every
+/// object afresh and runs it next to the count-only program. One load can sit in a slow or a
+/// fast mode for all its runs on this noisy machine, so the figures are the minimum, the
+/// first quartile and the median over rounds, not one median.
 pub(crate) fn ab(files: &str) -> Result<()> {
     const ROUNDS: usize = 8;
     let mut objects = vec![("this build".to_string(), loader::EBPF_OBJECT.to_vec())];
@@ -372,39 +372,44 @@ pub(crate) fn ab(files: &str) -> Result<()> {
             std::fs::read(f).with_context(|| format!("read {f}"))?,
         ));
     }
-    let frame = bench_frames()
+    let frames: Vec<_> = bench_frames()
         .into_iter()
-        .next()
-        .context("a bench frame")?
-        .1;
-    let mut ns = vec![Vec::new(); objects.len() + 1];
+        .filter(|(_, f)| agent_common::fast::parse_fast(&SliceReader(f)).is_some())
+        .collect();
+    // ns[frame][object, then the count-only program]
+    let mut ns = vec![vec![Vec::new(); objects.len() + 1]; frames.len()];
     for _ in 0..ROUNDS {
         for (i, (_, bytes)) in objects.iter().enumerate() {
             let mut ebpf = loader::load_object_bytes(bytes, 131_072, loader::Switches::default())?;
             loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
             load_baselines(&mut ebpf, false)?;
-            for _ in 0..3 {
-                for (slot, prog) in [
-                    (i, agent_common::PROG_XDP),
-                    (objects.len(), agent_common::PROG_BASELINE_XDP),
-                ] {
-                    let fd = ebpf.program(prog).context("program")?.fd()?;
-                    ns[slot].push(test_run(fd, &frame, 200_000)?.duration_ns as f64);
+            for (f, (_, frame)) in frames.iter().enumerate() {
+                for _ in 0..3 {
+                    for (slot, prog) in [
+                        (i, agent_common::PROG_XDP),
+                        (objects.len(), agent_common::PROG_BASELINE_XDP),
+                    ] {
+                        let fd = ebpf.program(prog).context("program")?.fd()?;
+                        ns[f][slot].push(test_run(fd, frame, 200_000)?.duration_ns as f64);
+                    }
                 }
             }
         }
     }
-    for (i, mut v) in ns.into_iter().enumerate() {
-        v.sort_by(f64::total_cmp);
-        let name = objects
-            .get(i)
-            .map_or("count-only program", |o| o.0.as_str());
-        println!(
-            "{name:<48} min {:>5.0} ns  p25 {:>5.0} ns  median {:>5.0} ns",
-            v[0],
-            v[v.len() / 4],
-            v[v.len() / 2]
-        );
+    for ((frame, _), per_object) in frames.iter().zip(ns) {
+        println!("{frame}:");
+        for (i, mut v) in per_object.into_iter().enumerate() {
+            v.sort_by(f64::total_cmp);
+            let name = objects
+                .get(i)
+                .map_or("count-only program", |o| o.0.as_str());
+            println!(
+                "  {name:<46} min {:>5.0} ns  p25 {:>5.0} ns  median {:>5.0} ns",
+                v[0],
+                v[v.len() / 4],
+                v[v.len() / 2]
+            );
+        }
     }
     Ok(())
 }

@@ -17,7 +17,7 @@
 //!   beside the cargo-fuzz targets (`fuzz/kernel_diff.rs`), run from here because it needs the
 //!   BPF object and root, which the fuzz workspace builds without;
 //! - `--ab=FILE[,FILE...]` ([`kernel::ab`]): this build's XDP program against saved builds of
-//!   the object, interleaved, for a kernel change whose gain is smaller than the noise of
+//!   the object on each fast-path frame, interleaved, for a kernel change whose gain is smaller than the noise of
 //!   one run.
 
 mod analyze;

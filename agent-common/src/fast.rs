@@ -36,6 +36,19 @@ use crate::ROCEV2_UDP_PORT;
 /// The answer of the fast path: `None` means "ask the general parser".
 pub type FastResult = Option<Parsed>;
 
+/// The fast path's answer to [`parse_fast_with`], with a record only where one was written.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fast<S> {
+    /// Not a common shape (or no record to be had): the general parser's.
+    Slow,
+    /// A frame counted under its outcome alone (not IP, not UDP, UDP to another port):
+    /// nothing was written, no record was asked for. Never an outcome the AF_XDP classifier
+    /// hands to userspace ([`Outcome::captured`]).
+    Outcome(Outcome),
+    /// A RoCE packet or a MAC control frame, written into the record the slot gave.
+    Record(S),
+}
+
 /// Bytes of a frame the fast path may read (the deepest: one tag, IPv6, UDP, BTH and the
 /// longest extension headers). A reader that can see this much of a frame (or the whole
 /// frame) answers every read the same way as one over the whole frame, which is what the
@@ -58,41 +71,64 @@ pub fn parse_fast<R: PacketReader>(r: &R) -> FastResult {
     }
 }
 
-/// [`parse_fast`] writing its answer into `out` (the kernel passes its per-CPU record, so the
-/// parse result never sits in the entry program's stack frame). Returns whether it answered.
+/// [`parse_fast`] writing its answer into `out` (an outcome alone as the record of it).
+/// Returns whether it answered.
 #[inline(always)]
 pub fn parse_fast_into<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
+    match parse_fast_with(r, || Some(&mut *out)) {
+        Fast::Slow => false,
+        Fast::Outcome(o) => {
+            out.store(&Parsed::Other(o));
+            true
+        }
+        Fast::Record(_) => true,
+    }
+}
+
+/// The fast path asking for a record only when it has something to write: a RoCE packet (once
+/// its UDP header says 4791) or a MAC control frame. The kernel's slot is its per-CPU record,
+/// so the common non-RoCE frames (ARP, TCP, UDP to other ports) are answered without that
+/// lookup and counted under their outcome alone.
+#[inline(always)]
+pub fn parse_fast_with<R, S>(r: &R, slot: impl FnOnce() -> Option<S>) -> Fast<S>
+where
+    R: PacketReader,
+    S: AsMut<PacketRecord>,
+{
     let Some(ethertype) = r.read(ethernet::ETHERTYPE_OFFSET) else {
-        return false;
+        return Fast::Slow;
     };
     match be16(ethertype) {
-        ethernet::ETHERTYPE_IPV4 => ip::<R, { ethernet::LEN }, false>(r, 0, NO_PCP, out),
-        ethernet::ETHERTYPE_IPV6 => ip::<R, { ethernet::LEN }, true>(r, 0, NO_PCP, out),
+        ethernet::ETHERTYPE_IPV4 => ip::<R, S, { ethernet::LEN }, false>(r, 0, NO_PCP, slot),
+        ethernet::ETHERTYPE_IPV6 => ip::<R, S, { ethernet::LEN }, true>(r, 0, NO_PCP, slot),
         t if is_vlan(t) => {
             let Some(tag) = r.read::<{ ethernet::VLAN_TAG_LEN }>(ethernet::LEN) else {
-                return false;
+                return Fast::Slow;
             };
             const TAGGED: usize = ethernet::LEN + ethernet::VLAN_TAG_LEN;
             let pcp = tag[0] >> 5;
             match be16([tag[2], tag[3]]) {
-                ethernet::ETHERTYPE_IPV4 => ip::<R, TAGGED, false>(r, 1, pcp, out),
-                ethernet::ETHERTYPE_IPV6 => ip::<R, TAGGED, true>(r, 1, pcp, out),
-                t if is_vlan(t) => false,
+                ethernet::ETHERTYPE_IPV4 => ip::<R, S, TAGGED, false>(r, 1, pcp, slot),
+                ethernet::ETHERTYPE_IPV6 => ip::<R, S, TAGGED, true>(r, 1, pcp, slot),
+                t if is_vlan(t) => Fast::Slow,
                 // MAC control frames are never tagged on a wire; a tagged one is rare enough
                 // for the general parser.
-                mac_control::ETHERTYPE_MAC_CONTROL => false,
-                _ => {
-                    out.store(&Parsed::Other(Outcome::NotIp));
-                    true
-                }
+                mac_control::ETHERTYPE_MAC_CONTROL => Fast::Slow,
+                _ => Fast::Outcome(Outcome::NotIp),
             }
         }
         // PFC and PAUSE: one compare on the EtherType already read, one constant-offset read.
-        mac_control::ETHERTYPE_MAC_CONTROL => mac_control(r, out),
-        _ => {
-            out.store(&Parsed::Other(Outcome::NotIp));
-            true
+        mac_control::ETHERTYPE_MAC_CONTROL => {
+            let Some(mut s) = slot() else {
+                return Fast::Slow;
+            };
+            if mac_control(r, s.as_mut()) {
+                Fast::Record(s)
+            } else {
+                Fast::Slow
+            }
         }
+        _ => Fast::Outcome(Outcome::NotIp),
     }
 }
 
@@ -115,55 +151,56 @@ fn mac_control<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
     true
 }
 
-/// One IP family at one L2 length, its answer stored in `out`.
+/// One IP family at one L2 length: first whether the frame is RoCE ([`ip_class`], nothing
+/// written), then, for a RoCE frame, its record ([`ip_fill`]).
 ///
 /// Inlined into the entry program: a BPF-to-BPF call and its return cost more than the
 /// shape's stack frame saves (measured: about 15-40 ns per packet on a host whose returns go
-/// through the SRSO "safe RET" thunk). Every field goes into the per-CPU record as soon as it
-/// is read: BPF has four callee-saved registers, and values held for one store at the end
-/// were spilled to the stack and loaded back.
+/// through the SRSO "safe RET" thunk).
 #[inline(always)]
-fn ip<R: PacketReader, const L3_OFF: usize, const V6: bool>(
+fn ip<R, S, const L3_OFF: usize, const V6: bool>(
     r: &R,
     vlan_tags: u8,
     pcp: u8,
-    out: &mut PacketRecord,
-) -> bool {
-    match ip_shape::<R, L3_OFF, V6>(r, vlan_tags, pcp, out) {
-        Some(Ok(())) => true,
+    slot: impl FnOnce() -> Option<S>,
+) -> Fast<S>
+where
+    R: PacketReader,
+    S: AsMut<PacketRecord>,
+{
+    match ip_class::<R, L3_OFF, V6>(r) {
+        Some(Ok(())) => {}
+        Some(Err(o)) => return Fast::Outcome(o),
+        None => return Fast::Slow,
+    }
+    let Some(mut s) = slot() else {
+        return Fast::Slow;
+    };
+    match ip_fill::<R, L3_OFF, V6>(r, vlan_tags, pcp, s.as_mut()) {
+        Some(Ok(())) => Fast::Record(s),
         Some(Err(o)) => {
-            out.store(&Parsed::Other(o));
-            true
+            // A RoCE header cut short: in the record, like every answer once it is had (the
+            // AF_XDP classifier hands some of these to userspace).
+            s.as_mut().store(&Parsed::Other(o));
+            Fast::Record(s)
         }
-        None => false,
+        None => Fast::Slow,
     }
 }
 
-/// One IP family at one L2 length: every offset below is a constant. `Some(Ok(()))`: a RoCE
-/// packet, written into `out`; `Some(Err(_))`: the frame's outcome (`out` holds partial
-/// fields, which the caller's store of the outcome disowns); `None`: the general parser's.
+/// Whether a frame of one shape is RoCE: `Some(Ok(()))` for UDP to 4791, `Some(Err(_))`
+/// for the outcome of a frame that is not, `None` for the general parser's. Every offset is
+/// a constant.
 #[inline(always)]
-fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
+fn ip_class<R: PacketReader, const L3_OFF: usize, const V6: bool>(
     r: &R,
-    vlan_tags: u8,
-    pcp: u8,
-    out: &mut PacketRecord,
 ) -> Option<Result<(), Outcome>> {
-    let (l3, proto) = if V6 {
+    let proto = if V6 {
         let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
         if h.version() != 6 {
             return None;
         }
-        out.key.src = h.src();
-        out.key.dst = h.dst();
-        let l3 = L3 {
-            l4: L3_OFF + ipv6::LEN,
-            payload_len: h.payload_len(),
-            ip_version: 6,
-            ecn: h.ecn(),
-            dscp: h.traffic_class() >> 2,
-        };
-        (l3, h.next_header())
+        h.next_header()
     } else {
         let h = Ipv4Header(r.read::<{ ipv4::MIN_LEN }>(L3_OFF)?);
         // Version 4, IHL 5 (no options), a total length that holds the header, not a
@@ -171,19 +208,7 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
         if h.0[0] != 0x45 || h.total_len() < ipv4::MIN_LEN || h.fragment_offset() != 0 {
             return None;
         }
-        let (s, d) = (h.src(), h.dst());
-        // Built as integers: two word stores each instead of sixteen byte stores.
-        out.key.src = (u32::from_le_bytes(s) as u128).to_le_bytes();
-        out.key.dst = (u32::from_le_bytes(d) as u128).to_le_bytes();
-        let l3 = L3 {
-            // Stated, not derived from the IHL: the offsets stay compile-time constants.
-            l4: L3_OFF + ipv4::MIN_LEN,
-            payload_len: h.total_len() - ipv4::MIN_LEN,
-            ip_version: 4,
-            ecn: h.ecn(),
-            dscp: h.tos() >> 2,
-        };
-        (l3, h.protocol())
+        h.protocol()
     };
     match proto {
         ipv4::PROTO_UDP => {}
@@ -195,12 +220,60 @@ fn ip_shape<R: PacketReader, const L3_OFF: usize, const V6: bool>(
         _ if V6 => return None,
         _ => return Some(Err(Outcome::NotUdp)),
     }
-    let u = UdpHeader(r.read::<{ udp::LEN }>(l3.l4)?);
+    let u = UdpHeader(r.read::<{ udp::LEN }>(l4_of::<L3_OFF, V6>())?);
     match u.dst_port() {
-        ROCEV2_UDP_PORT => {}
-        VXLAN_PORT => return None,
-        _ => return Some(Err(Outcome::UdpOtherPort)),
+        ROCEV2_UDP_PORT => Some(Ok(())),
+        VXLAN_PORT => None,
+        _ => Some(Err(Outcome::UdpOtherPort)),
     }
+}
+
+/// Where the UDP header of a shape starts (stated, not derived from the IHL: the offsets stay
+/// compile-time constants).
+const fn l4_of<const L3_OFF: usize, const V6: bool>() -> usize {
+    L3_OFF + if V6 { ipv6::LEN } else { ipv4::MIN_LEN }
+}
+
+/// A frame [`ip_class`] found RoCE, written into `out`: the headers are read again (loads at
+/// constant offsets, cheaper than holding their values across the record's lookup in the
+/// kernel, where BPF has four callee-saved registers). Every field goes into the record as
+/// soon as it is read. `Some(Err(_))`: the frame's outcome (a RoCE header cut short; `out`
+/// holds partial fields, which the caller's store of the outcome disowns).
+#[inline(always)]
+fn ip_fill<R: PacketReader, const L3_OFF: usize, const V6: bool>(
+    r: &R,
+    vlan_tags: u8,
+    pcp: u8,
+    out: &mut PacketRecord,
+) -> Option<Result<(), Outcome>> {
+    let l4 = l4_of::<L3_OFF, V6>();
+    let l3 = if V6 {
+        let h = Ipv6Header(r.read::<{ ipv6::LEN }>(L3_OFF)?);
+        out.key.src = h.src();
+        out.key.dst = h.dst();
+        L3 {
+            l4,
+            payload_len: h.payload_len(),
+            ip_version: 6,
+            ecn: h.ecn(),
+            dscp: h.traffic_class() >> 2,
+        }
+    } else {
+        let h = Ipv4Header(r.read::<{ ipv4::MIN_LEN }>(L3_OFF)?);
+        let (s, d) = (h.src(), h.dst());
+        // Built as integers: two word stores each instead of sixteen byte stores.
+        out.key.src = (u32::from_le_bytes(s) as u128).to_le_bytes();
+        out.key.dst = (u32::from_le_bytes(d) as u128).to_le_bytes();
+        L3 {
+            l4,
+            // At least the header ([`ip_class`] checked the same bytes).
+            payload_len: h.total_len().saturating_sub(ipv4::MIN_LEN),
+            ip_version: 4,
+            ecn: h.ecn(),
+            dscp: h.tos() >> 2,
+        }
+    };
+    let u = UdpHeader(r.read::<{ udp::LEN }>(l4)?);
     Some(roce_into(r, &l3, u, Tunnel::default(), vlan_tags, pcp, out))
 }
 

@@ -39,6 +39,7 @@ fn agrees(frame: &[u8]) -> Result<(), String> {
             "parse_record {rec:?} vs parse {g:?} on {frame:02x?}"
         ));
     }
+    slot_asked_only_for_records(frame, &g)?;
     match parse_fast(&SliceReader(frame)) {
         None => Ok(()),
         Some(f) => {
@@ -48,6 +49,94 @@ fn agrees(frame: &[u8]) -> Result<(), String> {
                 Err(format!("fast {f:?} vs parse {g:?} on {frame:02x?}"))
             }
         }
+    }
+}
+
+/// The record is asked for only when the fast path writes one: an outcome alone (the kernel
+/// counts it without its per-CPU record) never asked, is what `parse_frame` says, and is never
+/// one the AF_XDP classifier hands to userspace (that program counts it at once).
+fn slot_asked_only_for_records(frame: &[u8], general: &Parsed) -> Result<(), String> {
+    let asked = Cell::new(false);
+    let mut rec = PacketRecord::default();
+    let answer = parse_fast_with(&SliceReader(frame), || {
+        asked.set(true);
+        Some(&mut rec)
+    });
+    match answer {
+        Fast::Outcome(o) if asked.get() => Err(format!("{o:?} asked for a record on {frame:02x?}")),
+        Fast::Outcome(o) if o.captured() => Err(format!("{o:?} is captured, on {frame:02x?}")),
+        Fast::Outcome(o) if Parsed::Other(o) != *general => Err(format!(
+            "outcome {o:?} vs parse {general:?} on {frame:02x?}"
+        )),
+        Fast::Record(_) if !asked.get() => Err(format!("a record never asked for on {frame:02x?}")),
+        _ => Ok(()),
+    }
+}
+
+/// No record is to be had (the kernel's lookup failed): the frame goes to the slow program
+/// unless it needs none.
+#[test]
+fn without_a_record_only_outcomes_answer() {
+    let none = || None::<&mut PacketRecord>;
+    assert_eq!(
+        parse_fast_with(&SliceReader(&v4(0x0A).frame()), none),
+        Fast::Slow
+    );
+    assert_eq!(
+        parse_fast_with(&SliceReader(&frames::pause(3)), none),
+        Fast::Slow
+    );
+    let arp = frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28]);
+    assert_eq!(
+        parse_fast_with(&SliceReader(&arp), none),
+        Fast::Outcome(Outcome::NotIp)
+    );
+}
+
+/// The common non-RoCE frames are answered with their outcome alone: the kernel counts them
+/// without its per-CPU record (no record is to be had here, and none is needed).
+#[test]
+fn common_non_roce_frames_need_no_record() {
+    let none = || None::<&mut PacketRecord>;
+    let u = frames::udp(5000, 53, &[0u8; 20]);
+    let v4 = |proto, l4: &[u8]| frames::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 0, proto, 0, l4);
+    let v6 = |proto, l4: &[u8]| frames::ipv6([1; 16], [2; 16], 0, proto, l4);
+    let cases = [
+        (
+            frames::ethernet(&[], frames::ETH_ARP, &[0u8; 28]),
+            Outcome::NotIp,
+        ),
+        (
+            frames::ethernet(&[(TPID_8021Q, 3)], frames::ETH_ARP, &[0u8; 28]),
+            Outcome::NotIp,
+        ),
+        (
+            frames::ethernet(&[], frames::ETH_IPV4, &v4(17, &u)),
+            Outcome::UdpOtherPort,
+        ),
+        (
+            frames::ethernet(&[(TPID_8021Q, 3)], frames::ETH_IPV4, &v4(17, &u)),
+            Outcome::UdpOtherPort,
+        ),
+        (
+            frames::ethernet(&[], frames::ETH_IPV6, &v6(17, &u)),
+            Outcome::UdpOtherPort,
+        ),
+        (
+            frames::ethernet(&[], frames::ETH_IPV4, &v4(6, &[0u8; 20])),
+            Outcome::NotUdp,
+        ),
+        (
+            frames::ethernet(&[], frames::ETH_IPV6, &v6(6, &[0u8; 20])),
+            Outcome::NotUdp,
+        ),
+    ];
+    for (f, want) in cases {
+        assert_eq!(
+            parse_fast_with(&SliceReader(&f), none),
+            Fast::Outcome(want),
+            "{f:02x?}"
+        );
     }
 }
 

@@ -73,6 +73,13 @@ pub struct PacketRecord {
     pub mac_times: [u16; 8],
 }
 
+/// The fast path writes into anything that holds a record (the kernel's per-CPU state).
+impl AsMut<PacketRecord> for PacketRecord {
+    fn as_mut(&mut self) -> &mut PacketRecord {
+        self
+    }
+}
+
 /// The outcome with discriminant `i`. A compare and the value itself, not a table lookup or a
 /// modulus: the verifier then knows the range of what counters index with (a value loaded
 /// from a table is unknown to it, and LLVM drops the masks it believes redundant).

@@ -5,8 +5,11 @@
 use crate::{clock, flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
-    fast::parse_fast_into, parse::parse_into, record::PacketRecord, FlowKey4, FlowStats, Hook,
-    HookCounters, LinkType, PacketReader, SessionKey, SessionStats, TrafficClasses,
+    fast::{parse_fast_with, Fast},
+    parse::parse_into,
+    record::PacketRecord,
+    FlowKey4, FlowStats, Hook, HookCounters, LinkType, Outcome, PacketReader, SessionKey,
+    SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -148,17 +151,32 @@ pub fn state() -> Option<&'static mut CpuState> {
     Some(unsafe { &mut *slot })
 }
 
-/// The fast path: parses a frame of a common shape straight into this CPU's record. Returns
-/// the state when the fast path answered (the caller counts it with [`counted_inline`] or
-/// [`counted`]), `None` when the frame belongs to the slow program.
+/// The fast path: parses a frame of a common shape, asking for this CPU's record only when
+/// there is something to write into it (a RoCE packet, a MAC control frame). The caller
+/// counts a record with [`counted_inline`] or [`counted`], an outcome alone with
+/// [`outcome`]; [`Fast::Slow`] belongs to the slow program.
 #[inline(always)]
-pub fn fast<R: PacketReader>(r: Option<R>) -> Option<&'static mut CpuState> {
-    let r = r?;
-    let st = state()?;
-    if parse_fast_into(&r, &mut st.record) {
-        Some(st)
-    } else {
-        None
+pub fn fast<R: PacketReader>(r: Option<R>) -> Fast<&'static mut CpuState> {
+    match r {
+        Some(r) => parse_fast_with(&r, state),
+        None => Fast::Slow,
+    }
+}
+
+impl AsMut<PacketRecord> for CpuState {
+    #[inline(always)]
+    fn as_mut(&mut self) -> &mut PacketRecord {
+        &mut self.record
+    }
+}
+
+/// A frame the fast path answered with an outcome alone (ARP, TCP, UDP to another port):
+/// the hook's counter block only, as [`parsed`] counts a record of that outcome (the parse
+/// record and its lookup are not needed).
+#[inline(always)]
+pub fn outcome(hook: Hook, outcome: Outcome, frame_len: u64) {
+    if let Some(c) = block(hook) {
+        c.record_other(outcome, frame_len);
     }
 }
 

@@ -21,8 +21,8 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, FLOW_MAP_ENTRIES,
-    MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
+    fast::Fast, FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats,
+    FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
@@ -88,9 +88,16 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(st) = count::fast(xdp_direct(&ctx, len)) {
-        count::counted_inline(st, Hook::Xdp, len, Path::Fast);
-        return xdp_action::XDP_PASS;
+    match count::fast(xdp_direct(&ctx, len)) {
+        Fast::Record(st) => {
+            count::counted_inline(st, Hook::Xdp, len, Path::Fast);
+            return xdp_action::XDP_PASS;
+        }
+        Fast::Outcome(o) => {
+            count::outcome(Hook::Xdp, o, len);
+            return xdp_action::XDP_PASS;
+        }
+        Fast::Slow => {}
     }
     // SAFETY: a tail call with the program's own context; on return it failed.
     unsafe { XDP_SLOW.tail_call(&ctx, Hook::Xdp.slow_path().1) };
@@ -132,10 +139,17 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
-    if let Some(st) = count::fast(r) {
-        tc::offloaded_tag(ctx, &mut st.record);
-        count::counted_inline(st, hook, len, Path::Fast);
-        return TC_ACT_PIPE;
+    match count::fast(r) {
+        Fast::Record(st) => {
+            tc::offloaded_tag(ctx, &mut st.record);
+            count::counted_inline(st, hook, len, Path::Fast);
+            return TC_ACT_PIPE;
+        }
+        Fast::Outcome(o) => {
+            count::outcome(hook, o, len);
+            return TC_ACT_PIPE;
+        }
+        Fast::Slow => {}
     }
     // SAFETY: as in rocemon_xdp; the slot is a constant per hook.
     unsafe { TC_SLOW.tail_call(ctx, hook.slow_path().1) };
@@ -162,8 +176,14 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if let Some(st) = count::fast(xdp_direct(&ctx, len)) {
-        return capture_or_count(&ctx, st, len, false);
+    match count::fast(xdp_direct(&ctx, len)) {
+        Fast::Record(st) => return capture_or_count(&ctx, st, len, false),
+        // Never a frame the classifier wants (`Fast::Outcome`: not IP, not UDP, another port).
+        Fast::Outcome(o) => {
+            count::outcome(Hook::AfXdp, o, len);
+            return xdp_action::XDP_PASS;
+        }
+        Fast::Slow => {}
     }
     // SAFETY: as in rocemon_xdp.
     unsafe { XDP_SLOW.tail_call(&ctx, Hook::AfXdp.slow_path().1) };
