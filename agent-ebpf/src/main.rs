@@ -17,6 +17,7 @@ mod clock;
 mod count;
 mod direct;
 mod flow_cache;
+mod helper_reader;
 mod tc;
 mod xdp;
 
@@ -33,6 +34,7 @@ use aya_ebpf::{
 };
 use count::Path;
 use direct::DirectReader;
+use helper_reader::HelperReader;
 
 /// One counter block per hook (per-CPU: no atomics on the hot path).
 #[map]
@@ -109,7 +111,7 @@ pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_slow(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    if count::slow(&xdp::XdpReader::new(&ctx, len), Hook::Xdp, len).is_some() {
+    if count::slow(&HelperReader::new(&ctx, len), Hook::Xdp, len).is_some() {
         count::counted(Hook::Xdp, len, Path::Slow);
     }
     xdp_action::XDP_PASS
@@ -160,7 +162,7 @@ fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
 #[inline(always)]
 fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
-    if let Some(st) = count::slow(&tc::TcReader::new(ctx), hook, len) {
+    if let Some(st) = count::slow(&HelperReader::new(ctx, ctx.len() as u64), hook, len) {
         tc::offloaded_tag(ctx, &mut st.record);
         count::counted(hook, len, Path::Slow);
     }
@@ -195,7 +197,7 @@ pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    let Some(st) = count::slow(&xdp::XdpReader::new(&ctx, len), Hook::AfXdp, len) else {
+    let Some(st) = count::slow(&HelperReader::new(&ctx, len), Hook::AfXdp, len) else {
         return xdp_action::XDP_PASS;
     };
     capture_or_count(&ctx, st, len, true)

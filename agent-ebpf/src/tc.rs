@@ -1,38 +1,18 @@
-//! The packet reader for tc: `bpf_skb_load_bytes` with constant lengths, which also reads
-//! non-linear skbs (GSO, paged data). A direct-access fast path with this helper as fallback
-//! was measured faster, but gives every read two paths, and together with the mirror/tunnel
-//! look-ahead the verifier then refuses the program as too complex (E2BIG).
+//! tc's packet bytes for the slow program's [`HelperReader`](crate::helper_reader):
+//! `bpf_skb_load_bytes`, which also reads non-linear skbs (GSO, paged data). A direct-access
+//! fast path with this helper as fallback was measured faster, but gives every read two
+//! paths, and together with the mirror/tunnel look-ahead the verifier then refuses the
+//! program as too complex (E2BIG). And the frame's wire length and outer tag, which the
+//! kernel keeps in the skb's metadata.
 
-use agent_common::{reader::readable, record::PacketRecord, PacketReader};
+use crate::helper_reader::LoadBytes;
+use agent_common::record::PacketRecord;
 use aya_ebpf::programs::TcContext;
 
-pub struct TcReader<'a> {
-    ctx: &'a TcContext,
-    len: usize,
-}
-
-impl<'a> TcReader<'a> {
+impl LoadBytes for TcContext {
     #[inline(always)]
-    pub fn new(ctx: &'a TcContext) -> Self {
-        TcReader {
-            ctx,
-            len: ctx.len() as usize,
-        }
-    }
-}
-
-impl PacketReader for TcReader<'_> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline(always)]
-    fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
-        if !readable(off, N, self.len) {
-            return None;
-        }
-        self.ctx.load::<[u8; N]>(off).ok()
+    fn load_bytes<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        self.load::<[u8; N]>(off).ok()
     }
 }
 
