@@ -245,6 +245,8 @@ pub fn load_programs(ebpf: &mut Ebpf, hooks: &[Hook]) -> Result<()> {
 
 /// Loads the flow cache's flush program ([`crate::sources::prog_run::flush_flow_cache`] runs
 /// it), once per object; an object built without one (an older build under `--ab`) has none.
+/// Loaded with the cache switched off too: pinned maps may hold a previous run's cached
+/// flows, which only the flush brings into the flow maps.
 fn load_flush(ebpf: &mut Ebpf) -> Result<()> {
     let name = agent_common::flow_cache::PROG_FLOW_FLUSH;
     let Some(p) = ebpf.program_mut(name) else {
