@@ -153,8 +153,7 @@ fn xdp_native_unsupported_and_auto_fallback() {
     // listen address in use: a second agent on the same address fails before attaching.
     let out = ns.rocemon(&on_lo("tc-ingress", &["--listen", "127.0.0.1:9443"]));
     assert_usage_error(&out, "cannot listen on 127.0.0.1:9443");
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    let stderr = agent.stop_ok();
     assert!(stderr.contains("falling back to skb mode"), "{stderr}");
 }
 
@@ -345,6 +344,5 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
     // path too, which is the case exactly when all three hash alike.
     let colliding = metric_sum(&body, "rocemon_ecmp_predicted_colliding_paths", &[]);
     assert_eq!(colliding, if per_path.contains(&0) { 1.0 } else { 0.0 });
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 }

@@ -99,8 +99,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     pair.replay_from_b(&path).unwrap();
     let body = wait_for(&mut agent, e.roce_packets);
     assert_eq!(packets(&body, "xdp"), e.roce_packets);
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    let stderr = agent.stop_ok();
     assert!(stderr.contains("stay attached"), "{stderr}");
     let iface_pins = pin_dir.join(ifn.as_str());
     let run1 = pinned_links(&iface_pins).unwrap();
@@ -162,8 +161,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
         ),
         1.0
     );
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    let stderr = agent.stop_ok();
     assert!(stderr.contains("took over the link"), "{stderr}");
     // The same two links (same ids), each now running a program of run 2 (a new prog_id
     // from the kernel, not the agent's word).
@@ -205,8 +203,7 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     );
     let link = link_details(ns, ifn).unwrap();
     assert!(link.contains("xdpgeneric"), "XDP now in skb mode: {link}");
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    let stderr = agent.stop_ok();
     assert!(
         stderr.contains("XDP mode changes from native to skb"),
         "{stderr}"
@@ -290,8 +287,7 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
     let args = pinned_args(ifn, pin, XDP_AND_TC, "native");
     let mut agent = Agent::start(ns, BIN, &args).unwrap();
     wait_ready(ns, &mut agent);
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 
     // No agent: only the pinned links, maps and program arrays are left.
     pair.replay_from_b(&path).unwrap();
@@ -323,8 +319,7 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
             "{hook}: the slow program must stay reachable"
         );
     }
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
     run(BIN, &["detach", "--pin-dir", pin]).unwrap();
     assert!(!pin_dir.exists(), "pins left after detach");
 }
@@ -409,8 +404,7 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     std::thread::sleep(Duration::from_millis(200));
     send_and_count(&mut agent, "after a rename away and back");
 
-    let (status, log) = agent.stop().unwrap();
-    assert!(status.success(), "{log}");
+    let log = agent.stop_ok();
     assert!(log.contains("is gone"), "{log}");
     assert!(log.contains("is back"), "{log}");
     assert!(log.contains("MTU of"), "{log}");

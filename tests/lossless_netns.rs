@@ -205,8 +205,7 @@ fn pfc_pause_and_traffic_classes_live_equal_tshark_on_xdp_and_tc() {
         !body.contains("rocemon_nic_pfc_frames_total{"),
         "a veth has no NIC pause counters"
     );
-    let (status, _) = agent.stop().unwrap();
-    assert!(status.success(), "the agent exits cleanly");
+    agent.stop_ok();
 }
 
 /// AF_XDP capture: MAC control frames stay with the kernel program (counted there), RoCE goes
@@ -264,6 +263,5 @@ fn pfc_in_the_kernel_and_classes_in_userspace_under_afxdp_equal_tshark() {
         f("rocemon_cnp_out_of_class_packets_total", &[]),
         e.cnp_out_of_class
     );
-    let (status, _) = agent.stop().unwrap();
-    assert!(status.success(), "the agent exits cleanly");
+    agent.stop_ok();
 }

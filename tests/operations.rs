@@ -205,8 +205,7 @@ fn web_endpoint_tls_basic_auth_timeouts_and_connection_bound() {
     // Once the stalled ones are gone, scrapes work again.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(curl(&ns.0, &ok).0, 200);
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 }
 
 /// A NOTIFY_SOCKET like systemd's: READY=1 once /metrics serves, RELOADING=1 then READY=1 on
@@ -441,9 +440,7 @@ fn logs_are_json_or_journal_friendly() {
         agent
             .wait_metrics(&ns.0, ADDR, Duration::from_secs(30), |_| true)
             .unwrap();
-        let (status, stderr) = agent.stop().unwrap();
-        assert!(status.success(), "{stderr}");
-        stderr
+        agent.stop_ok()
     };
     let json = run_with(&[], &["--log-format", "json"]);
     let lines: Vec<&str> = json.lines().filter(|l| !l.is_empty()).collect();

@@ -191,8 +191,7 @@ fn one_agent_per_pin_dir_and_detach_waits_for_force() {
 
     let forced = rocemon(&["detach", "--pin-dir", pin, "--force"]);
     assert!(forced.status.success(), "{}", stderr(&forced));
-    let (status, log) = first.stop().unwrap();
-    assert!(status.success(), "{log}");
+    let log = first.stop_ok();
     assert!(log.contains("were removed while this agent ran"), "{log}");
     assert!(!log.contains("stay attached"), "{log}");
     let left = wait_links_gone(&own, Duration::from_secs(5)).unwrap();
@@ -242,7 +241,6 @@ fn a_second_unpinned_agent_on_one_interface_is_a_usage_error() {
             "{mode}: {}",
             stderr(&second)
         );
-        let (status, log) = first.stop().unwrap();
-        assert!(status.success(), "{log}");
+        first.stop_ok();
     }
 }

@@ -97,8 +97,7 @@ fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
         e.flows.len(),
         "evicted {evicted} + held {flows} = flows sent"
     );
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 }
 
 #[test]
@@ -181,8 +180,7 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
         "map polling stalled: {polls_before} -> {polls_after}"
     );
     drop(slow);
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 }
 
 /// One unauthenticated client cannot deny `/metrics`: from one address, hundreds of
@@ -259,6 +257,5 @@ fn one_client_cannot_deny_metrics() {
         polls >= 40.0,
         "the map polling stalled under attack: {polls} polls"
     );
-    let (status, stderr) = agent.stop().unwrap();
-    assert!(status.success(), "{stderr}");
+    agent.stop_ok();
 }

@@ -410,6 +410,17 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Stops the agent ([`Agent::stop`]) and asserts that it exited cleanly (status 0, its
+    /// log in the message); returns its log.
+    #[track_caller]
+    pub fn stop_ok(self) -> String {
+        let (status, log) = self.stop().expect("stop the agent");
+        assert!(status.success(), "agent exit {status}: {log}");
+        log
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
