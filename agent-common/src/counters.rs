@@ -5,6 +5,7 @@
 //! frame is counted the same way wherever it is seen.
 
 use crate::classes::TrafficClasses;
+use crate::clock::ClockCache;
 use crate::flow::FlowEvent;
 use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
 pub use crate::hook::Hook;
@@ -402,6 +403,45 @@ pub fn differences(a: &HookCounters, b: &HookCounters) -> Vec<(String, u64, u64)
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, only u64 fields and arrays of u64: every bit pattern is valid.
 unsafe impl aya::Pod for HookCounters {}
+
+/// The kernel's per-CPU value of one hook (the `COUNTERS` map): the hook's counter block, and
+/// this CPU's working state on that hook, so that one map lookup per packet serves both (each
+/// per-CPU lookup costs a few ns on the fast path: the key goes through the stack, then the
+/// value's per-CPU pointer and this CPU's offset are loaded one after the other). Userspace
+/// reads only [`HookSlot::counters`].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct HookSlot {
+    /// What userspace reads and sums over CPUs.
+    pub counters: HookCounters,
+    /// The parse result of the frame being counted, handed from a parse path to the
+    /// counting function (a BPF global function takes only scalars) as a flat record.
+    pub record: PacketRecord,
+    /// The cached readings of the fine and the coarse clock ([`crate::clock`]).
+    pub fine_clock: ClockCache,
+    pub coarse_clock: ClockCache,
+}
+
+/// No implicit padding: the kernel and userspace agree on the value's size.
+const _: () = assert!(
+    core::mem::size_of::<HookSlot>()
+        == core::mem::size_of::<HookCounters>()
+            + core::mem::size_of::<PacketRecord>()
+            + 2 * core::mem::size_of::<ClockCache>()
+);
+
+/// The fast path writes its record into the slot it asks for.
+impl AsMut<PacketRecord> for HookSlot {
+    #[inline(always)]
+    fn as_mut(&mut self) -> &mut PacketRecord {
+        &mut self.record
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: `#[repr(C)]`, no padding (asserted above), only integers: every bit pattern is
+// valid.
+unsafe impl aya::Pod for HookSlot {}
 
 #[cfg(test)]
 mod tests {

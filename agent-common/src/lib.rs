@@ -24,7 +24,8 @@
 //! - [`record`]: the parse result as one flat record, what every counting path reads (the
 //!   parsers write it; [`parse_frame`] rebuilds the rich [`Parsed`] from it).
 //! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
-//! - [`counters`]: the per-hook counter block and its update function.
+//! - [`counters`]: the per-hook counter block and its update function; the kernel's per-CPU
+//!   value around it ([`HookSlot`]: the block, the parse record, the clock caches).
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`flow_cache`]: the kernel's per-CPU direct-mapped flow cache in front of the flow maps
 //!   (slot layout, hash, states of the write-back protocol).
@@ -58,7 +59,7 @@ pub mod session;
 pub mod sum;
 
 pub use classes::TrafficClasses;
-pub use counters::{Hook, HookCounters};
+pub use counters::{Hook, HookCounters, HookSlot};
 pub use flow::{FlowKey, FlowStats};
 pub use flow_key::FlowKey4;
 pub use headers::mac_control::MacControl;

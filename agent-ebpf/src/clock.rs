@@ -4,34 +4,23 @@
 use agent_common::clock::{ClockCache, Reuse};
 use aya_ebpf::helpers::{bpf_jiffies64, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 
-/// This CPU's cached readings (they live next to the parse record, in
-/// [`crate::count::CpuState`]: one map lookup serves both).
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct Clocks {
-    fine: ClockCache,
-    coarse: ClockCache,
+/// The fine clock (CLOCK_MONOTONIC) as `(ns, ms)` through this CPU's cache `c` (in the hook's
+/// [`agent_common::HookSlot`]): read by every packet, or by one in eight while this CPU's
+/// packets are dense, and at each tick (the ring's milliseconds).
+#[inline(always)]
+pub fn fine(c: &mut ClockCache) -> (u64, u64) {
+    // SAFETY: the helper has no preconditions.
+    cached(c, Reuse::WhileDense, || unsafe { bpf_ktime_get_ns() })
 }
 
-impl Clocks {
-    /// The fine clock (CLOCK_MONOTONIC) as `(ns, ms)`: read by every packet, or by one in
-    /// eight while this CPU's packets are dense, and at each tick (the ring's milliseconds).
-    #[inline(always)]
-    pub fn fine(&mut self) -> (u64, u64) {
-        // SAFETY: the helper has no preconditions.
-        cached(&mut self.fine, Reuse::WhileDense, || unsafe {
-            bpf_ktime_get_ns()
-        })
-    }
-
-    /// The coarse clock (the time of the last tick) as `(ns, ms)`, read once per tick.
-    #[inline(always)]
-    pub fn coarse(&mut self) -> (u64, u64) {
-        // SAFETY: the helper has no preconditions.
-        cached(&mut self.coarse, Reuse::WithinTick, || unsafe {
-            bpf_ktime_get_coarse_ns()
-        })
-    }
+/// The coarse clock (the time of the last tick) as `(ns, ms)` through this CPU's cache `c`,
+/// read once per tick.
+#[inline(always)]
+pub fn coarse(c: &mut ClockCache) -> (u64, u64) {
+    // SAFETY: the helper has no preconditions.
+    cached(c, Reuse::WithinTick, || unsafe {
+        bpf_ktime_get_coarse_ns()
+    })
 }
 
 /// This CPU's cache `c` of one clock, or a fresh reading when it may not serve. An

@@ -3,12 +3,13 @@
 //! in `rocemon::sources::tally`).
 
 use crate::{clock, flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
+use agent_common::clock::ClockCache;
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::{parse_fast_with, Fast},
     parse::parse_into,
     record::PacketRecord,
-    FlowKey4, FlowStats, Hook, HookCounters, LinkType, Outcome, PacketReader, SessionKey,
+    FlowKey4, FlowStats, Hook, HookCounters, HookSlot, LinkType, Outcome, PacketReader, SessionKey,
     SessionStats, TrafficClasses,
 };
 use aya_ebpf::{
@@ -16,20 +17,6 @@ use aya_ebpf::{
     macros::map,
     maps::{LruPerCpuHashMap, PerCpuArray},
 };
-
-/// A CPU's working state: the parse result of the frame being counted, handed from a parse
-/// path to [`rocemon_count`] (a global function takes only scalars) as a flat record (a
-/// `Result` moved through memory carries undefined bytes the verifier refuses), and the
-/// cached clock readings (in the same value: every per-CPU lookup costs a few ns here).
-#[repr(C)]
-pub struct CpuState {
-    pub record: PacketRecord,
-    pub clocks: clock::Clocks,
-}
-
-/// This CPU's [`CpuState`].
-#[map]
-static PARSED: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Load-time switches, set by the loader (`EbpfLoader::set_global`) before the verifier runs:
 /// the code a switch turns off is pruned and never runs. PSN tracking (gaps, retransmissions
@@ -60,17 +47,17 @@ fn ring_on(hook: Hook) -> bool {
 }
 
 /// Adds a RoCE packet to this CPU's ring slot of its millisecond; returns the clock (ns).
-/// The fine clock through this CPU's cache ([`clock::Clocks::fine`]: read by each packet, or
+/// The fine clock through this CPU's cache ([`clock::fine`]: read by each packet, or
 /// by one in eight while packets are dense; the bound is in `agent_common::clock`), or the
 /// coarse clock where it resolves a millisecond: a packet then lands in the millisecond of
 /// the last tick (at most one early). The rhythm's periods (tens of milliseconds and more)
 /// do not feel either.
 #[inline(always)]
-fn ring_add(clocks: &mut clock::Clocks, frame_len: u64) -> u64 {
+fn ring_add(fine: &mut ClockCache, coarse: &mut ClockCache, frame_len: u64) -> u64 {
     let (now, ms) = if on(&ROCEMON_RING_COARSE) {
-        clocks.coarse()
+        clock::coarse(coarse)
     } else {
-        clocks.fine()
+        clock::fine(fine)
     };
     if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
         // SAFETY: this CPU's slot, as for the counter block.
@@ -82,9 +69,9 @@ fn ring_add(clocks: &mut clock::Clocks, frame_len: u64) -> u64 {
 /// The AF_XDP classifier feeds the ring itself for the RoCE frames it hands to a socket (the
 /// socket's reader counts everything else about them in userspace).
 #[inline(always)]
-pub fn ring_captured(st: &mut CpuState, frame_len: u64) {
-    if st.record.is_roce() && ring_on(Hook::AfXdp) {
-        ring_add(&mut st.clocks, frame_len);
+pub fn ring_captured(slot: &mut HookSlot, frame_len: u64) {
+    if slot.record.is_roce() && ring_on(Hook::AfXdp) {
+        ring_add(&mut slot.fine_clock, &mut slot.coarse_clock, frame_len);
     }
 }
 
@@ -142,41 +129,36 @@ impl Path {
     }
 }
 
-/// This CPU's state (parse record, clocks).
+/// This CPU's value of a hook: its counter block and its working state (parse record, clock
+/// caches), one lookup for both.
 #[inline(always)]
-pub fn state() -> Option<&'static mut CpuState> {
-    let slot = PARSED.get_ptr_mut(0)?;
-    // SAFETY: this CPU's slot; the packet programs run with bottom halves disabled and do not
-    // interrupt each other on a CPU (the flush program, which can, does not touch it).
-    Some(unsafe { &mut *slot })
+pub fn slot(hook: Hook) -> Option<&'static mut HookSlot> {
+    let s = COUNTERS.get_ptr_mut(hook as u32)?;
+    // SAFETY: a per-CPU array value for this CPU; the packet programs run with bottom halves
+    // disabled and do not interrupt each other on a CPU, so no other reference to it is live
+    // (the flush program, which can be interrupted by them, touches only the counter block's
+    // `flow_update_errors`).
+    Some(unsafe { &mut *s })
 }
 
-/// The fast path: parses a frame of a common shape, asking for this CPU's record only when
-/// there is something to write into it (a RoCE packet, a MAC control frame). The caller
-/// counts a record with [`counted_inline`] or [`counted`], an outcome alone with
+/// The fast path: parses a frame of a common shape, asking for the hook's slot only when
+/// there is something to write into its record (a RoCE packet, a MAC control frame). The
+/// caller counts a record with [`counted_inline`] or [`counted`], an outcome alone with
 /// [`outcome`]; [`Fast::Slow`] belongs to the slow program.
 #[inline(always)]
-pub fn fast<R: PacketReader>(r: Option<R>) -> Fast<&'static mut CpuState> {
+pub fn fast<R: PacketReader>(r: Option<R>, hook: Hook) -> Fast<&'static mut HookSlot> {
     match r {
-        Some(r) => parse_fast_with(&r, state),
+        Some(r) => parse_fast_with(&r, || slot(hook)),
         None => Fast::Slow,
     }
 }
 
-impl AsMut<PacketRecord> for CpuState {
-    #[inline(always)]
-    fn as_mut(&mut self) -> &mut PacketRecord {
-        &mut self.record
-    }
-}
-
 /// A frame the fast path answered with an outcome alone (ARP, TCP, UDP to another port):
-/// the hook's counter block only, as [`parsed`] counts a record of that outcome (the parse
-/// record and its lookup are not needed).
+/// the hook's counter block only, as [`parsed`] counts a record of that outcome.
 #[inline(always)]
 pub fn outcome(hook: Hook, outcome: Outcome, frame_len: u64) {
-    if let Some(c) = block(hook) {
-        c.record_other(outcome, frame_len);
+    if let Some(s) = slot(hook) {
+        s.counters.record_other(outcome, frame_len);
     }
 }
 
@@ -185,8 +167,8 @@ pub fn outcome(hook: Hook, outcome: Outcome, frame_len: u64) {
 /// does not track, so the paths merge after the parse and the entry programs verify at about
 /// 11,200-14,300 instructions.
 #[inline(always)]
-pub fn counted_inline(st: &mut CpuState, hook: Hook, frame_len: u64, path: Path) {
-    parsed(st, hook, frame_len, path);
+pub fn counted_inline(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) {
+    parsed(slot, hook, frame_len, path);
 }
 
 /// Counts the frame whose parse result is in this CPU's record (a failed flow update is
@@ -197,14 +179,13 @@ pub fn counted(hook: Hook, frame_len: u64, path: Path) {
     rocemon_count(hook as u32, frame_len, path as u32);
 }
 
-/// The slow path: the general parser, its result written into this CPU's record. `None`
-/// only if the record cannot be had (then the frame is counted as unreachable).
+/// The slow path: the general parser, its result written into the hook's record on this
+/// CPU. `None` if the hook's slot cannot be had (a lookup at a valid index: never; nothing
+/// could count the frame then) or the parser's outcome is out of range (never; counted as
+/// unreachable).
 #[inline(always)]
-pub fn slow<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> Option<&'static mut CpuState> {
-    let Some(st) = state() else {
-        unreachable(hook, frame_len);
-        return None;
-    };
+pub fn slow<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> Option<&'static mut HookSlot> {
+    let st = slot(hook)?;
     // The outcome is checked so that the subprogram keeps its scalar return value (a
     // subprogram whose R0 is left holding a stack pointer fails the verifier).
     if parse_into(r, LinkType::Ethernet, &mut st.record) as usize
@@ -218,30 +199,22 @@ pub fn slow<R: PacketReader>(r: &R, hook: Hook, frame_len: u64) -> Option<&'stat
 
 /// The counting sequence as a global BPF function: the verifier checks it once, on its own,
 /// instead of once at the end of every parse path (BTF marks it global; it takes only
-/// scalars and finds the parse result in [`PARSED`]).
+/// scalars and finds the parse result in the hook's [`HookSlot`]).
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_count(hook: u32, frame_len: u64, path: u32) -> u32 {
     let hook = Hook::from_u32(hook);
-    let Some(st) = state() else {
+    let Some(st) = slot(hook) else {
         return 0;
     };
     parsed(st, hook, frame_len, Path::from_u32(path)) as u32
 }
 
-/// This CPU's counter block of a hook.
-#[inline(always)]
-pub fn block(hook: Hook) -> Option<&'static mut HookCounters> {
-    let c = COUNTERS.get_ptr_mut(hook as u32)?;
-    // SAFETY: a per-CPU array value for this CPU; BPF programs do not preempt each other on a
-    // CPU, so no other reference to it is live.
-    Some(unsafe { &mut *c })
-}
-
 /// A frame the slow program could not be reached for: counted, under no outcome.
 #[inline(always)]
 pub fn unreachable(hook: Hook, frame_len: u64) {
-    if let Some(c) = block(hook) {
+    if let Some(s) = slot(hook) {
+        let c = &mut s.counters;
         c.frames += 1;
         c.frame_bytes += frame_len;
         c.slow_path_unreachable += 1;
@@ -254,11 +227,13 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 // 512-byte BPF stack once more.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn parsed(st: &mut CpuState, hook: Hook, frame_len: u64, path: Path) -> bool {
-    let rec = &mut st.record;
-    let Some(c) = block(hook) else {
-        return false;
-    };
+fn parsed(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) -> bool {
+    let HookSlot {
+        counters: c,
+        record: rec,
+        fine_clock,
+        coarse_clock,
+    } = slot;
     if matches!(path, Path::Slow | Path::SlowRedirectFailed) {
         c.slow_path_frames += 1;
     }
@@ -283,9 +258,9 @@ fn parsed(st: &mut CpuState, hook: Hook, frame_len: u64, path: Path) -> bool {
     // coarse clock (tick resolution) is enough for first/last seen and rates over polls, and
     // read once per tick.
     let now = if ring_on(hook) {
-        ring_add(&mut st.clocks, frame_len)
+        ring_add(fine_clock, coarse_clock, frame_len)
     } else {
-        st.clocks.coarse().0
+        clock::coarse(coarse_clock).0
     };
     if flow_cache::enabled() {
         if let Some(e) = flow_cache::hit(&rec.key_words()) {

@@ -8,7 +8,7 @@ use crate::{FLOWS, FLOWS4};
 use agent_common::flow_cache::{
     key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
 };
-use agent_common::{FlowKey4, FlowStats, Hook};
+use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::{map, raw_tracepoint},
@@ -118,10 +118,14 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
 #[inline(never)]
 pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 {
     let hook = Hook::from_u32(hook);
-    let (Some(st), Some(c)) = (count::state(), count::block(hook)) else {
+    let Some(HookSlot {
+        counters: c,
+        record: rec,
+        ..
+    }) = count::slot(hook)
+    else {
         return 0;
     };
-    let rec = &st.record;
     let words = rec.key_words();
     let slot = slot_of(&words);
     let flushing = FLUSHING.get(0).is_some_and(|f| *f != 0);
@@ -193,8 +197,8 @@ pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
             refused += 1;
             // SAFETY: a slot of this CPU's cache.
             let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
-            if let Some(c) = count::block(hook) {
-                c.flow_update_errors += 1;
+            if let Some(s) = count::slot(hook) {
+                s.counters.flow_update_errors += 1;
             }
         }
     }

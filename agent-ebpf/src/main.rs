@@ -22,7 +22,7 @@ mod tc;
 mod xdp;
 
 use agent_common::{
-    fast::Fast, FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats,
+    fast::Fast, FlowKey, FlowKey4, FlowStats, Hook, HookSlot, SessionKey, SessionStats,
     FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
 };
 use aya_ebpf::{
@@ -36,9 +36,10 @@ use count::Path;
 use direct::DirectReader;
 use helper_reader::HelperReader;
 
-/// One counter block per hook (per-CPU: no atomics on the hot path).
+/// One counter block per hook, with this CPU's working state on the hook (per-CPU: no
+/// atomics on the hot path; one lookup per packet serves both, see [`HookSlot`]).
 #[map]
-static COUNTERS: PerCpuArray<HookCounters> = PerCpuArray::with_max_entries(Hook::COUNT as u32, 0);
+static COUNTERS: PerCpuArray<HookSlot> = PerCpuArray::with_max_entries(Hook::COUNT as u32, 0);
 
 /// IPv6 flows, LRU so a full map evicts the oldest flow instead of refusing new ones;
 /// userspace may resize it at load time.
@@ -90,7 +91,7 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 #[xdp(frags)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    match count::fast(xdp_direct(&ctx, len)) {
+    match count::fast(xdp_direct(&ctx, len), Hook::Xdp) {
         Fast::Record(st) => {
             count::counted_inline(st, Hook::Xdp, len, Path::Fast);
             return xdp_action::XDP_PASS;
@@ -141,7 +142,7 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
     let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
-    match count::fast(r) {
+    match count::fast(r, hook) {
         Fast::Record(st) => {
             tc::offloaded_tag(ctx, &mut st.record);
             count::counted_inline(st, hook, len, Path::Fast);
@@ -178,7 +179,7 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 #[xdp(frags)]
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
-    match count::fast(xdp_direct(&ctx, len)) {
+    match count::fast(xdp_direct(&ctx, len), Hook::AfXdp) {
         Fast::Record(st) => return capture_or_count(&ctx, st, len, false),
         // Never a frame the classifier wants (`Fast::Outcome`: not IP, not UDP, another port).
         Fast::Outcome(o) => {
@@ -207,7 +208,7 @@ pub fn rocemon_xdp_afxdp_slow(ctx: XdpContext) -> u32 {
 /// its receive queue; counts any other frame, and a wanted one whose queue has no socket,
 /// here (`slow`: parsed by the slow program).
 #[inline(always)]
-fn capture_or_count(ctx: &XdpContext, st: &mut count::CpuState, len: u64, slow: bool) -> u32 {
+fn capture_or_count(ctx: &XdpContext, st: &mut HookSlot, len: u64, slow: bool) -> u32 {
     let wanted = st.record.captured();
     if wanted {
         if let Ok(action) = XSKS.redirect(rx_queue(ctx), 0) {

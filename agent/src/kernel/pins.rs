@@ -17,7 +17,7 @@
 
 use agent_common::flow_cache::{CachedFlow, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE, MAP_FLOW_FLUSHING};
 use agent_common::{
-    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
+    FlowKey, FlowKey4, FlowStats, Hook, HookSlot, SessionKey, SessionStats, MAP_COUNTERS,
     MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS, MAP_TC_SLOW, MAP_XDP_SLOW, SESSION_MAP_ENTRIES,
 };
 use anyhow::{bail, Context, Result};
@@ -45,7 +45,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 /// A name for the shapes of everything pinned: sizes of the shared types and map sizes.
 pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
     let parts = [
-        std::mem::size_of::<HookCounters>() as u64,
+        std::mem::size_of::<HookSlot>() as u64,
         Hook::COUNT as u64,
         std::mem::size_of::<FlowKey>() as u64,
         std::mem::size_of::<FlowKey4>() as u64,

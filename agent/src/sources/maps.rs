@@ -4,8 +4,8 @@
 use crate::sources::prog_run::flush_flow_cache;
 use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
-    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, SessionKey, SessionStats, MAP_COUNTERS,
-    MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
+    FlowKey, FlowKey4, FlowStats, Hook, HookCounters, HookSlot, SessionKey, SessionStats,
+    MAP_COUNTERS, MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
 };
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
@@ -26,15 +26,16 @@ pub fn read_sessions(ebpf: &Ebpf) -> Result<FxHashMap<SessionKey, SessionStats>>
     Ok(out)
 }
 
-/// The counter blocks of every hook of an object, summed over CPUs.
+/// The counter blocks of every hook of an object, summed over CPUs (each CPU's value is a
+/// [`HookSlot`]: the block, then the kernel's working state, which is not read).
 pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
     let map = ebpf.map(MAP_COUNTERS).context("COUNTERS map missing")?;
-    let arr: PerCpuArray<_, HookCounters> = PerCpuArray::try_from(map)?;
+    let arr: PerCpuArray<_, HookSlot> = PerCpuArray::try_from(map)?;
     let mut out = [HookCounters::ZERO; Hook::COUNT];
     for h in Hook::ALL {
         let values = arr.get(&(h as u32), 0).context("read COUNTERS")?;
         for v in values.iter() {
-            out[h as usize].add(v);
+            out[h as usize].add(&v.counters);
         }
     }
     Ok(out)
