@@ -2,9 +2,9 @@
 //! pair (XDP native, XDP skb, tc ingress, tc egress), fixture traffic replayed with tcpreplay,
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
+use rocemon_testkit::bpf_links::{link_details, wait_links_gone};
 use rocemon_testkit::netns::{
-    http_get_in, link_details, metric_labels, metric_sum, run_args, try_metric_sum,
-    wait_links_gone, Agent, VethPair,
+    http_get_in, metric_labels, metric_sum, run_args, try_metric_sum, Agent, VethPair,
 };
 use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
 use std::collections::BTreeMap;

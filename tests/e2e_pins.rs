@@ -3,9 +3,9 @@
 //! test's own), `rocemon detach` leaves nothing, and interfaces that go and come back are
 //! counted again.
 
+use rocemon_testkit::bpf_links::{link_details, links_alive, pinned_links, wait_links_gone};
 use rocemon_testkit::netns::{
-    http_get_in, link_details, links_alive, metric_sum, pinned_links, run, try_metric_sum,
-    wait_links_gone, Agent, BpfFs, VethPair,
+    http_get_in, metric_sum, run, try_metric_sum, Agent, BpfFs, VethPair,
 };
 use rocemon_testkit::{fixtures, require_tshark, tshark, TempDir};
 use std::path::PathBuf;

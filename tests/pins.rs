@@ -1,7 +1,8 @@
 //! rocemon runs as root and removes pins: it must only ever remove what it created, and only
 //! one agent may own a pin directory. Each case reproduces a defect found by a hostile pass.
 
-use rocemon_testkit::netns::{run, wait_links_gone, Agent, BpfFs, VethPair};
+use rocemon_testkit::bpf_links::wait_links_gone;
+use rocemon_testkit::netns::{run, Agent, BpfFs, VethPair};
 use rocemon_testkit::{require_root, TempDir};
 use std::path::Path;
 use std::process::{Command, Output};

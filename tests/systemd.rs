@@ -7,7 +7,8 @@
 //! volatile overlay). Then: start (READY), scrape, reload, restart with counts continuing,
 //! stop with the programs still counting, start again, `rocemon detach`.
 
-use rocemon_testkit::netns::{http_get_in, link_details, try_metric_sum, BpfFs, VethPair};
+use rocemon_testkit::bpf_links::link_details;
+use rocemon_testkit::netns::{http_get_in, try_metric_sum, BpfFs, VethPair};
 use rocemon_testkit::{
     assert_ok, fixtures, may_run, require_root, require_tshark, tshark, TempDir,
 };

@@ -6,8 +6,10 @@
 //! - [`tshark`]: the independent oracle, expected counts computed by tshark's dissector;
 //!   [`tshark_sflow`]: the same for sFlow datagrams; [`sflow`]: an sFlow encoder and pmacct;
 //! - [`netns`]: network namespaces and veth pairs that clean up after themselves;
+//!   [`bpf_links`]: the BPF links and XDP attachments the kernel reports;
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
+pub mod bpf_links;
 pub mod demo;
 pub mod ecmp_lab;
 pub mod fixture;

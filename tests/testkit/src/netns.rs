@@ -209,7 +209,6 @@ pub fn http_request_in(
 }
 
 /// Moves the calling thread into namespace `ns`.
-/// Moves the calling thread into namespace `ns`.
 pub fn enter_netns(ns: &str) -> Result<()> {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(format!("/var/run/netns/{ns}"))
@@ -408,9 +407,7 @@ impl Agent {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         ))
     }
-}
 
-impl Agent {
     /// Stops the agent ([`Agent::stop`]) and asserts that it exited cleanly (status 0, its
     /// log in the message); returns its log.
     #[track_caller]
@@ -459,89 +456,6 @@ impl Drop for LoopNs {
         let _ = Command::new("ip")
             .args(["netns", "delete", &self.0])
             .output();
-    }
-}
-
-/// `ip -d link show IF` inside namespace `ns`: the details, XDP program included.
-pub fn link_details(ns: &str, ifname: &str) -> Result<String> {
-    let out = run("ip", &["-n", ns, "-d", "link", "show", ifname])?;
-    String::from_utf8(out.stdout).context("ip output")
-}
-
-/// Whether an XDP program is attached to `ifname` in `ns` (any mode).
-pub fn xdp_attached(ns: &str, ifname: &str) -> bool {
-    link_details(ns, ifname).is_ok_and(|l| l.contains("prog/xdp"))
-}
-
-/// A BPF link as the kernel reports it (bpftool): its id and the program it runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkInfo {
-    pub id: u64,
-    pub prog_id: u64,
-    pub prog_name: String,
-}
-
-fn bpftool_json(args: &[&str]) -> Result<serde_json::Value> {
-    let out = run("bpftool", args)?;
-    serde_json::from_slice(&out.stdout).context("bpftool JSON")
-}
-
-fn prog_name(id: u64) -> Result<String> {
-    let p = bpftool_json(&["-j", "prog", "show", "id", &id.to_string()])?;
-    Ok(p["name"].as_str().unwrap_or_default().to_string())
-}
-
-fn link_info(v: &serde_json::Value) -> Result<LinkInfo> {
-    let prog_id = v["prog_id"].as_u64().context("link without prog_id")?;
-    Ok(LinkInfo {
-        id: v["id"].as_u64().context("link without id")?,
-        prog_id,
-        prog_name: prog_name(prog_id)?,
-    })
-}
-
-/// The link pinned at `path` (on a bpffs).
-pub fn pinned_link(path: &std::path::Path) -> Result<LinkInfo> {
-    let p = path.to_str().context("path")?;
-    link_info(&bpftool_json(&["-j", "link", "show", "pinned", p])?)
-}
-
-/// The links pinned in `dir` (by their file names), sorted by name: `(name, link)`.
-pub fn pinned_links(dir: &std::path::Path) -> Result<Vec<(String, LinkInfo)>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir)?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("link_") {
-            out.push((name, pinned_link(&e.path())?));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
-}
-
-/// Which of the link ids `ids` the kernel still has (a test's own links, found through its
-/// own agent or pins: other tests running in parallel have links of their own).
-pub fn links_alive(ids: &[u64]) -> Result<Vec<u64>> {
-    let all = bpftool_json(&["-j", "link", "show"])?;
-    Ok(all
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l["id"].as_u64())
-        .filter(|id| ids.contains(id))
-        .collect())
-}
-
-/// Waits up to `timeout` until none of `ids` is left (the kernel frees a link once its last
-/// reference is gone, which can take a moment); returns those still there.
-pub fn wait_links_gone(ids: &[u64], timeout: std::time::Duration) -> Result<Vec<u64>> {
-    let t = std::time::Instant::now();
-    loop {
-        let left = links_alive(ids)?;
-        if left.is_empty() || t.elapsed() > timeout {
-            return Ok(left);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
