@@ -156,3 +156,62 @@ fn with_the_cache_off_the_map_holds_every_packet_at_once() {
     }
     assert_eq!(raw_packets(&five_packets(false)), 5);
 }
+
+/// A CPU that is offline at a poll runs no flush: its cached flows are read from its slots
+/// instead (pretended here: the read is told the online CPUs without this test's own), so
+/// the agent's flows equal the host's at once; the map itself still lags (the slots stay
+/// changed), and the next read with every CPU online flushes them and agrees.
+#[test]
+fn an_offline_cpu_s_cached_flows_are_read_from_its_slots() {
+    if !ready(true) {
+        return;
+    }
+    let online = aya::util::online_cpus().map_err(|(_, e)| e).unwrap();
+    // SAFETY: sched_getcpu has no preconditions (`ready` pinned this thread to one CPU).
+    let here = unsafe { libc::sched_getcpu() } as u32;
+    let others: Vec<u32> = online.iter().copied().filter(|&c| c != here).collect();
+    // Four flows in four slots (no swap writes one back before the flush).
+    let mut ports: Vec<u16> = Vec::new();
+    for sport in 0xC000..=0xFFFF {
+        let s = slot(&write_only(sport, 0));
+        if ports.iter().all(|&p| slot(&write_only(p, 0)) != s) {
+            ports.push(sport);
+        }
+        if ports.len() == 4 {
+            break;
+        }
+    }
+    let frames: Vec<Vec<u8>> = (0..6)
+        .flat_map(|psn| ports.iter().map(move |&p| write_only(p, psn)))
+        .collect();
+    let ebpf = xdp_object(1024, loader::Switches::default());
+    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    for f in &frames {
+        test_run(prog.fd().unwrap(), f, 1).unwrap();
+        record_as_kernel(&mut host, f, 0);
+    }
+    let check = |flows: &[(FlowKey, FlowStats)], what: &str| {
+        assert_eq!(flows.len(), host.flows.len(), "{what}: flows");
+        for (key, got) in flows {
+            let want = host.flows.get(key).expect("a flow the host never saw");
+            assert_eq!(comparable(got), comparable(want), "{what}: {key:?}");
+        }
+    };
+    let (flows, errors) = rocemon::sources::maps::read_flows_with(&ebpf, &others).unwrap();
+    assert_eq!(errors, 0);
+    check(&flows, "this CPU offline");
+    assert_eq!(
+        raw_packets(&ebpf),
+        0,
+        "the map before any flush on this CPU"
+    );
+    let (flows, errors) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!(errors, 0);
+    check(&flows, "every CPU online");
+    assert_eq!(
+        raw_packets(&ebpf),
+        frames.len() as u64,
+        "the map after the flush"
+    );
+}

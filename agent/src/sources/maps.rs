@@ -2,6 +2,7 @@
 //! loaded object, merged over CPUs (read at every poll; the loader owns the object).
 
 use crate::sources::prog_run::flush_flow_cache;
+use agent_common::flow_cache::{key_of, CachedFlow, DIRTY, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE};
 use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, HookSlot, SessionKey, SessionStats,
@@ -42,68 +43,150 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
 }
 
 /// Every flow of an object (the IPv4 map and the IPv6 map), merged over CPUs, and the number
-/// of entries that failed to read. The kernel's flow cache is flushed into the maps first
-/// ([`flush_flow_cache`]); a flush that fails counts as one read error (the maps then lack
-/// the packets still in the cache, which the next flush brings).
+/// of entries that failed to read. The kernel's flow cache is flushed into the maps first, on
+/// every online CPU ([`flush_flow_cache`]). A CPU that is offline (or that the flush could not
+/// reach) runs no program, so its cache slots hold still: they are read from here and stand
+/// in for that CPU's values of their flows, so its packets are not held back until it returns.
 pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
+    let online = aya::util::online_cpus()
+        .map_err(|(_, e)| e)
+        .context("read the online CPUs")?;
+    read_flows_with(ebpf, &online)
+}
+
+/// A flow's state on CPUs whose cache slots were read from userspace: `(cpu, state)`.
+type Held = FxHashMap<FlowKey, Vec<(usize, FlowStats)>>;
+
+/// [`read_flows`] with `online` taken as the online CPUs (tests pretend a CPU is offline).
+pub fn read_flows_with(ebpf: &Ebpf, online: &[u32]) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
     let mut errors = 0;
-    if let Err(e) = flush_flow_cache(ebpf) {
-        log::debug!("{e:#}");
-        errors += 1;
+    let missed = flush_flow_cache(ebpf, online);
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+    let unflushed: Vec<usize> = (0..cpus)
+        .filter(|&c| {
+            let c = c as u32;
+            !online.contains(&c) || missed.contains(&c)
+        })
+        .collect();
+    let mut held = Held::default();
+    if !unflushed.is_empty() {
+        match held_slots(ebpf, &unflushed) {
+            Ok(h) => held = h,
+            Err(e) => {
+                log::debug!("{e:#}");
+                errors += 1;
+            }
+        }
     }
     let mut out = Vec::new();
-    errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut out)?
-        + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, &mut out)?;
+    errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut held, &mut out)?
+        + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, &mut held, &mut out)?;
+    // A held flow its map no longer has (evicted since it was cached): its slots alone.
+    for (key, slots) in held {
+        out.push((key, merged(&[], &slots)));
+    }
     Ok((out, errors))
 }
 
-/// One flow map's flows, under their full keys, appended to `out`; returns the entries that
+/// The changed cache slots of the CPUs `cpus` (none runs a program now) that ever counted a
+/// frame (the others hold nothing: reading their slots would cost a copy of every slot of
+/// every possible CPU), by flow.
+fn held_slots(ebpf: &Ebpf, cpus: &[usize]) -> Result<Held> {
+    let mut out = Held::default();
+    let counters = ebpf.map(MAP_COUNTERS).context("COUNTERS map missing")?;
+    let counters: PerCpuArray<_, HookSlot> = PerCpuArray::try_from(counters)?;
+    let mut counted = Vec::new();
+    for h in Hook::ALL {
+        let values = counters.get(&(h as u32), 0).context("read COUNTERS")?;
+        counted.extend(
+            cpus.iter()
+                .copied()
+                .filter(|&c| values.get(c).is_some_and(|v| v.counters.frames > 0)),
+        );
+    }
+    if counted.is_empty() {
+        return Ok(out);
+    }
+    // An object from before the cache (under `--ab`) has none.
+    let Some(cache) = ebpf.map(MAP_FLOW_CACHE) else {
+        return Ok(out);
+    };
+    let cache: PerCpuArray<_, CachedFlow> = PerCpuArray::try_from(cache)?;
+    for slot in 0..FLOW_CACHE_SLOTS {
+        let values = cache.get(&slot, 0).context("read FLOW_CACHE")?;
+        for &cpu in &counted {
+            if let Some(v) = values.get(cpu).filter(|v| v.state == DIRTY) {
+                let slots = out.entry(key_of(&v.key)).or_default();
+                if !slots.iter().any(|(c, _)| *c == cpu) {
+                    slots.push((cpu, v.stats));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One flow map's flows, under their full keys, appended to `out` (a flow in `held` with its
+/// held states in place of those CPUs' values, and taken out of it); returns the entries that
 /// failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
 /// walking the keys (two syscalls per flow) on kernels without batch support.
 fn read_flow_map<K: Pod + Default>(
     ebpf: &Ebpf,
     name: &str,
     full: impl Fn(&K) -> FlowKey,
+    held: &mut Held,
     out: &mut Vec<(FlowKey, FlowStats)>,
 ) -> Result<u64> {
     let map = ebpf
         .map(name)
         .with_context(|| format!("{name} map missing"))?;
+    let entry = |k: &K, values: &[FlowStats]| {
+        let key = full(k);
+        let slots = held.get(&key).map_or(&[][..], Vec::as_slice);
+        (key, merged(values, slots))
+    };
+    let mut got = Vec::new();
+    let mut errors = 0;
+    let mut batched = false;
     if let aya::maps::Map::PerCpuLruHashMap(data) | aya::maps::Map::PerCpuHashMap(data) = map {
         use std::os::fd::{AsFd, AsRawFd};
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-        let start = out.len();
-        let read = crate::sources::batch::lookup_percpu::<K, FlowStats>(
+        match crate::sources::batch::lookup_percpu::<K, FlowStats>(
             data.fd().as_fd().as_raw_fd(),
             cpus,
-            |k, values| out.push((full(k), merged(values))),
-        );
-        match read {
-            Ok(()) => return Ok(0),
-            Err(e) => {
-                out.truncate(start);
-                log::debug!("batch lookup unavailable ({e}); walking the keys");
+            |k, values| got.push(entry(k, values)),
+        ) {
+            Ok(()) => batched = true,
+            Err(e) => log::debug!("batch lookup unavailable ({e}); walking the keys"),
+        }
+    }
+    if !batched {
+        // What a failed batch read is dropped; key by key (an LRU map can evict a key between
+        // the key walk and the lookup, which counts as a read error).
+        got.clear();
+        let flows: PerCpuHashMap<_, K, FlowStats> = PerCpuHashMap::try_from(map)?;
+        for item in flows.iter() {
+            match item {
+                Ok((k, values)) => got.push(entry(&k, &values)),
+                Err(_) => errors += 1,
             }
         }
     }
-    // Key by key (an LRU map can evict a key between the key walk and the lookup, which
-    // counts as a read error).
-    let flows: PerCpuHashMap<_, K, FlowStats> = PerCpuHashMap::try_from(map)?;
-    let mut errors = 0;
-    for item in flows.iter() {
-        match item {
-            Ok((k, values)) => out.push((full(&k), merged(&values))),
-            Err(_) => errors += 1,
-        }
+    for (key, _) in &got {
+        held.remove(key);
     }
+    out.append(&mut got);
     Ok(errors)
 }
 
-/// One flow's per-CPU values as one.
-fn merged(values: &[FlowStats]) -> FlowStats {
+/// One flow's per-CPU values as one, with `held` states in place of those CPUs' values.
+fn merged(values: &[FlowStats], held: &[(usize, FlowStats)]) -> FlowStats {
     let mut s = FlowStats::default();
-    for v in values {
-        s.merge(v);
+    for (cpu, v) in values.iter().enumerate() {
+        s.merge(held.iter().find(|(c, _)| *c == cpu).map_or(v, |(_, h)| h));
+    }
+    for (_, h) in held.iter().filter(|(c, _)| *c >= values.len()) {
+        s.merge(h);
     }
     s
 }
@@ -154,4 +237,32 @@ pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)
         out.push((p, b));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packets(n: u64) -> FlowStats {
+        FlowStats {
+            packets: n,
+            ..FlowStats::default()
+        }
+    }
+
+    #[test]
+    fn per_cpu_values_are_summed() {
+        assert_eq!(merged(&[packets(1), packets(2)], &[]).packets, 3);
+    }
+
+    #[test]
+    fn a_held_state_stands_in_for_its_cpu_s_value() {
+        let s = merged(&[packets(1), packets(2), packets(4)], &[(1, packets(20))]);
+        assert_eq!(s.packets, 25);
+    }
+
+    #[test]
+    fn held_states_alone_make_a_flow_the_map_no_longer_has() {
+        assert_eq!(merged(&[], &[(0, packets(3)), (5, packets(4))]).packets, 7);
+    }
 }

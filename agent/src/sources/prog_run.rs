@@ -4,7 +4,6 @@
 //! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) directly.
 
 use agent_common::flow_cache::PROG_FLOW_FLUSH;
-use anyhow::{Context, Result};
 use aya::Ebpf;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
@@ -65,24 +64,26 @@ fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<()> {
 }
 
 /// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
-/// ([`agent_common::flow_cache`]): the flush program, run on each online CPU. A slot the maps
-/// refuse stays in the cache for the next flush (the kernel counts the refusal as a flow
-/// update error of the flow's hook). An object without the program (a build from before the
-/// cache, under `--ab`) has nothing to flush; with the cache switched off the flush finds no
-/// changed slot.
-pub fn flush_flow_cache(ebpf: &Ebpf) -> Result<()> {
+/// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
+/// ones). A slot the maps refuse stays in the cache for the next flush (the kernel counts the
+/// refusal as a flow update error of the flow's hook). Returns the CPUs it could not run on
+/// (one that went offline in between: its slots are read from userspace, see
+/// [`crate::sources::maps::read_flows`]). An object without the program (a build from before
+/// the cache, under `--ab`) has nothing to flush; with the cache switched off the flush finds
+/// no changed slot.
+pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     let Some(p) = ebpf.program(PROG_FLOW_FLUSH) else {
-        return Ok(());
+        return Vec::new();
     };
     let Ok(fd) = p.fd() else {
-        return Ok(());
+        return Vec::new();
     };
-    let cpus = aya::util::online_cpus()
-        .map_err(|(_, e)| e)
-        .context("read the online CPUs")?;
-    for cpu in cpus {
-        run_on_cpu(fd.as_fd(), cpu)
-            .with_context(|| format!("run {PROG_FLOW_FLUSH} on CPU {cpu}"))?;
+    let mut missed = Vec::new();
+    for &cpu in cpus {
+        if let Err(e) = run_on_cpu(fd.as_fd(), cpu) {
+            log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu}: {e}");
+            missed.push(cpu);
+        }
     }
-    Ok(())
+    missed
 }
