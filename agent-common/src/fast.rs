@@ -86,9 +86,10 @@ pub fn parse_fast_into<R: PacketReader>(r: &R, out: &mut PacketRecord) -> bool {
 }
 
 /// The fast path asking for a record only when it has something to write: a RoCE packet (once
-/// its UDP header says 4791) or a MAC control frame. The kernel's slot is its per-CPU record,
-/// so the common non-RoCE frames (ARP, TCP, UDP to other ports) are answered without that
-/// lookup and counted under their outcome alone.
+/// its UDP header says 4791) or a MAC control frame. The kernel's slot is the hook's per-CPU
+/// value (its record next to the counter block), so the common non-RoCE frames (ARP, TCP,
+/// UDP to other ports) are counted under their outcome alone: no record written and read
+/// back, and the lookup made where the count is.
 #[inline(always)]
 pub fn parse_fast_with<R, S>(r: &R, slot: impl FnOnce() -> Option<S>) -> Fast<S>
 where
