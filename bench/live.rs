@@ -1,13 +1,24 @@
-//! Live phase: replayed RoCE through a veth pair with rocemon, with the count-only program
+//! Live phase: replayed RoCE through a veth pair (the sender on CPU 0) with rocemon, with the count-only program
 //! attached the same way, and with nothing; AF_XDP delivery.
 
 use super::*;
 
 /// Sends `frame` from `ns`/`ifname` with a raw packet socket for `secs`; returns frames sent.
+/// The sender stays on CPU 0 (veth receives on the sending CPU, so every measurement runs
+/// its whole path there, not wherever the scheduler moves the thread).
 pub(crate) fn blast(ns: &str, ifname: &str, frame: Vec<u8>, secs: f64) -> Result<u64> {
     let (ns, ifname) = (ns.to_string(), ifname.to_string());
     std::thread::spawn(move || -> Result<u64> {
         use std::os::fd::AsRawFd;
+        // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it; 0 is the
+        // calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+            }
+        }
         let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
         // SAFETY: valid fd; affects this thread only.
         if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
