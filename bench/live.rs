@@ -1,5 +1,5 @@
-//! Live phase: replayed RoCE through a veth pair (the sender on CPU 0) with rocemon, with the count-only program
-//! attached the same way, and with nothing; AF_XDP delivery.
+//! Live phase: replayed RoCE through a veth pair (the sender on CPU 0) with rocemon, with the
+//! count-only program attached the same way, and with nothing; AF_XDP delivery.
 
 use super::*;
 
