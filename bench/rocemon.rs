@@ -17,8 +17,11 @@
 //!   beside the cargo-fuzz targets (`fuzz/kernel_diff.rs`), run from here because it needs the
 //!   BPF object and root, which the fuzz workspace builds without;
 //! - `--ab=FILE[,FILE...]` ([`kernel::ab`]): this build's XDP program against saved builds of
-//!   the object on each fast-path frame, interleaved, for a kernel change whose gain is smaller than the noise of
-//!   one run.
+//!   the object on each fast-path frame, interleaved, for a kernel change whose gain is smaller
+//!   than the noise of one run;
+//! - `--profile=FRAME[,SECONDS]` ([`profile`]): where the XDP program spends its time on one
+//!   bench frame, by source line (`perf record` over BPF_PROG_TEST_RUN, the JIT image mapped
+//!   to lines through the program's line info).
 
 mod analyze;
 mod baseline;
@@ -26,6 +29,7 @@ mod baseline;
 mod fuzz_kernel;
 mod kernel;
 mod live;
+mod profile;
 mod report;
 mod robustness;
 mod scale;
@@ -82,6 +86,11 @@ fn main() -> Result<()> {
     if let Some(files) = std::env::args().find_map(|a| a.strip_prefix("--ab=").map(String::from)) {
         loader::raise_memlock();
         return kernel::ab(&files);
+    }
+    if let Some(arg) = std::env::args().find_map(|a| a.strip_prefix("--profile=").map(String::from))
+    {
+        loader::raise_memlock();
+        return profile::profile(&arg);
     }
     if std::env::args().any(|a| a == "--phase-scale") {
         loader::raise_memlock();

@@ -37,10 +37,18 @@ enum Task {
     Bench {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
+        /// Only these phases (comma-separated: kernel, analyze, scale, live, sflow,
+        /// robustness); the others keep their figures from the last report.
+        #[arg(long, value_name = "PHASE[,PHASE...]")]
+        only: Option<String>,
         /// Instead of the benchmarks: this build's XDP program against saved builds of the
-        /// BPF object (comma-separated files), interleaved, on plain RoCE.
+        /// BPF object (comma-separated files), interleaved, on each fast-path frame.
         #[arg(long, value_name = "FILE[,FILE...]")]
         ab: Option<String>,
+        /// Instead of the benchmarks: where the XDP program spends its time on bench frame
+        /// FRAME (0: the plain RoCE WRITE), by source line, under `perf record`.
+        #[arg(long, value_name = "FRAME[,SECONDS]")]
+        profile: Option<String>,
     },
     /// Fuzz the shared parser and the capture reader (cargo-fuzz), and the kernel programs
     /// against the host parser (BPF_PROG_TEST_RUN, as root).
@@ -105,7 +113,12 @@ fn main() -> Result<()> {
         Task::Demo(a) => demo::demo(a),
         Task::Fuzz(a) => fuzz::fuzz(a),
         Task::Install(a) => install::install(a),
-        Task::Bench { out, ab } => {
+        Task::Bench {
+            out,
+            only,
+            ab,
+            profile,
+        } => {
             setup::ensure()?;
             let out = if out.is_absolute() {
                 out
@@ -116,8 +129,14 @@ fn main() -> Result<()> {
             c.current_dir(root())
                 .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
                 .arg(&out);
+            if let Some(phases) = only {
+                c.arg(format!("--only={phases}"));
+            }
             if let Some(files) = ab {
                 c.arg(format!("--ab={files}"));
+            }
+            if let Some(p) = profile {
+                c.arg(format!("--profile={p}"));
             }
             setup::ebpf_env(&mut c);
             sh(&mut c)
