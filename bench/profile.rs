@@ -139,32 +139,24 @@ fn jit_lines(prog_fd: i32) -> Result<JitLines> {
     let mut li = vec![0u8; (nli * lrs) as usize];
     let mut jli = vec![0u64; njli as usize];
     let mut info = [0u8; SIZE];
-    put(&mut info, NR_JITED_KSYMS, &nks.to_ne_bytes());
-    put(&mut info, NR_JITED_FUNC_LENS, &nfl.to_ne_bytes());
-    put(
-        &mut info,
-        JITED_KSYMS,
-        &(ksyms.as_mut_ptr() as u64).to_ne_bytes(),
-    );
-    put(
-        &mut info,
-        JITED_FUNC_LENS,
-        &(lens.as_mut_ptr() as u64).to_ne_bytes(),
-    );
-    put(&mut info, NR_LINE_INFO, &nli.to_ne_bytes());
-    put(
-        &mut info,
-        LINE_INFO,
-        &(li.as_mut_ptr() as u64).to_ne_bytes(),
-    );
-    put(
-        &mut info,
-        JITED_LINE_INFO,
-        &(jli.as_mut_ptr() as u64).to_ne_bytes(),
-    );
-    put(&mut info, NR_JITED_LINE_INFO, &njli.to_ne_bytes());
-    put(&mut info, LINE_INFO_REC_SIZE, &lrs.to_ne_bytes());
-    put(&mut info, JITED_LINE_INFO_REC_SIZE, &jlrs.to_ne_bytes());
+    for (off, n) in [
+        (NR_JITED_KSYMS, nks),
+        (NR_JITED_FUNC_LENS, nfl),
+        (NR_LINE_INFO, nli),
+        (NR_JITED_LINE_INFO, njli),
+        (LINE_INFO_REC_SIZE, lrs),
+        (JITED_LINE_INFO_REC_SIZE, jlrs),
+    ] {
+        put(&mut info, off, &n.to_ne_bytes());
+    }
+    for (off, ptr) in [
+        (JITED_KSYMS, ksyms.as_mut_ptr() as u64),
+        (JITED_FUNC_LENS, lens.as_mut_ptr() as u64),
+        (LINE_INFO, li.as_mut_ptr() as u64),
+        (JITED_LINE_INFO, jli.as_mut_ptr() as u64),
+    ] {
+        put(&mut info, off, &ptr.to_ne_bytes());
+    }
     obj_info(prog_fd, &mut info)?;
     let btf = prog_btf(btf_id)?;
     // struct bpf_line_info: insn_off, file_name_off, line_off, line_col (line << 10 | col).
