@@ -10,15 +10,7 @@ pub(crate) fn blast(ns: &str, ifname: &str, frame: Vec<u8>, secs: f64) -> Result
     let (ns, ifname) = (ns.to_string(), ifname.to_string());
     std::thread::spawn(move || -> Result<u64> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it; 0 is the
-        // calling thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
-            }
-        }
+        testrun::pin_to_cpu(0)?;
         let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
         // SAFETY: valid fd; affects this thread only.
         if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {

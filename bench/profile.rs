@@ -11,6 +11,7 @@
 //! WRITE); the run needs root and `perf`.
 
 use super::*;
+use rocemon::bpf_sys::bpf;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -51,22 +52,16 @@ impl JitLines {
     }
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut [u8]) -> Result<i64> {
-    // SAFETY: `attr` is a valid buffer of its length for the command's attribute union.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) };
-    if rc < 0 {
-        bail!("bpf({cmd}): {}", std::io::Error::last_os_error());
-    }
-    Ok(rc)
-}
-
 /// BPF_OBJ_GET_INFO_BY_FD into `info`.
 fn obj_info(fd: i32, info: &mut [u8]) -> Result<()> {
     let mut attr = [0u8; 16];
     attr[0..4].copy_from_slice(&(fd as u32).to_ne_bytes());
     attr[4..8].copy_from_slice(&(info.len() as u32).to_ne_bytes());
     attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(drop)
+    // SAFETY: the `info` member: a descriptor, the buffer's length and address (it outlives
+    // the call; the kernel writes at most its length).
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.context("BPF_OBJ_GET_INFO_BY_FD")?;
+    Ok(())
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -100,8 +95,13 @@ fn short_path(path: &str) -> String {
 fn prog_btf(btf_id: u32) -> Result<Vec<u8>> {
     let mut attr = [0u8; 16];
     put(&mut attr, 0, &btf_id.to_ne_bytes());
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(bpf(BPF_BTF_GET_FD_BY_ID, &mut attr)? as i32) };
+    // SAFETY: the `btf_id` member; the kernel returns a new descriptor that nothing else
+    // owns.
+    let fd = unsafe {
+        OwnedFd::from_raw_fd(
+            bpf(BPF_BTF_GET_FD_BY_ID, &mut attr).context("BPF_BTF_GET_FD_BY_ID")? as i32,
+        )
+    };
     // struct bpf_btf_info: btf (u64), btf_size (u32), ...: the size first, then the blob.
     let mut info = [0u8; 32];
     obj_info(fd.as_raw_fd(), &mut info)?;

@@ -17,7 +17,8 @@
 //! Imports run one way, left to right; `cmd/` sits on top, `cli`/`config` beside it.
 //!
 //! - [`cli`]: raw flags and their value types; [`config`]: one validated [`config::Config`]
-//!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2).
+//!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2);
+//!   [`bpf_sys`]: bpf(2) for the commands aya does not wrap.
 //! - [`kernel`]: load the object, attach XDP/tc per interface, fall back, detach on drop
 //!   ([`kernel::loader`]); pins ([`kernel::pins`]).
 //! - [`sources`]: the kernel maps and ring ([`sources::maps`]; the flow cache flushed into
@@ -35,6 +36,7 @@
 //!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`]), `rocemon analyze` ([`cmd::analyze`]),
 //!   `rocemon top` ([`cmd::top`]).
 
+pub mod bpf_sys;
 pub mod classes;
 pub mod cli;
 pub mod cmd;

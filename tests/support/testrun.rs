@@ -42,10 +42,14 @@ pub fn test_run(prog: impl AsFd, frame: &[u8], repeat: u32) -> Result<TestRun> {
 /// tracking over two CPUs (as a flow whose packets RSS spread would). Tests and the
 /// differential fuzzer compare per-flow state, so they stay on one CPU, as a flow does.
 pub fn pin_to_one_cpu() -> Result<()> {
+    // SAFETY: sched_getcpu has no preconditions.
+    pin_to_cpu(unsafe { libc::sched_getcpu() }.max(0) as usize)
+}
+
+/// Pins the calling thread to CPU `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<()> {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
     // SAFETY: cpu is below CPU_SETSIZE on any machine this runs on.
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: the set is valid for its size; 0 is the calling thread.

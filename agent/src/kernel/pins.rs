@@ -163,18 +163,7 @@ pub fn object_kind(path: &Path) -> Option<ObjectKind> {
     const BPF_OBJ_GET: libc::c_long = 7;
     // SAFETY: attr is a valid, zero-padded bpf_attr prefix of the size given; the path
     // outlives the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr),
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    let fd = fd as i32;
+    let fd = unsafe { crate::bpf_sys::bpf(BPF_OBJ_GET, &mut attr) }.ok()? as i32;
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
     // SAFETY: fd was returned to us by the kernel and is closed once.
     unsafe { libc::close(fd) };

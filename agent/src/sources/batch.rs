@@ -53,20 +53,12 @@ pub fn lookup_percpu<K: Pod + Default, V: Pod + Default>(
         };
         // SAFETY: the buffers hold CHUNK keys and CHUNK * cpus values and outlive the call;
         // in_batch and out_batch point at a u32 (the hash map's batch token).
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
-            )
-        };
-        let err = std::io::Error::last_os_error();
+        let rc = unsafe { crate::bpf_sys::bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) };
         let n = attr.count as usize;
         for i in 0..n.min(CHUNK as usize) {
             each(&keys[i], &values[i * cpus..(i + 1) * cpus]);
         }
-        if rc != 0 {
+        if let Err(err) = rc {
             if err.raw_os_error() == Some(libc::ENOENT) {
                 return Ok(());
             }

@@ -79,8 +79,8 @@ pub fn read_flows_with(ebpf: &Ebpf, online: &[u32]) -> Result<(Vec<(FlowKey, Flo
         }
     }
     let mut out = Vec::new();
-    errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, &mut held, &mut out)?
-        + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, &mut held, &mut out)?;
+    errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, cpus, &mut held, &mut out)?
+        + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, cpus, &mut held, &mut out)?;
     // A held flow its map no longer has (evicted since it was cached): its slots alone.
     for (key, slots) in held {
         out.push((key, merged(&[], &slots)));
@@ -126,14 +126,15 @@ fn held_slots(ebpf: &Ebpf, cpus: &[usize]) -> Result<Held> {
     Ok(out)
 }
 
-/// One flow map's flows, under their full keys, appended to `out` (a flow in `held` with its
-/// held states in place of those CPUs' values, and taken out of it); returns the entries that
-/// failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
+/// One flow map's flows (`cpus`: the possible CPUs, one value each), under their full keys,
+/// appended to `out` (a flow in `held` with its held states in place of those CPUs' values,
+/// and taken out of it); returns the entries that failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
 /// walking the keys (two syscalls per flow) on kernels without batch support.
 fn read_flow_map<K: Pod + Default>(
     ebpf: &Ebpf,
     name: &str,
     full: impl Fn(&K) -> FlowKey,
+    cpus: usize,
     held: &mut Held,
     out: &mut Vec<(FlowKey, FlowStats)>,
 ) -> Result<u64> {
@@ -150,7 +151,6 @@ fn read_flow_map<K: Pod + Default>(
     let mut batched = false;
     if let aya::maps::Map::PerCpuLruHashMap(data) | aya::maps::Map::PerCpuHashMap(data) = map {
         use std::os::fd::{AsFd, AsRawFd};
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
         match crate::sources::batch::lookup_percpu::<K, FlowStats>(
             data.fd().as_fd().as_raw_fd(),
             cpus,

@@ -1,7 +1,7 @@
 //! BPF_PROG_TEST_RUN, the kernel's way to run a loaded program on demand: the agent runs the
 //! flow cache's flush program with it on every CPU before it reads the flow maps
 //! ([`flush_flow_cache`]); tests and benchmarks feed frames through the packet programs with
-//! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) directly.
+//! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) itself ([`crate::bpf_sys`]).
 
 use agent_common::flow_cache::PROG_FLOW_FLUSH;
 use aya::Ebpf;
@@ -36,20 +36,8 @@ pub struct TestRunAttr {
 /// Runs a program as `attr` says (its buffers must outlive the call); `attr` holds the
 /// return value and the duration afterwards.
 pub fn test_run(attr: &mut TestRunAttr) -> std::io::Result<()> {
-    // SAFETY: attr is a valid `test` attribute whose pointers the caller keeps alive; the
-    // size is the struct's.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            attr as *mut TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: attr is a valid `test` attribute whose pointers the caller keeps alive.
+    unsafe { crate::bpf_sys::bpf(BPF_PROG_TEST_RUN, attr) }.map(drop)
 }
 
 /// Runs a raw tracepoint program (no context) on one CPU.
