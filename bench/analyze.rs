@@ -77,13 +77,15 @@ fn against_cat(file: &Path) -> Result<(f64, f64)> {
     Ok((median(o), median(c)))
 }
 
+/// The by-size captures: small frames (payloads of 0 or 64 bytes) and large (1024).
+pub(crate) const SIZES: [(&str, &[usize]); 2] =
+    [("bench_1m_small", &[0, 64]), ("bench_1m_large", &[1024])];
+
 pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
     let frames = 1_000_000f64;
     let mut sizes = serde_json::Map::new();
-    for (name, file_name, payloads) in [
-        ("small", "bench_1m_small", &[0usize, 64][..]),
-        ("large", "bench_1m_large", &[1024][..]),
-    ] {
+    for (file_name, payloads) in SIZES {
+        let name = file_name.trim_start_matches("bench_1m_");
         let file = big_capture(dir, file_name, payloads)?;
         let size = std::fs::metadata(&file)?.len();
         let (ours_s, cat_s) = against_cat(&file)?;

@@ -92,6 +92,15 @@ fn main() -> Result<()> {
         loader::raise_memlock();
         return profile::profile(&arg);
     }
+    if let Some(dir) =
+        std::env::args().find_map(|a| a.strip_prefix("--captures=").map(PathBuf::from))
+    {
+        // The analyze phase's captures, kept for profiling `rocemon analyze` by hand.
+        for (name, payloads) in analyze::SIZES {
+            println!("{}", analyze::big_capture(&dir, name, payloads)?.display());
+        }
+        return Ok(());
+    }
     if std::env::args().any(|a| a == "--phase-scale") {
         loader::raise_memlock();
         println!("{}", scale::scale_bench()?);

@@ -20,7 +20,7 @@ fn capture_fuzz_regressions_and_seeds_replay_cleanly() {
             }
             let data = std::fs::read(e.path()).unwrap();
             let mut a = Analysis::new(AnalyzeOptions::default());
-            let _ = read_capture_from(&data[..], |_| {}, |f| a.frame(f));
+            let _ = read_capture_from(std::io::Cursor::new(data.clone()), |_| {}, |f| a.frame(f));
             a.finish();
             let _ = rocemon::export::report::build(&a);
             if dir.starts_with("seeds") {

@@ -1,18 +1,20 @@
 //! Capture files: pcap (micro- and nanosecond) and pcapng (per-interface link type and
 //! timestamp resolution), streamed with `pcap-parser` so memory stays flat on large files.
 
+use super::capture_legacy;
 use agent_common::LinkType;
 use pcap_parser::pcapng::Block;
 use pcap_parser::traits::PcapNGPacketBlock;
 use pcap_parser::{create_reader, PcapBlockOwned, PcapError};
 use std::fs::File;
+use std::io::{Cursor, Read};
 use std::path::Path;
 use thiserror::Error;
 
 /// The largest record (block) the reader accepts. Real frames are at most 64 KiB (jumbo GSO
 /// frames in captures), so a larger claimed length is corruption, and refusing it keeps a bad
 /// file from making the reader allocate hundreds of megabytes.
-const MAX_RECORD: usize = 16 << 20;
+pub(super) const MAX_RECORD: usize = 16 << 20;
 
 /// One record of a capture.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +52,7 @@ pub struct CaptureSummary {
 /// The link type of a pcap/pcapng link-layer header type number.
 /// A reader error in words, never with the buffer it carries (a corrupt block's bytes would
 /// make a line of megabytes).
-fn describe<I>(e: &PcapError<I>) -> String {
+pub(super) fn describe<I>(e: &PcapError<I>) -> String {
     match e {
         PcapError::Eof => "end of file".into(),
         PcapError::BufferTooSmall => "a block larger than the read buffer".into(),
@@ -90,24 +92,71 @@ pub fn read_capture(
     read_capture_from(File::open(path)?, on_progress, on_frame)
 }
 
-/// Reads every frame of a capture from any reader (files, pipes), through a 1 MiB buffer.
+/// Reads every frame of a capture from any reader (files, pipes): legacy pcap in chunks read
+/// by a thread ahead of the walk, pcapng through a 128 KiB buffer (the size `cat` reads with:
+/// the kernel's copy into it stays in the core's cache).
 pub fn read_capture_from(
-    input: impl std::io::Read,
+    mut input: impl std::io::Read + Send + 'static,
     on_progress: impl FnMut(u64),
     on_frame: impl FnMut(Frame<'_>),
 ) -> Result<CaptureSummary, CaptureError> {
-    read_capture_buffered(input, 1 << 20, on_progress, on_frame)
+    let first = sniff(&mut input)?;
+    if capture_legacy::is_legacy(&first) {
+        let chunks = capture_legacy::Chunks::threaded(input);
+        return capture_legacy::read_legacy(first, chunks, on_progress, on_frame);
+    }
+    read_with_reader(
+        Cursor::new(first).chain(input),
+        1 << 17,
+        on_progress,
+        on_frame,
+    )
 }
 
-/// [`read_capture_from`] with a first buffer of `buffer` bytes, doubled whenever a record
-/// needs more (up to 16 MiB): small inputs (fuzzing) need no megabyte each.
+/// The first bytes of an input, from which its format is decided.
+fn sniff(input: &mut impl Read) -> Result<Vec<u8>, CaptureError> {
+    let mut first = Vec::with_capacity(SNIFF);
+    input
+        .take(SNIFF as u64)
+        .read_to_end(&mut first)
+        .map_err(|_| CaptureError::Corrupt("read error".into()))?;
+    Ok(first)
+}
+
+/// Bytes read before the format is decided: a legacy file header (24 bytes) or a pcapng
+/// section header block with its options.
+const SNIFF: usize = 4096;
+
+/// [`read_capture_from`] on this thread, with a first buffer of `buffer` bytes (pcapng: doubled
+/// whenever a record needs more, up to 16 MiB): small inputs (fuzzing) need no megabyte and
+/// no thread each. Legacy pcap goes through [`capture_legacy`]; pcapng (and anything
+/// unrecognised, for its error) through pcap-parser's reader.
 pub fn read_capture_buffered(
-    input: impl std::io::Read,
+    mut input: impl std::io::Read,
     buffer: usize,
+    on_progress: impl FnMut(u64),
+    on_frame: impl FnMut(Frame<'_>),
+) -> Result<CaptureSummary, CaptureError> {
+    let cap = buffer.max(SNIFF);
+    let first = sniff(&mut input)?;
+    if capture_legacy::is_legacy(&first) {
+        let chunks = capture_legacy::Chunks::Here {
+            input,
+            cap,
+            spare: Vec::new(),
+        };
+        return capture_legacy::read_legacy(first, chunks, on_progress, on_frame);
+    }
+    read_with_reader(Cursor::new(first).chain(input), cap, on_progress, on_frame)
+}
+
+/// pcapng (and unrecognised input) through pcap-parser's reader.
+pub(super) fn read_with_reader(
+    input: impl std::io::Read,
+    mut cap: usize,
     mut on_progress: impl FnMut(u64),
     mut on_frame: impl FnMut(Frame<'_>),
 ) -> Result<CaptureSummary, CaptureError> {
-    let mut cap = buffer.max(4096);
     let mut reader = match create_reader(cap, input) {
         Ok(r) => r,
         Err(PcapError::Eof) => return Err(CaptureError::Empty),

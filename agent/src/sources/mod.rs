@@ -6,6 +6,7 @@
 pub mod afxdp;
 pub mod batch;
 pub mod capture;
+mod capture_legacy;
 pub mod input;
 pub mod links;
 pub mod maps;
