@@ -5,7 +5,7 @@
 /// the hook that saw it, so XDP and tc ingress on one interface never add into one record.
 /// The destination port is always 4791. IPv4 addresses sit in the first four bytes.
 /// `#[repr(C)]`: 40 bytes, no implicit padding (BPF map key).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(C, align(8))]
 pub struct FlowKey {
     pub src: [u8; 16],
@@ -20,6 +20,29 @@ pub struct FlowKey {
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
 unsafe impl aya::Pod for FlowKey {}
+
+/// Five 64-bit words, where the derived hash writes ten fields (the addresses each as a length
+/// and two words): `analyze`'s flow table hashes a key for every packet. Equal keys write
+/// equal words, as `Eq` requires.
+impl core::hash::Hash for FlowKey {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        let word = |b: &[u8; 16], half: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[half * 8..half * 8 + 8]);
+            u64::from_ne_bytes(w)
+        };
+        state.write_u64(word(&self.src, 0));
+        state.write_u64(word(&self.src, 1));
+        state.write_u64(word(&self.dst, 0));
+        state.write_u64(word(&self.dst, 1));
+        state.write_u64(
+            u64::from(self.sport)
+                | u64::from(self.ip_version) << 16
+                | u64::from(self.hook) << 24
+                | u64::from(self.dest_qp) << 32,
+        );
+    }
+}
 
 /// A flow key as five words, the form the kernel's flow cache hashes and compares
 /// ([`crate::flow_cache`]).
@@ -108,5 +131,34 @@ mod tests {
             dest_qp: 0x00ab_cdef,
         };
         assert_eq!(FlowKey4::of(&k).key(), k);
+    }
+
+    /// Every byte of the key reaches its hash (a byte left out would still be correct, but
+    /// flows differing only there would share a hash).
+    #[test]
+    fn every_byte_of_the_key_is_hashed() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hash = |k: &FlowKey| {
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(k)
+        };
+        let base = FlowKey::default();
+        let mut changed: Vec<FlowKey> = Vec::new();
+        for i in 0..16 {
+            let mut k = base;
+            k.src[i] = 1;
+            changed.push(k);
+            let mut k = base;
+            k.dst[i] = 1;
+            changed.push(k);
+        }
+        changed.push(FlowKey { sport: 1, ..base });
+        changed.push(FlowKey { sport: 0x100, ..base });
+        changed.push(FlowKey { ip_version: 4, ..base });
+        changed.push(FlowKey { hook: 1, ..base });
+        changed.push(FlowKey { dest_qp: 1, ..base });
+        changed.push(FlowKey { dest_qp: 1 << 31, ..base });
+        for k in &changed {
+            assert_ne!(hash(k), hash(&base), "{k:?}");
+        }
     }
 }

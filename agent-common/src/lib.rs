@@ -65,7 +65,8 @@ pub use flow_key::FlowKey4;
 pub use headers::mac_control::MacControl;
 pub use opcode::OpClass;
 pub use parse::{
-    parse, parse_frame, parse_record, LinkType, Outcome, OutcomeKind, Parsed, RoceInfo,
+    parse, parse_frame, parse_record, parse_record_into, LinkType, Outcome, OutcomeKind, Parsed,
+    RoceInfo,
 };
 pub use reader::{PacketReader, PrefixReader, SliceReader};
 pub use record::PacketRecord;

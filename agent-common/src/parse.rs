@@ -68,10 +68,19 @@ pub fn parse_frame<R: PacketReader>(r: &R, link: LinkType) -> Parsed {
 #[inline(always)]
 pub fn parse_record<R: PacketReader>(r: &R, link: LinkType) -> PacketRecord {
     let mut rec = PacketRecord::default();
-    if link != LinkType::Ethernet || !crate::fast::parse_fast_into(r, &mut rec) {
-        parse_frame_into(r, link, &mut rec);
-    }
+    parse_record_into(r, link, &mut rec);
     rec
+}
+
+/// [`parse_record`] into a record where it is wanted (`analyze` parses straight into the step
+/// it hands the flow thread: a record returned and then copied reads back the parser's narrow
+/// stores with wide loads, which stalled the parsing thread).
+#[inline(always)]
+pub fn parse_record_into<R: PacketReader>(r: &R, link: LinkType, rec: &mut PacketRecord) {
+    *rec = PacketRecord::default();
+    if link != LinkType::Ethernet || !crate::fast::parse_fast_into(r, rec) {
+        parse_frame_into(r, link, rec);
+    }
 }
 
 /// Parses one frame into a flat record, the shape the kernel counts from (the fast path

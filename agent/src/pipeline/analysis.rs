@@ -9,8 +9,8 @@ use crate::pipeline::flow_side::{FlowSide, Runner, Step};
 use crate::pipeline::flows::FlowTable;
 use crate::sources::capture::{CaptureSummary, Frame};
 use agent_common::{
-    parse_record, FlowKey, Hook, HookCounters, SessionKey, SessionStats, SliceReader,
-    TrafficClasses,
+    parse_record_into, FlowKey, Hook, HookCounters, PacketRecord, SessionKey, SessionStats,
+    SliceReader, TrafficClasses,
 };
 use std::collections::BTreeMap;
 
@@ -118,35 +118,48 @@ impl Analysis {
         }
     }
 
-    /// Counts one frame.
+    /// Counts one frame. The record is parsed in place, in the step handed to the flow side.
     pub fn frame(&mut self, f: Frame<'_>) {
-        let rec = parse_record(&SliceReader(f.data), f.link);
-        let len = f.orig_len as u64;
-        self.counters.record(&rec, len, &self.opts.classes);
-        let step = match rec.outcome() {
-            _ if rec.is_roce() => {
-                if let Some(sk) = SessionKey::of(&rec, Hook::Xdp) {
-                    // Unbounded here (a file, not a kernel map); the report lists them all.
-                    self.sessions.entry(sk).or_default().record(&rec, len);
-                }
-                Step::Roce {
-                    ts_ns: f.ts_ns,
-                    info: rec,
-                    len,
-                }
-            }
-            agent_common::Outcome::UdpOtherPort => match sflow_datagram(&f) {
-                Some(d) => Step::Sflow {
-                    ts_ns: f.ts_ns,
-                    datagram: d.to_vec(),
-                },
-                None => Step::At(f.ts_ns),
-            },
-            _ => Step::At(f.ts_ns),
+        let Analysis {
+            counters,
+            sessions,
+            opts,
+            runner,
+            ..
+        } = self;
+        let Some(runner) = runner.as_mut() else {
+            return;
         };
-        if let Some(r) = self.runner.as_mut() {
-            r.step(step);
-        }
+        let (ts_ns, len) = (f.ts_ns, f.orig_len as u64);
+        runner.push_with(|step| {
+            *step = Step::Roce {
+                ts_ns,
+                info: PacketRecord::default(),
+                len,
+            };
+            let Step::Roce { info: rec, .. } = step else {
+                return;
+            };
+            parse_record_into(&SliceReader(f.data), f.link, rec);
+            counters.record(rec, len, &opts.classes);
+            if rec.is_roce() {
+                if let Some(sk) = SessionKey::of(rec, Hook::Xdp) {
+                    // Unbounded here (a file, not a kernel map); the report lists them all.
+                    sessions.entry(sk).or_default().record(rec, len);
+                }
+                return;
+            }
+            *step = match rec.outcome() {
+                agent_common::Outcome::UdpOtherPort => match sflow_datagram(&f) {
+                    Some(d) => Step::Sflow {
+                        ts_ns,
+                        datagram: d.to_vec(),
+                    },
+                    None => Step::At(ts_ns),
+                },
+                _ => Step::At(ts_ns),
+            };
+        });
         self.first_ts_ns.get_or_insert(f.ts_ns);
         self.last_ts_ns = f.ts_ns;
     }

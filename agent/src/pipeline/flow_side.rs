@@ -83,6 +83,12 @@ impl FlowSide {
 
     /// One frame's step.
     pub fn step(&mut self, s: Step) {
+        let hash = self.hash(&s);
+        self.step_hashed(s, hash);
+    }
+
+    /// [`FlowSide::step`] with the step's [`FlowSide::hash`].
+    fn step_hashed(&mut self, s: Step, hash: u64) {
         match s {
             Step::At(ts_ns) => self.advance(ts_ns),
             Step::Roce { ts_ns, info, len } => {
@@ -91,7 +97,7 @@ impl FlowSide {
                 let key = info.flow_key(Hook::Xdp);
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
-                let (ev, created) = self.flows.record(0, key, &info, len, ts_ns);
+                let (ev, created) = self.flows.record_hashed(hash, 0, key, &info, len, ts_ns);
                 if created {
                     self.counters.flows_created += 1;
                 }
@@ -104,11 +110,42 @@ impl FlowSide {
         }
     }
 
-    /// Asks for the cache lines of the flow a coming step updates (see
-    /// [`FlowTable::prefetch`]).
-    fn prefetch(&self, s: &Step) {
-        if let Step::Roce { info, .. } = s {
-            self.flows.prefetch(0, &info.flow_key(Hook::Xdp));
+    /// The flow-table hash of a step's flow (0: the step updates no flow).
+    fn hash(&self, s: &Step) -> u64 {
+        match s {
+            Step::Roce { info, .. } => self.flows.hash(0, &info.flow_key(Hook::Xdp)),
+            _ => 0,
+        }
+    }
+
+    /// Runs a batch of steps in order, asking for each one's flow memory ahead of its update,
+    /// in two stages because the second reads what the first asks for: the slot in the
+    /// table's index [`SLOT_AHEAD`] steps ahead, the entry's lines [`ENTRY_AHEAD`] ahead.
+    /// Each key is hashed once, at the first stage.
+    fn run_batch(&mut self, batch: &mut Vec<Step>) {
+        let mut hashes = [0u64; RING];
+        let n = batch.len();
+        for (i, s) in batch.iter().enumerate().take(SLOT_AHEAD) {
+            hashes[i % RING] = self.hash(s);
+            self.flows.prefetch_slot(hashes[i % RING]);
+        }
+        for &h in hashes.iter().take(ENTRY_AHEAD.min(n)) {
+            self.flows.prefetch_hashed(h);
+        }
+        let mut steps = batch.drain(..);
+        let mut i = 0;
+        while let Some(s) = steps.next() {
+            let ahead = steps.as_slice();
+            if let Some(far) = ahead.get(SLOT_AHEAD - 1) {
+                let h = self.hash(far);
+                hashes[(i + SLOT_AHEAD) % RING] = h;
+                self.flows.prefetch_slot(h);
+            }
+            if ahead.len() >= ENTRY_AHEAD {
+                self.flows.prefetch_hashed(hashes[(i + ENTRY_AHEAD) % RING]);
+            }
+            self.step_hashed(s, hashes[i % RING]);
+            i += 1;
         }
     }
 
@@ -286,14 +323,22 @@ impl Runner {
         }
     }
 
-    /// Hands over one frame's step.
-    pub fn step(&mut self, s: Step) {
+    /// Hands over one frame's step, which `fill` writes in place (in the batch on its way to
+    /// the flow thread: the step is never copied on this side).
+    pub fn push_with(&mut self, fill: impl FnOnce(&mut Step)) {
         match self {
-            Runner::Here(side) => side.step(s),
+            Runner::Here(side) => {
+                let mut s = Step::At(0);
+                fill(&mut s);
+                side.step(s);
+            }
             Runner::Thread {
                 batch, tx, spare, ..
             } => {
-                batch.push(s);
+                batch.push(Step::At(0));
+                if let Some(s) = batch.last_mut() {
+                    fill(s);
+                }
                 if batch.len() == BATCH {
                     let next = spare
                         .try_recv()
@@ -330,21 +375,15 @@ impl Runner {
 
 /// Steps ahead whose flow entries are prefetched: enough to overlap the memory latency of a
 /// few flows, few enough that the lines are still cached when their step comes.
-const PREFETCH_AHEAD: usize = 8;
+const ENTRY_AHEAD: usize = 8;
+/// Steps ahead whose index slots are prefetched (before their entries).
+const SLOT_AHEAD: usize = 16;
+/// The hashes kept between the stages (a power of two above [`SLOT_AHEAD`]).
+const RING: usize = 32;
 
 fn run(mut side: FlowSide, rx: Receiver<Vec<Step>>, spare: SyncSender<Vec<Step>>) -> FlowSide {
     while let Ok(mut batch) = rx.recv() {
-        for s in batch.iter().take(PREFETCH_AHEAD) {
-            side.prefetch(s);
-        }
-        let mut steps = batch.drain(..);
-        while let Some(s) = steps.next() {
-            if let Some(ahead) = steps.as_slice().get(PREFETCH_AHEAD - 1) {
-                side.prefetch(ahead);
-            }
-            side.step(s);
-        }
-        drop(steps);
+        side.run_batch(&mut batch);
         // Back to the parsing side (dropped when it holds enough spares).
         let _ = spare.try_send(batch);
     }

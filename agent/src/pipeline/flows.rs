@@ -123,27 +123,34 @@ impl FlowTable {
 
     /// The flow's entry (created when new), on the active list.
     fn entry(&mut self, iface: usize, key: FlowKey) -> &mut FlowEntry {
+        self.entry_hashed(self.hash(iface, &key), iface, key)
+    }
+
+    /// [`FlowTable::entry`] with the key's [`FlowTable::hash`].
+    fn entry_hashed(&mut self, hash: u64, iface: usize, key: FlowKey) -> &mut FlowEntry {
         if let Some(max) = self.max_flows {
             if self.entries.len() >= max && !self.entries.contains_key(&(iface, key)) {
                 self.make_room(max);
             }
         }
         let (generation, clock) = (self.generation, self.clock_s);
-        let e = self.entries.get_or_insert_with((iface, key), || FlowEntry {
-            iface,
-            key,
-            stats: FlowStats::default(),
-            rate_bytes: 0.0,
-            rate_packets: 0.0,
-            elephant: ElephantState::default(),
-            prev_bytes: 0,
-            prev_packets: 0,
-            ticked: false,
-            generation,
-            baselined: false,
-            active: false,
-            rate_clock_s: clock,
-        });
+        let e = self
+            .entries
+            .get_or_insert_hashed(hash, (iface, key), || FlowEntry {
+                iface,
+                key,
+                stats: FlowStats::default(),
+                rate_bytes: 0.0,
+                rate_packets: 0.0,
+                elephant: ElephantState::default(),
+                prev_bytes: 0,
+                prev_packets: 0,
+                ticked: false,
+                generation,
+                baselined: false,
+                active: false,
+                rate_clock_s: clock,
+            });
         if !e.active {
             e.active = true;
             self.active.push((iface, key));
@@ -323,6 +330,23 @@ impl FlowTable {
         self.entries.prefetch(&(iface, *key));
     }
 
+    /// A flow's hash in the table, for the `*_hashed` calls: a packet's key hashed once for
+    /// its two prefetches and its update.
+    pub fn hash(&self, iface: usize, key: &FlowKey) -> u64 {
+        self.entries.hash(&(iface, *key))
+    }
+
+    /// [`FlowTable::prefetch`] with the flow's [`FlowTable::hash`].
+    pub fn prefetch_hashed(&self, hash: u64) {
+        self.entries.prefetch_hashed(hash);
+    }
+
+    /// Asks for the flow's slot in the table's index (a few packets before
+    /// [`FlowTable::prefetch_hashed`] reads it).
+    pub fn prefetch_slot(&self, hash: u64) {
+        self.entries.prefetch_slot(hash);
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &FlowEntry> {
         self.entries.values()
     }
@@ -337,7 +361,20 @@ impl FlowTable {
         frame_len: u64,
         ts_ns: u64,
     ) -> (FlowEvent, bool) {
-        let e = self.entry(iface, key);
+        self.record_hashed(self.hash(iface, &key), iface, key, info, frame_len, ts_ns)
+    }
+
+    /// [`FlowTable::record`] with the flow's [`FlowTable::hash`].
+    pub fn record_hashed(
+        &mut self,
+        hash: u64,
+        iface: usize,
+        key: FlowKey,
+        info: &PacketRecord,
+        frame_len: u64,
+        ts_ns: u64,
+    ) -> (FlowEvent, bool) {
+        let e = self.entry_hashed(hash, iface, key);
         let created = e.stats.packets == 0;
         (e.stats.record(info, frame_len, ts_ns), created)
     }
