@@ -152,11 +152,20 @@ mod tests {
             changed.push(k);
         }
         changed.push(FlowKey { sport: 1, ..base });
-        changed.push(FlowKey { sport: 0x100, ..base });
-        changed.push(FlowKey { ip_version: 4, ..base });
+        changed.push(FlowKey {
+            sport: 0x100,
+            ..base
+        });
+        changed.push(FlowKey {
+            ip_version: 4,
+            ..base
+        });
         changed.push(FlowKey { hook: 1, ..base });
         changed.push(FlowKey { dest_qp: 1, ..base });
-        changed.push(FlowKey { dest_qp: 1 << 31, ..base });
+        changed.push(FlowKey {
+            dest_qp: 1 << 31,
+            ..base
+        });
         for k in &changed {
             assert_ne!(hash(k), hash(&base), "{k:?}");
         }

@@ -25,6 +25,9 @@ pub struct Timeline {
     start_ns: Option<u64>,
     width_ns: u64,
     buckets: Vec<Bucket>,
+    /// The last bucket counted into and its offsets `[lo, hi)`: packets come in time order,
+    /// so most find their bucket without a division.
+    last: (u64, u64, usize),
 }
 
 impl Timeline {
@@ -33,6 +36,7 @@ impl Timeline {
             start_ns: None,
             width_ns: 10_000,
             buckets: Vec::new(),
+            last: (0, 0, 0),
         }
     }
 
@@ -41,14 +45,22 @@ impl Timeline {
         let start = *self.start_ns.get_or_insert(ts_ns);
         // Out of order (a capture's timestamps may step back): the first bucket.
         let off = ts_ns.saturating_sub(start);
-        let mut i = (off / self.width_ns) as usize;
-        while i >= MAX_BUCKETS {
-            self.coarsen();
-            i = (off / self.width_ns) as usize;
-        }
-        if self.buckets.len() <= i {
-            self.buckets.resize(i + 1, Bucket::default());
-        }
+        let (lo, hi, last) = self.last;
+        let i = if (lo..hi).contains(&off) {
+            last
+        } else {
+            let mut i = (off / self.width_ns) as usize;
+            while i >= MAX_BUCKETS {
+                self.coarsen();
+                i = (off / self.width_ns) as usize;
+            }
+            if self.buckets.len() <= i {
+                self.buckets.resize(i + 1, Bucket::default());
+            }
+            let lo = i as u64 * self.width_ns;
+            self.last = (lo, lo + self.width_ns, i);
+            i
+        };
         let b = &mut self.buckets[i];
         b.bytes_by_class[class(info.opcode()) as usize % OpClass::COUNT] += len;
         b.packets += 1;
@@ -63,6 +75,7 @@ impl Timeline {
     /// Doubles the bucket width, merging neighbours.
     fn coarsen(&mut self) {
         self.width_ns *= 2;
+        self.last = (0, 0, 0);
         let merged: Vec<Bucket> = self
             .buckets
             .chunks(2)

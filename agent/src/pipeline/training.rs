@@ -62,15 +62,19 @@ impl Training {
     pub fn record(&mut self, key: &FlowKey, len: u64, ts_ns: u64) {
         self.series.add(ts_ns, len);
         let src = (key.ip_version, key.src);
-        if self.sources.len() >= MAX_SOURCES && !self.sources.contains_key(&src) {
-            return;
-        }
-        let (s, bytes) = self
-            .sources
-            .entry(src)
-            .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0));
-        s.add(ts_ns, len);
-        *bytes += len;
+        // One lookup per packet (a capture may have thousands of sources beyond the kept ones).
+        let held = if self.sources.len() < MAX_SOURCES {
+            self.sources
+                .entry(src)
+                .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0))
+        } else {
+            match self.sources.get_mut(&src) {
+                Some(held) => held,
+                None => return,
+            }
+        };
+        held.0.add(ts_ns, len);
+        held.1 += len;
     }
 
     /// The rhythm over the last minute of the series.
