@@ -150,8 +150,8 @@ pub fn read_capture_buffered(
     read_with_reader(Cursor::new(first).chain(input), cap, on_progress, on_frame)
 }
 
-/// pcapng (and unrecognised input) through pcap-parser's reader.
-pub(super) fn read_with_reader(
+/// pcapng (and unrecognised input, for its error) through pcap-parser's reader.
+fn read_with_reader(
     input: impl std::io::Read,
     mut cap: usize,
     mut on_progress: impl FnMut(u64),
@@ -164,7 +164,6 @@ pub(super) fn read_with_reader(
         Err(PcapError::ReadError) => return Err(CaptureError::Corrupt("read error".into())),
         Err(e) => return Err(CaptureError::Corrupt(describe(&e))),
     };
-    let mut legacy: Option<(LinkType, bool)> = None;
     let mut ifaces: Vec<Iface> = Vec::new();
     let mut consumed = 0u64;
     let mut summary = CaptureSummary::default();
@@ -172,25 +171,11 @@ pub(super) fn read_with_reader(
         match reader.next() {
             Ok((offset, block)) => {
                 match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        legacy = Some((link_type(h.network.0)?, h.is_nanosecond_precision()));
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        let (link, nanos) = legacy.ok_or_else(|| {
-                            CaptureError::Corrupt("record before the file header".into())
-                        })?;
-                        let frac = if nanos {
-                            b.ts_usec as u64
-                        } else {
-                            b.ts_usec as u64 * 1_000
-                        };
-                        let caplen = (b.caplen as usize).min(b.data.len());
-                        on_frame(Frame {
-                            link,
-                            ts_ns: b.ts_sec as u64 * 1_000_000_000 + frac,
-                            orig_len: b.origlen,
-                            data: &b.data[..caplen],
-                        });
+                    // Legacy files are read by `capture_legacy`: this reader sees pcapng only.
+                    PcapBlockOwned::LegacyHeader(_) | PcapBlockOwned::Legacy(_) => {
+                        return Err(CaptureError::Corrupt(
+                            "a legacy pcap block inside a pcapng file".into(),
+                        ))
                     }
                     PcapBlockOwned::NG(Block::SectionHeader(_)) => ifaces.clear(),
                     PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {

@@ -2,7 +2,8 @@
 //! cut into chunks everywhere a record can be cut.
 
 use super::*;
-use crate::sources::capture::read_with_reader;
+use pcap_parser::traits::PcapReaderIterator;
+use pcap_parser::{LegacyPcapReader, PcapBlockOwned};
 
 /// A legacy pcap file: micro- or nanosecond magic, little- or big-endian, Ethernet.
 fn pcap(big_endian: bool, nanos: bool, records: &[(u32, u32, Vec<u8>)]) -> Vec<u8> {
@@ -52,38 +53,57 @@ fn records() -> Vec<(u32, u32, Vec<u8>)> {
 
 type Seen = (u64, u32, Vec<u8>);
 
+/// The chunks of `input`: read on this thread `cap` bytes at a time, or by a thread.
+fn chunks<R: Read + Send + 'static>(input: R, threaded: bool, cap: usize) -> Chunks<R> {
+    if threaded {
+        Chunks::threaded(input)
+    } else {
+        Chunks::Here {
+            input,
+            cap,
+            spare: Vec::new(),
+        }
+    }
+}
+
+/// Walks `file` (header first, the rest from an input of its own).
 fn walk(file: &[u8], threaded: bool, cap: usize) -> Result<(Vec<Seen>, bool), CaptureError> {
     let mut seen = Vec::new();
     let first = file[..file.len().min(24)].to_vec();
     let rest = std::io::Cursor::new(file[first.len()..].to_vec());
-    let chunks = if threaded {
-        Chunks::threaded(rest)
-    } else {
-        Chunks::Here {
-            input: rest,
-            cap,
-            spare: Vec::new(),
-        }
-    };
     let s = read_legacy(
         first,
-        chunks,
+        chunks(rest, threaded, cap),
         |_| {},
         |f| seen.push((f.ts_ns, f.orig_len, f.data.to_vec())),
     )?;
     Ok((seen, s.truncated_tail))
 }
 
+/// What pcap-parser's own reader finds in `file`, and whether it ends inside a record.
 fn reference(file: &[u8]) -> (Vec<Seen>, bool) {
-    let mut seen = Vec::new();
-    let s = read_with_reader(
-        file,
-        1 << 16,
-        |_| {},
-        |f| seen.push((f.ts_ns, f.orig_len, f.data.to_vec())),
-    )
-    .unwrap();
-    (seen, s.truncated_tail)
+    let mut r = LegacyPcapReader::new(1 << 16, file).unwrap();
+    let (mut seen, mut per_frac) = (Vec::new(), 1_000);
+    loop {
+        match r.next() {
+            Ok((used, block)) => {
+                match block {
+                    PcapBlockOwned::LegacyHeader(h) if h.is_nanosecond_precision() => per_frac = 1,
+                    PcapBlockOwned::Legacy(b) => seen.push((
+                        u64::from(b.ts_sec) * 1_000_000_000 + u64::from(b.ts_usec) * per_frac,
+                        b.origlen,
+                        b.data.to_vec(),
+                    )),
+                    _ => {}
+                }
+                r.consume(used);
+            }
+            Err(pcap_parser::PcapError::Eof) => return (seen, false),
+            Err(pcap_parser::PcapError::UnexpectedEof) => return (seen, true),
+            Err(pcap_parser::PcapError::Incomplete(_)) => r.refill().unwrap(),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
 }
 
 #[test]
@@ -175,18 +195,9 @@ fn short_reads_give_the_same_frames() {
     for threaded in [false, true] {
         let mut seen = Vec::new();
         let input = Trickle(std::io::Cursor::new(file[24..].to_vec()));
-        let chunks = if threaded {
-            Chunks::threaded(input)
-        } else {
-            Chunks::Here {
-                input,
-                cap: 4096,
-                spare: Vec::new(),
-            }
-        };
         let s = read_legacy(
             file[..24].to_vec(),
-            chunks,
+            chunks(input, threaded, 4096),
             |_| {},
             |f| seen.push((f.ts_ns, f.orig_len, f.data.to_vec())),
         )
@@ -201,16 +212,13 @@ fn progress_counts_every_byte_once() {
     for threaded in [false, true] {
         let mut last = 0;
         let rest = std::io::Cursor::new(file[24..].to_vec());
-        let chunks = if threaded {
-            Chunks::threaded(rest)
-        } else {
-            Chunks::Here {
-                input: rest,
-                cap: 100,
-                spare: Vec::new(),
-            }
-        };
-        read_legacy(file[..24].to_vec(), chunks, |n| last = n, |_| {}).unwrap();
+        read_legacy(
+            file[..24].to_vec(),
+            chunks(rest, threaded, 100),
+            |n| last = n,
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(last, file.len() as u64, "threaded {threaded}");
     }
 }
@@ -232,17 +240,14 @@ fn a_read_error_ends_the_walk_with_an_error() {
     let file = pcap(false, false, &records());
     for threaded in [false, true] {
         let input = Failing(std::io::Cursor::new(file[24..400].to_vec()));
-        let chunks = if threaded {
-            Chunks::threaded(input)
-        } else {
-            Chunks::Here {
-                input,
-                cap: 4096,
-                spare: Vec::new(),
-            }
-        };
         let mut frames = 0;
-        let e = read_legacy(file[..24].to_vec(), chunks, |_| {}, |_| frames += 1).unwrap_err();
+        let e = read_legacy(
+            file[..24].to_vec(),
+            chunks(input, threaded, 4096),
+            |_| {},
+            |_| frames += 1,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("read error"), "{e}");
         assert_eq!(frames, 3, "the frames before the error are counted");
     }
