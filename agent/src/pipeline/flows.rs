@@ -351,20 +351,9 @@ impl FlowTable {
         self.entries.values()
     }
 
-    /// Counts one packet (captures, AF_XDP): the same update the kernel runs. Returns what it
-    /// did to the PSN sequence and whether it created the flow.
-    pub fn record(
-        &mut self,
-        iface: usize,
-        key: FlowKey,
-        info: &PacketRecord,
-        frame_len: u64,
-        ts_ns: u64,
-    ) -> (FlowEvent, bool) {
-        self.record_hashed(self.hash(iface, &key), iface, key, info, frame_len, ts_ns)
-    }
-
-    /// [`FlowTable::record`] with the flow's [`FlowTable::hash`].
+    /// Counts one packet of a capture: the same update the kernel runs. `hash` is the flow's
+    /// [`FlowTable::hash`] (`analyze` hashes a packet's key once, for its prefetches and this).
+    /// Returns what it did to the PSN sequence and whether it created the flow.
     pub fn record_hashed(
         &mut self,
         hash: u64,
