@@ -145,6 +145,21 @@ impl VethPair {
         Ok(())
     }
 
+    /// Replays a capture out of `b_if` at `pps` packets per second: for a receiver whose ring
+    /// holds a few thousand frames and whose thread the scheduler may hold back for
+    /// milliseconds while parallel tests load the machine (AF_XDP), so that a drop means a
+    /// fault and not a busy host.
+    pub fn replay_at_from_b(&self, pcap: &std::path::Path, pps: u32) -> Result<()> {
+        let path = pcap.to_str().context("capture path is not UTF-8")?;
+        let pps = pps.to_string();
+        self.exec(
+            &self.ns_b,
+            "tcpreplay",
+            &["-q", "--pps", &pps, "-i", &self.b_if, path],
+        )?;
+        Ok(())
+    }
+
     /// Replays a capture out of `b_if` at its own timing (tcpreplay's default pacing).
     pub fn replay_paced_from_b(&self, pcap: &std::path::Path) -> Result<()> {
         let path = pcap.to_str().context("capture path is not UTF-8")?;
