@@ -6,10 +6,11 @@
 //! lookup has to compare the key inside the entry (`IndexMap` does: that compare was two
 //! thirds of the flow thread's time on a 10,000-flow capture), and a table holding whole keys
 //! (56-byte slots) misses in its own slots instead. Here the slots of 10,000 flows take
-//! 256 KiB, which stays in a core's L2 cache, and a slot's full 64-bit hash lets
-//! [`FlowSlots::prefetch`] find a flow's entry without touching it: the flow thread asks for
-//! the entry's cache lines a few packets ahead of its update (the lookup itself then compares
-//! the key in a cached entry). Order and removal are `IndexMap`'s: insertion order,
+//! 256 KiB, and a slot's full 64-bit hash lets [`FlowSlots::prefetch_hashed`] find a flow's
+//! entry without touching it: the flow thread asks for the entry's cache lines a few packets
+//! ahead of its update (the lookup itself then compares the key in a cached entry), and for
+//! the slot itself a few packets before that ([`FlowSlots::prefetch_slot`]: next to the
+//! entries' traffic the slots do not stay cached). Order and removal are `IndexMap`'s: insertion order,
 //! `swap_remove` moves the last entry into the hole, `retain` keeps the order.
 
 use super::FlowEntry;
@@ -134,15 +135,10 @@ impl FlowSlots {
 
     /// Asks the CPU for the cache lines a packet's update of this flow touches (its key, its
     /// totals, its place on the active list), so that the update, a few packets later, does
-    /// not wait for memory. Matches on the 64-bit hash alone (touching no entry); a flow not
-    /// in the table, or a rare hash collision, only prefetches nothing or the wrong lines.
-    #[inline]
-    pub fn prefetch(&self, k: &SlotKey) {
-        self.prefetch_hashed(self.hash(k))
-    }
-
-    /// [`FlowSlots::prefetch`] with the key's [`FlowSlots::hash`]. Reads the flow's slot in the
-    /// index: ask for it first ([`FlowSlots::prefetch_slot`]) a few packets earlier still.
+    /// not wait for memory; `hash` is the key's [`FlowSlots::hash`]. Matches on the 64-bit
+    /// hash alone (touching no entry); a flow not in the table, or a rare hash collision, only
+    /// prefetches nothing or the wrong lines. Reads the flow's slot in the index: ask for it
+    /// first ([`FlowSlots::prefetch_slot`]) a few packets earlier still.
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
         let Some(&(_, i)) = self.index.find(hash, |&(h, _)| h == hash) else {
@@ -263,7 +259,7 @@ mod tests {
                     Op::Prefetch(i, q) => {
                         let h = slots.hash(&(i, entry(i, q).key));
                         slots.prefetch_slot(h);
-                        slots.prefetch(&(i, entry(i, q).key));
+                        slots.prefetch_hashed(h);
                     }
                 }
                 let order: Vec<(usize, u32)> =

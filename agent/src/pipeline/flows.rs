@@ -324,19 +324,14 @@ impl FlowTable {
         self.entries.values().filter(|e| e.iface == iface).count()
     }
 
-    /// Asks the CPU for the cache lines of a flow that a packet will soon update (captures:
-    /// the flow thread looks a few packets ahead).
-    pub fn prefetch(&self, iface: usize, key: &FlowKey) {
-        self.entries.prefetch(&(iface, *key));
-    }
-
     /// A flow's hash in the table, for the `*_hashed` calls: a packet's key hashed once for
     /// its two prefetches and its update.
     pub fn hash(&self, iface: usize, key: &FlowKey) -> u64 {
         self.entries.hash(&(iface, *key))
     }
 
-    /// [`FlowTable::prefetch`] with the flow's [`FlowTable::hash`].
+    /// Asks the CPU for the cache lines of a flow that a packet will soon update (captures:
+    /// the flow thread looks a few packets ahead); `hash` is the flow's [`FlowTable::hash`].
     pub fn prefetch_hashed(&self, hash: u64) {
         self.entries.prefetch_hashed(hash);
     }
