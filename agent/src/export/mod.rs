@@ -1,8 +1,9 @@
-//! What leaves the agent: the metric catalog ([`metrics`]), the HTTP endpoint and JSON API ([`http`], [`api`]), and the `analyze` reports ([`report`], [`report_html`], [`report_html_views`], [`report_lossless`]).
+//! What leaves the agent: the metric catalog ([`metrics`]), the HTTP endpoint and JSON API ([`http`], [`api`]), and the `analyze` reports ([`report`], [`named`], [`report_html`], [`report_html_views`], [`report_lossless`]).
 
 pub mod api;
 pub mod http;
 pub mod metrics;
+pub mod named;
 pub mod report;
 pub mod report_html;
 pub mod report_html_views;

@@ -1,10 +1,12 @@
 //! `rocemon analyze` output: one JSON object, or a readable table.
 
 use crate::detect::ecmp::EcmpReport;
+use crate::export::named::Named;
 use crate::export::report_lossless as lossless;
 use crate::pipeline::analysis::{Analysis, ElephantPeriod};
 use crate::pipeline::flows::FlowEntry;
-use agent_common::psn::NAK_NAMES;
+use agent_common::message::MsgOp;
+use agent_common::psn::{NAK_NAMES, NAK_SLOTS};
 use agent_common::{opcode, OpClass, Outcome, OutcomeKind, ROCEV2_UDP_PORT};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -50,7 +52,7 @@ pub struct Report {
 pub struct Health {
     pub psn_gaps: u64,
     pub retransmits: u64,
-    pub naks: BTreeMap<&'static str, u64>,
+    pub naks: Naks,
     pub rnr_naks: u64,
 }
 
@@ -138,13 +140,16 @@ pub struct Flow {
     pub last_psn: u32,
     pub psn_gaps: u64,
     pub retransmits: u64,
-    pub naks: BTreeMap<&'static str, u64>,
+    pub naks: Naks,
     pub rnr_naks: u64,
     /// Packets by operation class.
-    pub ops: BTreeMap<&'static str, u64>,
+    pub ops: Named<u64, { OpClass::COUNT }>,
     /// RDMA messages by operation (rdma_write, rdma_read, send): count and bytes.
-    pub messages: BTreeMap<&'static str, FlowMessages>,
+    pub messages: Named<FlowMessages, { MsgOp::COUNT }>,
 }
+
+/// NAK counts by name.
+pub type Naks = Named<u64, NAK_SLOTS>;
 
 /// A flow's RDMA messages of one operation.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -153,13 +158,19 @@ pub struct FlowMessages {
     pub bytes: u64,
 }
 
+/// A flow's bytes per second over its lifetime (0 for a flow of one instant).
+fn mean_rate(e: &FlowEntry) -> f64 {
+    let span = e.stats.last_seen_ns.saturating_sub(e.stats.first_seen_ns);
+    if span > 0 {
+        e.stats.bytes as f64 * 1e9 / span as f64
+    } else {
+        0.0
+    }
+}
+
 /// NAK counts by name.
-pub fn naks(counts: &[u64]) -> BTreeMap<&'static str, u64> {
-    NAK_NAMES
-        .iter()
-        .copied()
-        .zip(counts.iter().copied())
-        .collect()
+pub fn naks(counts: &[u64; NAK_SLOTS]) -> Naks {
+    Named::new(std::array::from_fn(|i| (NAK_NAMES[i], counts[i])))
 }
 
 impl Flow {
@@ -179,35 +190,22 @@ impl Flow {
             first_seen_ns: e.stats.first_seen_ns,
             last_seen_ns: e.stats.last_seen_ns,
             rate_bytes_per_second: e.rate_bytes,
-            mean_bytes_per_second: {
-                let span = e.stats.last_seen_ns.saturating_sub(e.stats.first_seen_ns);
-                if span > 0 {
-                    e.stats.bytes as f64 * 1e9 / span as f64
-                } else {
-                    0.0
-                }
-            },
+            mean_bytes_per_second: mean_rate(e),
             elephant: e.elephant.elephant,
             last_psn: e.stats.last_psn,
             psn_gaps: e.stats.psn_gaps,
             retransmits: e.stats.retransmits,
             naks: naks(&e.stats.naks),
             rnr_naks: e.stats.rnr_naks,
-            ops: OpClass::ALL
-                .iter()
-                .map(|c| (c.name(), e.stats.class_packets[*c as usize]))
-                .collect(),
-            messages: agent_common::message::MsgOp::ALL
-                .iter()
-                .map(|o| {
-                    let i = *o as usize;
-                    let m = FlowMessages {
-                        messages: e.stats.messages[i],
-                        bytes: e.stats.message_bytes[i],
-                    };
-                    (o.name(), m)
-                })
-                .collect(),
+            ops: Named::new(OpClass::ALL.map(|c| (c.name(), e.stats.class_packets[c as usize]))),
+            messages: Named::new(MsgOp::ALL.map(|o| {
+                let i = o as usize;
+                let m = FlowMessages {
+                    messages: e.stats.messages[i],
+                    bytes: e.stats.message_bytes[i],
+                };
+                (o.name(), m)
+            })),
         }
     }
 }
@@ -238,17 +236,24 @@ pub fn build(a: &Analysis) -> Report {
             bytes: c.opcode_bytes[op as usize],
         })
         .collect();
-    let mut flows: Vec<Flow> = a
+    // Highest mean rate first, then most bytes, ties in `top_k`'s order: sorted as references
+    // (a flow's report is 300 bytes to move).
+    let mut order: Vec<(usize, f64, &FlowEntry)> = a
         .flows
         .top_k(usize::MAX)
         .into_iter()
-        .map(Flow::from_entry)
+        .enumerate()
+        .map(|(rank, e)| (rank, mean_rate(e), e))
         .collect();
-    flows.sort_by(|x, y| {
-        y.mean_bytes_per_second
-            .total_cmp(&x.mean_bytes_per_second)
-            .then(y.bytes.cmp(&x.bytes))
+    order.sort_unstable_by(|x, y| {
+        y.1.total_cmp(&x.1)
+            .then(y.2.stats.bytes.cmp(&x.2.stats.bytes))
+            .then(x.0.cmp(&y.0))
     });
+    let flows: Vec<Flow> = order
+        .into_iter()
+        .map(|(_, _, e)| Flow::from_entry(e))
+        .collect();
     let elephants = a
         .elephants
         .iter()
