@@ -25,11 +25,6 @@ impl<T, const N: usize> Named<T, N> {
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.0.iter().map(|(_, v)| v)
     }
-
-    /// The value of `name`.
-    pub fn get(&self, name: &str) -> Option<&T> {
-        self.0.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
 }
 
 impl<T: Serialize, const N: usize> Serialize for Named<T, N> {
@@ -60,7 +55,9 @@ mod tests {
             named.values().copied().collect::<Vec<_>>(),
             vec![1, 7, 0, 3]
         );
-        assert_eq!(named.get("send"), Some(&0));
-        assert_eq!(named.get("read"), None);
+        assert_eq!(
+            named.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            vec!["ack", "atomic", "send", "write"]
+        );
     }
 }
