@@ -72,12 +72,17 @@ pub fn parse_record<R: PacketReader>(r: &R, link: LinkType) -> PacketRecord {
     rec
 }
 
-/// [`parse_record`] into a record where it is wanted (`analyze` parses straight into the step
-/// it hands the flow thread: a record returned and then copied reads back the parser's narrow
-/// stores with wide loads, which stalled the parsing thread).
+/// [`parse_record`] into a record where it is wanted, which must be a new (default) one
+/// (`analyze` parses straight into the step it hands the flow thread, made with a default
+/// record: a record returned and then copied reads back the parser's narrow stores with wide
+/// loads, which stalled the parsing thread).
 #[inline(always)]
 pub fn parse_record_into<R: PacketReader>(r: &R, link: LinkType, rec: &mut PacketRecord) {
-    *rec = PacketRecord::default();
+    debug_assert_eq!(
+        *rec,
+        PacketRecord::default(),
+        "parse_record_into takes a new record"
+    );
     if link != LinkType::Ethernet || !crate::fast::parse_fast_into(r, rec) {
         parse_frame_into(r, link, rec);
     }

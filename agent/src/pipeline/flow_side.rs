@@ -88,7 +88,7 @@ impl FlowSide {
     }
 
     /// [`FlowSide::step`] with the step's [`FlowSide::hash`].
-    fn step_hashed(&mut self, s: Step, hash: u64) {
+    fn step_hashed(&mut self, s: Step, hash: Option<u64>) {
         match s {
             Step::At(ts_ns) => self.advance(ts_ns),
             Step::Roce { ts_ns, info, len } => {
@@ -97,6 +97,7 @@ impl FlowSide {
                 let key = info.flow_key(Hook::Xdp);
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
+                let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
                 let (ev, created) = self.flows.record_hashed(hash, 0, key, &info, len, ts_ns);
                 if created {
                     self.counters.flows_created += 1;
@@ -110,11 +111,11 @@ impl FlowSide {
         }
     }
 
-    /// The flow-table hash of a step's flow (0: the step updates no flow).
-    fn hash(&self, s: &Step) -> u64 {
+    /// The flow-table hash of a step's flow (`None`: the step updates no flow).
+    fn hash(&self, s: &Step) -> Option<u64> {
         match s {
-            Step::Roce { info, .. } => self.flows.hash(0, &info.flow_key(Hook::Xdp)),
-            _ => 0,
+            Step::Roce { info, .. } => Some(self.flows.hash(0, &info.flow_key(Hook::Xdp))),
+            _ => None,
         }
     }
 
@@ -123,14 +124,16 @@ impl FlowSide {
     /// table's index [`SLOT_AHEAD`] steps ahead, the entry's lines [`ENTRY_AHEAD`] ahead.
     /// Each key is hashed once, at the first stage.
     fn run_batch(&mut self, batch: &mut Vec<Step>) {
-        let mut hashes = [0u64; RING];
+        let mut hashes = [None; RING];
         let n = batch.len();
         for (i, s) in batch.iter().enumerate().take(SLOT_AHEAD) {
             hashes[i % RING] = self.hash(s);
-            self.flows.prefetch_slot(hashes[i % RING]);
+            if let Some(h) = hashes[i % RING] {
+                self.flows.prefetch_slot(h);
+            }
         }
-        for &h in hashes.iter().take(ENTRY_AHEAD.min(n)) {
-            self.flows.prefetch_hashed(h);
+        for h in hashes.iter().take(ENTRY_AHEAD.min(n)).flatten() {
+            self.flows.prefetch_hashed(*h);
         }
         let mut steps = batch.drain(..);
         let mut i = 0;
@@ -139,10 +142,13 @@ impl FlowSide {
             if let Some(far) = ahead.get(SLOT_AHEAD - 1) {
                 let h = self.hash(far);
                 hashes[(i + SLOT_AHEAD) % RING] = h;
-                self.flows.prefetch_slot(h);
+                if let Some(h) = h {
+                    self.flows.prefetch_slot(h);
+                }
             }
-            if ahead.len() >= ENTRY_AHEAD {
-                self.flows.prefetch_hashed(hashes[(i + ENTRY_AHEAD) % RING]);
+            if let Some(h) = hashes[(i + ENTRY_AHEAD) % RING].filter(|_| ahead.len() >= ENTRY_AHEAD)
+            {
+                self.flows.prefetch_hashed(h);
             }
             self.step_hashed(s, hashes[i % RING]);
             i += 1;

@@ -1,7 +1,7 @@
 //! Capture files: pcap (micro- and nanosecond) and pcapng (per-interface link type and
 //! timestamp resolution), streamed with `pcap-parser` so memory stays flat on large files.
 
-use super::capture_legacy;
+use super::capture_legacy::{self, Chunks};
 use agent_common::LinkType;
 use pcap_parser::pcapng::Block;
 use pcap_parser::traits::PcapNGPacketBlock;
@@ -101,16 +101,30 @@ pub fn read_capture_from(
     on_frame: impl FnMut(Frame<'_>),
 ) -> Result<CaptureSummary, CaptureError> {
     let first = sniff(&mut input)?;
-    if capture_legacy::is_legacy(&first) {
-        let chunks = capture_legacy::Chunks::threaded(input);
-        return capture_legacy::read_legacy(first, chunks, on_progress, on_frame);
-    }
-    read_with_reader(
-        Cursor::new(first).chain(input),
+    read_sniffed(
+        first,
+        input,
         1 << 17,
+        Chunks::threaded,
         on_progress,
         on_frame,
     )
+}
+
+/// A capture whose first bytes were read: legacy pcap in the chunks `chunks` makes of the
+/// input, anything else through pcap-parser's reader with a buffer of `cap` bytes.
+fn read_sniffed<R: Read>(
+    first: Vec<u8>,
+    input: R,
+    cap: usize,
+    chunks: impl FnOnce(R) -> Chunks<R>,
+    on_progress: impl FnMut(u64),
+    on_frame: impl FnMut(Frame<'_>),
+) -> Result<CaptureSummary, CaptureError> {
+    if capture_legacy::is_legacy(&first) {
+        return capture_legacy::read_legacy(first, chunks(input), on_progress, on_frame);
+    }
+    read_with_reader(Cursor::new(first).chain(input), cap, on_progress, on_frame)
 }
 
 /// The first bytes of an input, from which its format is decided.
@@ -139,15 +153,12 @@ pub fn read_capture_buffered(
 ) -> Result<CaptureSummary, CaptureError> {
     let cap = buffer.max(SNIFF);
     let first = sniff(&mut input)?;
-    if capture_legacy::is_legacy(&first) {
-        let chunks = capture_legacy::Chunks::Here {
-            input,
-            cap,
-            spare: Vec::new(),
-        };
-        return capture_legacy::read_legacy(first, chunks, on_progress, on_frame);
-    }
-    read_with_reader(Cursor::new(first).chain(input), cap, on_progress, on_frame)
+    let here = |input| Chunks::Here {
+        input,
+        cap,
+        spare: Vec::new(),
+    };
+    read_sniffed(first, input, cap, here, on_progress, on_frame)
 }
 
 /// pcapng (and unrecognised input, for its error) through pcap-parser's reader.
