@@ -59,7 +59,20 @@ pub fn pinned_links(dir: &std::path::Path) -> Result<Vec<(String, LinkInfo)>> {
 /// Which of the link ids `ids` the kernel still has (a test's own links, found through its
 /// own agent or pins: other tests running in parallel have links of their own).
 pub fn links_alive(ids: &[u64]) -> Result<Vec<u64>> {
-    let all = bpftool_json(&["-j", "link", "show"])?;
+    // Listing every link races with the links of tests running in parallel: one freed between
+    // bpftool finding its id and reading it fails the whole listing (seen once in CI, the
+    // error in bpftool's JSON on stdout). Such a failure is retried; a lasting one is not.
+    let mut tries = 0;
+    let all = loop {
+        match bpftool_json(&["-j", "link", "show"]) {
+            Ok(all) => break all,
+            Err(_) if tries < 5 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     Ok(all
         .as_array()
         .into_iter()

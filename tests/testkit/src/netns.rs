@@ -14,10 +14,12 @@ pub fn run(cmd: &str, args: &[&str]) -> Result<Output> {
         .output()
         .with_context(|| format!("run {cmd}"))?;
     if !out.status.success() {
+        // Tools in JSON mode (bpftool -j) print their error on stdout.
         bail!(
-            "{cmd} {} failed: {}",
+            "{cmd} {} failed: {} {}",
             args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
         );
     }
     Ok(out)
