@@ -84,7 +84,7 @@ pub(crate) fn sflow_bench() -> Result<Value> {
         let mut c = Collector::default();
         let t = Instant::now();
         for d in &dgrams {
-            c.datagram(d);
+            c.datagram(d, 0);
         }
         collect_s.push(t.elapsed().as_secs_f64());
         roce = c.samples.packets;

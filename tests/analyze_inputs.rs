@@ -235,3 +235,143 @@ fn a_pipe_that_closes_early_is_an_error_with_the_counts_so_far() {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert!(u(&j["frames"]) > 0 && u(&j["frames"]) < u(&want["frames"]));
 }
+
+/// CRC-32 (IEEE), as xz's block headers carry it.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 == 1 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// `data` as an xz stream whose (only) block header asks for an LZMA2 dictionary of
+/// `dict_code` (xz's one-byte encoding: 40 is 4 GiB - 1), its CRC made right again.
+fn xz_with_dictionary(data: &[u8], dict_code: u8) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = liblzma::write::XzEncoder::new(Vec::new(), 0);
+    e.write_all(data).unwrap();
+    let mut xz = e.finish().unwrap();
+    // Stream header (12 bytes), then the block header: its size byte, its flags, the
+    // optional compressed and uncompressed sizes (variable-length integers), then the filter
+    // flags: LZMA2 (0x21), one byte of properties, the dictionary code.
+    let start = 12;
+    let header_len = (usize::from(xz[start]) + 1) * 4;
+    let flags = xz[start + 1];
+    let mut at = start + 2;
+    let vli = |at: &mut usize, xz: &[u8]| {
+        while xz[*at] & 0x80 != 0 {
+            *at += 1;
+        }
+        *at += 1;
+    };
+    if flags & 0x40 != 0 {
+        vli(&mut at, &xz);
+    }
+    if flags & 0x80 != 0 {
+        vli(&mut at, &xz);
+    }
+    assert_eq!(&xz[at..at + 2], &[0x21, 0x01], "one LZMA2 filter");
+    xz[at + 2] = dict_code;
+    let crc_at = start + header_len - 4;
+    let crc = crc32(&xz[start..crc_at]);
+    xz[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    xz
+}
+
+/// An xz stream that asks for a 4 GiB dictionary is refused before it takes the memory
+/// (liblzma's memlimit): exit 2, the bound named, and what to do if the file is genuine.
+#[test]
+fn an_xz_stream_that_asks_for_gigabytes_is_refused() {
+    let dir = TempDir::new("rocemon-xzbomb").unwrap();
+    let (p, _) = many_flows_file(dir.path());
+    let bomb = dir.path().join("bomb.pcap.xz");
+    std::fs::write(&bomb, xz_with_dictionary(&std::fs::read(&p).unwrap(), 40)).unwrap();
+    let (code, err) = analyze_err(&bomb);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("xz stream refused"), "{err}");
+    assert!(err.contains("256 MiB"), "{err}");
+    assert!(!err.contains("corrupt"), "not corruption: {err}");
+}
+
+/// The same stream with a dictionary under the bound (64 MiB, as `xz -9`) is read as usual:
+/// the limit refuses bombs, not files.
+#[test]
+fn an_xz_stream_with_a_large_but_real_dictionary_is_read() {
+    let dir = TempDir::new("rocemon-xz64").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let ok = dir.path().join("big-dict.pcap.xz");
+    // Code 26: 2^13 * 2^(26/2) = 64 MiB.
+    std::fs::write(&ok, xz_with_dictionary(&std::fs::read(&p).unwrap(), 26)).unwrap();
+    assert_eq!(analyze_json(&ok), want);
+}
+
+/// `bytes` (a pcapng file as the fixture writer makes it: little-endian, a section header
+/// block without options) with `len` bytes of `shb_userappl` options in its section header
+/// (one option holds at most 65,535 bytes: more take several).
+fn with_long_section_header(bytes: &[u8], len: usize) -> Vec<u8> {
+    assert_eq!(&bytes[0..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng file");
+    let shb_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    assert_eq!(shb_len, 28, "the writer's section header has no options");
+    let mut options = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(65_532);
+        options.extend_from_slice(&4u16.to_le_bytes()); // shb_userappl
+        options.extend_from_slice(&(n as u16).to_le_bytes());
+        options.extend(std::iter::repeat_n(b'a', n));
+        options.extend(std::iter::repeat_n(0, n.div_ceil(4) * 4 - n));
+        left -= n;
+    }
+    options.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
+    let new_len = shb_len + options.len();
+    let mut out = Vec::with_capacity(bytes.len() + new_len);
+    out.extend_from_slice(&bytes[0..4]);
+    out.extend_from_slice(&(new_len as u32).to_le_bytes());
+    out.extend_from_slice(&bytes[8..24]); // magic, version, section length
+    out.extend_from_slice(&options);
+    out.extend_from_slice(&(new_len as u32).to_le_bytes());
+    out.extend_from_slice(&bytes[shb_len..]);
+    out
+}
+
+/// A valid pcapng whose section header block is larger than the first read (a 4,100-byte
+/// application name, as a long capture comment makes): tshark reads it, and so does rocemon,
+/// with the same counts as tshark and the report of the file without the option.
+#[test]
+fn a_pcapng_with_a_long_section_header_is_read() {
+    use rocemon_testkit::tshark;
+    let dir = TempDir::new("rocemon-longshb").unwrap();
+    let plain = fixtures::mixed_ipv6_vlan().write(dir.path()).unwrap();
+    let want = analyze_json(&plain);
+    for len in [4_100usize, 70_000, 1 << 20] {
+        let p = dir.path().join(format!("long-shb-{len}.pcapng"));
+        std::fs::write(
+            &p,
+            with_long_section_header(&std::fs::read(&plain).unwrap(), len),
+        )
+        .unwrap();
+        let got = analyze_json(&p);
+        assert_eq!(got, want, "an option of {len} bytes");
+        if tshark::available() {
+            let e = tshark::expected(&p).unwrap();
+            assert_eq!(
+                u(&got["frames"]),
+                e.frames,
+                "an option of {len} bytes: frames"
+            );
+            assert_eq!(
+                u(&got["roce"]["packets"]),
+                e.roce_packets,
+                "an option of {len} bytes: RoCE packets"
+            );
+        }
+    }
+}

@@ -93,6 +93,11 @@ file_errors! {
     sflow_group_of_one_uplink: "[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.1\"\nuplinks = [1, 1]" => "sflow group 'a' needs at least two distinct uplinks";
     sflow_group_twice: "[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.1\"\nuplinks = [1, 2]\n[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.2\"\nuplinks = [1, 2]" => "sflow group 'a' is defined twice";
     sflow_group_bad_agent: "[[sflow.groups]]\nname = \"a\"\nagent = \"switch1\"\nuplinks = [1, 2]" => "invalid IP address syntax";
+    sflow_agents_not_a_network: "[sflow]\nagents = [\"10.0.0.0/33\"]" => "sflow.agents: \"10.0.0.0/33\": the prefix length must be 0 to 32";
+    sflow_agents_not_an_address: "[sflow]\nagents = [\"leaf-a\"]" => "sflow.agents: \"leaf-a\" is not an address or network";
+    sflow_max_flows_zero: "[sflow]\nmax_flows = 0" => "sflow.max_flows 0 is out of range; use 1 to 10000000";
+    sflow_idle_timeout_zero: "[sflow]\nidle_timeout_seconds = 0.0" => "sflow.idle_timeout_seconds 0 is out of range; use 1 to 86400";
+    sflow_group_agent_not_allowed: "[sflow]\nagents = [\"10.0.0.0/8\"]\n[[sflow.groups]]\nname = \"a\"\nagent = \"192.0.2.1\"\nuplinks = [1, 2]" => "sflow group 'a' has agent 192.0.2.1, which sflow.agents does not allow";
     unknown_key: "top_kk = 3" => "unknown field `top_kk`";
     wrong_type: "top_k = \"three\"" => "invalid type";
 }

@@ -498,12 +498,12 @@ fn fuzz_seeds_and_regressions_replay() {
                 continue;
             }
             let d = std::fs::read(e.path()).unwrap();
-            c.datagram(&d);
+            c.datagram(&d, 0);
             // As the fuzz target does: the same datagram twice into a fresh collector (an
             // input may break only once the totals grow).
             let mut twice = Collector::default();
-            twice.datagram(&d);
-            twice.datagram(&d);
+            twice.datagram(&d, 0);
+            twice.datagram(&d, 0);
             n += 1;
         }
     }

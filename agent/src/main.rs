@@ -94,6 +94,7 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         opts.ecmp = ecmp;
         opts.classes = rocemon::config::classes(&file)?;
         opts.sflow_groups = rocemon::config::sflow_groups(&file)?;
+        opts.sflow_limits = rocemon::config::sflow_limits(&file, &opts.sflow_groups)?;
     }
     if !(args.link_speed.is_finite() && args.link_speed > 0.0 && args.link_speed <= 10_000.0) {
         return Err(UsageError::BadConfig(format!(

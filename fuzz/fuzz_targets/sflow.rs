@@ -8,8 +8,8 @@ use rocemon::sflow::collector::Collector;
 
 fuzz_target!(|data: &[u8]| {
     let mut c = Collector::default();
-    c.datagram(data);
-    c.datagram(data);
+    c.datagram(data, 0);
+    c.datagram(data, 0);
     let malformed: u64 = c.malformed.values().sum();
     assert!(c.datagrams == 2 || malformed >= 2 - c.datagrams);
     let _ = rocemon::sflow::report::build(&c, None);

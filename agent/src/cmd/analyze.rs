@@ -35,15 +35,14 @@ fn input_error(
     e: CaptureError,
     failure: &ReadFailure,
 ) -> InputError {
-    let reason = match (e, failure.take()) {
-        // The decompressor's own words beat the capture reader's "read error".
-        (CaptureError::Corrupt(_) | CaptureError::Io(_), Some(msg))
-            if compression != Compression::None =>
-        {
-            format!("corrupt {} stream: {msg}", compression.name())
+    let reason = match (e, failure.take_described(compression)) {
+        // The decompressor's (or the disk's) own words beat the capture reader's "read error"
+        // (and "empty" or "not a capture", when the stream failed at its start).
+        (CaptureError::UnsupportedLinkType(l), _) => {
+            CaptureError::UnsupportedLinkType(l).to_string()
         }
-        (CaptureError::Corrupt(_) | CaptureError::Io(_), Some(msg)) => format!("read error: {msg}"),
-        (e, _) => e.to_string(),
+        (_, Some(msg)) => msg,
+        (e, None) => e.to_string(),
     };
     InputError {
         path: path.display().to_string(),
@@ -58,15 +57,9 @@ fn stream_failure(
     compression: Compression,
     failure: &ReadFailure,
 ) -> Option<InputError> {
-    let msg = failure.take()?;
-    let reason = if compression == Compression::None {
-        format!("read error: {msg}")
-    } else {
-        format!("corrupt {} stream: {msg}", compression.name())
-    };
     Some(InputError {
         path: path.display().to_string(),
-        reason,
+        reason: failure.take_described(compression)?,
     })
 }
 

@@ -415,7 +415,7 @@ fn poll(
     }
     if let Some(r) = sflow {
         if let (Ok(c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
-            for ((a, i), t) in &c.rhythms {
+            for ((a, i), t) in c.rhythms.iter() {
                 let (agent, ifindex) = (a.to_string(), i.to_string());
                 m.set_training(
                     RhythmSource::SflowPort {

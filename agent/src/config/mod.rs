@@ -91,6 +91,13 @@ pub struct SflowSection {
     pub receive_buffer_bytes: Option<usize>,
     /// ECMP groups of switch uplinks (the fabric view).
     pub groups: Option<Vec<crate::sflow::fabric::UplinkGroup>>,
+    /// Agent networks whose datagrams are read (default: any), e.g. ["10.0.0.0/8"].
+    pub agents: Option<Vec<String>>,
+    /// Table bounds (agents, switch ports, flows) and how long an idle entry is kept.
+    pub max_agents: Option<usize>,
+    pub max_ports: Option<usize>,
+    pub max_flows: Option<usize>,
+    pub idle_timeout_seconds: Option<f64>,
 }
 
 /// How to attach XDP.
@@ -188,8 +195,12 @@ impl Config {
     pub fn merge(file: FileConfig, args: &RunArgs) -> Result<Config, UsageError> {
         let (rate_window_s, mut elephant, ecmp) = detectors(&file)?;
         let classes = classes(&file)?;
-        let sflow = sflow_settings(args.sflow_listen.as_deref(), file.sflow.as_ref())?;
         let sflow_groups = sflow_groups(&file)?;
+        let sflow = sflow_settings(
+            args.sflow_listen.as_deref(),
+            file.sflow.as_ref(),
+            sflow_limits(&file, &sflow_groups)?,
+        )?;
         let ifaces = if args.ifaces.is_empty() {
             file.interfaces.unwrap_or_default()
         } else {
@@ -487,6 +498,7 @@ pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig),
 fn sflow_settings(
     flag: Option<&str>,
     file: Option<&SflowSection>,
+    limits: crate::sflow::collector::Limits,
 ) -> Result<Option<crate::sflow::receiver::SflowSettings>, UsageError> {
     let Some(text) = flag.or(file.and_then(|f| f.listen.as_deref())) else {
         return Ok(None);
@@ -514,7 +526,66 @@ fn sflow_settings(
     Ok(Some(crate::sflow::receiver::SflowSettings {
         listen,
         receive_buffer_bytes,
+        limits,
     }))
+}
+
+/// The collector's bounds and allow-list from `[sflow]` (shared by `run` and `analyze`); the
+/// groups' agents and uplinks are protected.
+pub fn sflow_limits(
+    file: &FileConfig,
+    groups: &[crate::sflow::fabric::UplinkGroup],
+) -> Result<crate::sflow::collector::Limits, UsageError> {
+    use crate::sflow::collector::{Limits, Network};
+    let mut l = Limits::default();
+    let Some(f) = file.sflow.as_ref() else {
+        l.protected = groups
+            .iter()
+            .map(|g| (g.agent, g.uplinks.clone()))
+            .collect();
+        return Ok(l);
+    };
+    for text in f.agents.iter().flatten() {
+        let n: Network = text
+            .parse()
+            .map_err(|e| bad(format!("sflow.agents: {e}")))?;
+        l.allow.push(n);
+    }
+    for (key, value, slot) in [
+        ("max_agents", f.max_agents, &mut l.max_agents),
+        ("max_ports", f.max_ports, &mut l.max_ports),
+        ("max_flows", f.max_flows, &mut l.max_flows),
+    ] {
+        if let Some(v) = value {
+            if !(1..=10_000_000).contains(&v) {
+                return Err(bad(format!(
+                    "sflow.{key} {v} is out of range; use 1 to 10000000"
+                )));
+            }
+            *slot = v;
+        }
+    }
+    if let Some(t) = f.idle_timeout_seconds {
+        if !(t.is_finite() && (1.0..=86_400.0).contains(&t)) {
+            return Err(bad(format!(
+                "sflow.idle_timeout_seconds {t} is out of range; use 1 to 86400 (a few of the switches' export intervals, e.g. 120)"
+            )));
+        }
+        l.idle_timeout_ns = (t * 1e9) as u64;
+    }
+    for g in groups {
+        if !l.allow.is_empty() && !l.allow.iter().any(|n| n.contains(g.agent)) {
+            return Err(bad(format!(
+                "sflow group '{}' has agent {}, which sflow.agents does not allow; add it (or its network) to sflow.agents",
+                g.name, g.agent
+            )));
+        }
+    }
+    l.protected = groups
+        .iter()
+        .map(|g| (g.agent, g.uplinks.clone()))
+        .collect();
+    Ok(l)
 }
 
 /// The `[[sflow.groups]]` of a file (shared by `run` and `analyze`), validated.

@@ -40,6 +40,8 @@ pub struct AnalyzeOptions {
     pub link_speed_bps: u64,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
+    /// The sFlow collector's bounds, allow-list and protected groups.
+    pub sflow_limits: crate::sflow::collector::Limits,
     /// The flow table on a second thread when the machine has a second core (the result is
     /// the same either way; see [`crate::pipeline::flow_side`]).
     pub parallel: bool,
@@ -56,6 +58,7 @@ impl Default for AnalyzeOptions {
             classes: TrafficClasses::DEFAULT,
             link_speed_bps: defaults::LINK_SPEED_BPS,
             sflow_groups: Vec::new(),
+            sflow_limits: Default::default(),
             parallel: true,
         }
     }

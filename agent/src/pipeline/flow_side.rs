@@ -63,9 +63,9 @@ impl FlowSide {
         flows.tau_s = opts.rate_window_s;
         flows.max_flows = Some(opts.max_flows);
         FlowSide {
+            sflow: crate::sflow::collector::Collector::new(opts.sflow_limits.clone()),
             opts,
             flows,
-            sflow: Default::default(),
             fabric: Default::default(),
             elephants: BTreeMap::new(),
             ecmp: EcmpReport::default(),
@@ -106,7 +106,7 @@ impl FlowSide {
             }
             Step::Sflow { ts_ns, datagram } => {
                 self.advance(ts_ns);
-                self.sflow.datagram(&datagram);
+                self.sflow.datagram(&datagram, ts_ns);
             }
         }
     }

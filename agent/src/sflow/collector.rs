@@ -4,19 +4,126 @@
 //! goes through `agent-common`'s parser, cut at 128 bytes as switches send it.
 
 use super::decode::{self, IfCounters, Malformed, Port, Sample};
+use super::sequence::SequenceState;
+use super::table::{Absorb, Table};
 use crate::detect::steps::StepTracker;
 use agent_common::{parse_record, FlowKey, Hook, LinkType, SliceReader};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Flows held at most (a fabric has many; more are counted in `flows_dropped`).
+/// Flows held at most by default (a fabric has many; see [`Limits`]).
 pub const MAX_FLOWS: usize = 65_536;
-/// Ports held at most.
+/// Ports held at most by default.
 pub const MAX_PORTS: usize = 16_384;
+/// Agents (address, sub-agent) held at most by default: 500 switches with a few sub-agents.
+pub const MAX_AGENTS: usize = 2_048;
+/// Switch ports whose rhythm is followed (480 KB each: the last minute in 1 ms buckets).
+pub const MAX_RHYTHM_PORTS: usize = 64;
+/// An entry not updated for this long expires: sFlow agents export counters every 20-30 s
+/// and flow samples as they come, so four export intervals without a word is a gone port,
+/// flow or switch.
+pub const DEFAULT_IDLE_TIMEOUT_NS: u64 = 120_000_000_000;
+/// The longest frame a sample may claim: a GSO frame of 64 KiB and its headers. A longer one
+/// (or a sampling rate of 0) is implausible: counted, never estimated from.
+pub const MAX_FRAME_LENGTH: u32 = 65_535 + 512;
 /// An estimate from fewer samples than this says so (`few_samples`).
 pub const FEW_SAMPLES: u64 = 30;
+
+/// How much the collector holds, whom it listens to and whom it protects (`[sflow]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Agent networks whose datagrams are read (empty: any); the others are counted in
+    /// `denied_datagrams` and dropped.
+    pub allow: Vec<Network>,
+    pub max_agents: usize,
+    pub max_ports: usize,
+    pub max_flows: usize,
+    pub idle_timeout_ns: u64,
+    /// The configured groups' agents and uplinks: never pushed out, never expired.
+    pub protected: Vec<(IpAddr, Vec<u32>)>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            allow: Vec::new(),
+            max_agents: MAX_AGENTS,
+            max_ports: MAX_PORTS,
+            max_flows: MAX_FLOWS,
+            idle_timeout_ns: DEFAULT_IDLE_TIMEOUT_NS,
+            protected: Vec::new(),
+        }
+    }
+}
+
+impl Limits {
+    fn allows(&self, a: IpAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|n| n.contains(a))
+    }
+
+    fn protects_agent(&self, a: IpAddr) -> bool {
+        self.protected.iter().any(|(p, _)| *p == a)
+    }
+
+    fn protects_port(&self, a: IpAddr, if_index: u32) -> bool {
+        self.protected
+            .iter()
+            .any(|(p, ports)| *p == a && ports.contains(&if_index))
+    }
+}
+
+/// An address range: `10.0.0.0/8`, `2001:db8::/32`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Network {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Network {
+    pub fn contains(&self, a: IpAddr) -> bool {
+        match (self.addr, a) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Network, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an address or network; use e.g. \"10.0.0.0/8\""))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+        };
+        Ok(Network { addr, prefix })
+    }
+}
 
 /// RoCE seen in samples: packets, bytes (frame lengths), CNPs, ECN codepoints, opcodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -59,12 +166,16 @@ impl RoceTotals {
     }
 }
 
-/// Per agent (address, sub-agent).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AgentState {
-    pub datagrams: u64,
-    pub lost_datagrams: u64,
-    pub last_sequence: Option<u32>,
+impl Absorb for SequenceState {
+    /// The agents no longer held, summed: their datagrams and losses stay in the totals.
+    fn absorb(&mut self, gone: &Self) {
+        self.datagrams += gone.datagrams;
+        self.lost += gone.lost_so_far();
+        self.restarts += gone.restarts;
+        self.discontinuities += gone.discontinuities;
+        self.reordered += gone.reordered;
+        self.duplicates += gone.duplicates;
+    }
 }
 
 /// A switch port: (agent, ifIndex, direction).
@@ -103,9 +214,14 @@ pub struct FlowEstimate {
     pub estimated_bytes: u64,
 }
 
+impl Absorb for PortStats {}
+impl Absorb for FlowEstimate {}
+impl Absorb for StepTracker {}
+
 /// The collector's state (one per `rocemon run`, one per `analyze`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Collector {
+    pub limits: Limits,
     pub datagrams: u64,
     pub flow_samples: u64,
     pub counter_samples: u64,
@@ -115,29 +231,60 @@ pub struct Collector {
     pub other_headers: u64,
     /// Datagrams (or parts of them) that could not be read, by reason.
     pub malformed: BTreeMap<Malformed, u64>,
-    pub agents: BTreeMap<(IpAddr, u32), AgentState>,
+    /// Per agent (address, sub-agent); `agents.gone` sums those no longer held.
+    pub agents: Table<(IpAddr, u32), SequenceState>,
+    /// Datagrams from agents outside `limits.allow`, dropped.
+    pub denied_datagrams: u64,
+    /// Flow samples with a frame length over [`MAX_FRAME_LENGTH`] or a sampling rate of 0.
+    pub implausible_samples: u64,
     /// RoCE samples (each counts once).
     pub samples: RoceTotals,
     /// RoCE samples weighted by their sampling rate.
     pub estimated: RoceTotals,
-    pub ports: FxHashMap<PortKey, PortStats>,
-    pub ports_dropped: u64,
-    pub flows: FxHashMap<FlowKey, FlowEstimate>,
-    pub flows_dropped: u64,
+    pub ports: Table<PortKey, PortStats>,
+    pub flows: Table<FlowKey, FlowEstimate>,
     /// Estimated bytes of each flow on each port (the fabric view's rates).
-    pub port_flows: FxHashMap<(PortKey, FlowKey), u64>,
+    pub port_flows: Table<(PortKey, FlowKey), u64>,
     /// The training rhythm per switch port (agent, ifIndex), from the RoCE samples' estimated
-    /// bytes at the agent's uptime clock; at most [`MAX_RHYTHM_PORTS`] ports.
-    pub rhythms: BTreeMap<(IpAddr, u32), StepTracker>,
-    pub rhythm_ports_dropped: u64,
+    /// bytes at the agent's uptime clock.
+    pub rhythms: Table<(IpAddr, u32), StepTracker>,
+    /// When the tables are next swept for idle entries.
+    next_sweep_ns: u64,
 }
 
-/// Switch ports whose rhythm is followed (480 KB each: the last minute in 1 ms buckets).
-pub const MAX_RHYTHM_PORTS: usize = 64;
+impl Default for Collector {
+    fn default() -> Self {
+        Collector::new(Limits::default())
+    }
+}
 
 impl Collector {
-    /// Adds one datagram's payload (what arrived on UDP 6343).
-    pub fn datagram(&mut self, buf: &[u8]) {
+    pub fn new(limits: Limits) -> Collector {
+        Collector {
+            datagrams: 0,
+            flow_samples: 0,
+            counter_samples: 0,
+            unknown_samples: 0,
+            other_headers: 0,
+            malformed: BTreeMap::new(),
+            agents: Table::new(limits.max_agents),
+            denied_datagrams: 0,
+            implausible_samples: 0,
+            samples: RoceTotals::default(),
+            estimated: RoceTotals::default(),
+            ports: Table::new(limits.max_ports),
+            flows: Table::new(limits.max_flows),
+            port_flows: Table::new(limits.max_flows.saturating_mul(2)),
+            rhythms: Table::new(MAX_RHYTHM_PORTS),
+            next_sweep_ns: 0,
+            limits,
+        }
+    }
+
+    /// Adds one datagram's payload (what arrived on UDP 6343) at `now_ns` (the capture's
+    /// time, or the agent's clock live: what idle entries are measured by).
+    pub fn datagram(&mut self, buf: &[u8], now_ns: u64) {
+        self.sweep(now_ns);
         let d = match decode::decode(buf) {
             Ok(d) => d,
             Err(m) => {
@@ -145,24 +292,25 @@ impl Collector {
                 return;
             }
         };
+        let h = d.header;
+        if !self.limits.allows(h.agent) {
+            self.denied_datagrams += 1;
+            return;
+        }
         self.datagrams += 1;
         for m in &d.problems {
             *self.malformed.entry(*m).or_default() += 1;
         }
-        let h = d.header;
-        let a = self.agents.entry((h.agent, h.sub_agent)).or_default();
-        a.datagrams += 1;
-        if let Some(last) = a.last_sequence {
-            let gap = h.sequence.wrapping_sub(last);
-            // A gap below 2^31 is loss; anything else is a restart or reordering.
-            if gap > 1 && gap < 1 << 31 {
-                a.lost_datagrams = a.lost_datagrams.saturating_add(u64::from(gap - 1));
-            }
+        let protected = self.limits.protects_agent(h.agent);
+        if let Some(a) = self
+            .agents
+            .touch(&(h.agent, h.sub_agent), now_ns, protected)
+        {
+            a.datagram(h.sequence, h.uptime_ms);
         }
-        a.last_sequence = Some(h.sequence);
         for s in &d.samples {
             match s {
-                Sample::Flow(f) => self.flow_sample(h.agent, f, h.uptime_ms),
+                Sample::Flow(f) => self.flow_sample(h.agent, f, h.uptime_ms, now_ns),
                 Sample::Counters(c) => {
                     self.counter_samples += 1;
                     if let Some(g) = c.generic {
@@ -171,7 +319,7 @@ impl Collector {
                             if_index: g.if_index,
                             direction: "port",
                         };
-                        if let Some(p) = self.port(key) {
+                        if let Some(p) = self.port(key, now_ns) {
                             p.counters = Some(g);
                         }
                     }
@@ -181,20 +329,43 @@ impl Collector {
         }
     }
 
-    fn port(&mut self, key: PortKey) -> Option<&mut PortStats> {
-        if !self.ports.contains_key(&key) && self.ports.len() >= MAX_PORTS {
-            self.ports_dropped += 1;
-            return None;
+    /// Expires idle entries, at most four times per idle timeout.
+    fn sweep(&mut self, now_ns: u64) {
+        if now_ns < self.next_sweep_ns {
+            return;
         }
-        Some(self.ports.entry(key).or_default())
+        let idle = self.limits.idle_timeout_ns;
+        if self.next_sweep_ns != 0 {
+            self.agents.expire(now_ns, idle);
+            self.ports.expire(now_ns, idle);
+            self.flows.expire(now_ns, idle);
+            self.port_flows.expire(now_ns, idle);
+            self.rhythms.expire(now_ns, idle);
+        }
+        self.next_sweep_ns = now_ns.saturating_add((idle / 4).max(1));
     }
 
-    fn flow_sample(&mut self, agent: IpAddr, f: &decode::FlowSample<'_>, uptime_ms: u32) {
+    fn port(&mut self, key: PortKey, now_ns: u64) -> Option<&mut PortStats> {
+        let protected = self.limits.protects_port(key.agent, key.if_index);
+        self.ports.touch(&key, now_ns, protected)
+    }
+
+    fn flow_sample(
+        &mut self,
+        agent: IpAddr,
+        f: &decode::FlowSample<'_>,
+        uptime_ms: u32,
+        now_ns: u64,
+    ) {
         self.flow_samples += 1;
         let Some(h) = f.header.filter(|h| h.protocol == 1) else {
             self.other_headers += 1;
             return;
         };
+        if h.frame_length > MAX_FRAME_LENGTH || f.sampling_rate == 0 {
+            self.implausible_samples += 1;
+            return;
+        }
         let roce =
             Some(parse_record(&SliceReader(h.header), LinkType::Ethernet)).filter(|r| r.is_roce());
         let weight = u64::from(f.sampling_rate);
@@ -217,9 +388,8 @@ impl Collector {
                 direction: "source",
             });
         }
-        let ports_of_sample = ports.clone();
-        for key in ports {
-            if let Some(p) = self.port(key) {
+        for key in &ports {
+            if let Some(p) = self.port(*key, now_ns) {
                 p.samples += 1;
                 if roce.is_some() {
                     p.roce.packets += 1;
@@ -235,42 +405,44 @@ impl Collector {
         let Some(i) = roce else {
             return;
         };
-        for port in &ports_of_sample {
+        for port in &ports {
             let k = (port.agent, port.if_index);
-            if !self.rhythms.contains_key(&k) && self.rhythms.len() >= MAX_RHYTHM_PORTS {
-                self.rhythm_ports_dropped += 1;
-                continue;
+            let protected = self.limits.protects_port(port.agent, port.if_index);
+            if let Some(t) = self.rhythms.touch(&k, now_ns, protected) {
+                t.add_restarting(
+                    u64::from(uptime_ms) * 1_000_000,
+                    bytes.saturating_mul(weight),
+                );
             }
-            self.rhythms.entry(k).or_default().add_restarting(
-                u64::from(uptime_ms) * 1_000_000,
-                bytes.saturating_mul(weight),
-            );
         }
         let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);
         let key = i.flow_key(Hook::Xdp);
-        for port in &ports_of_sample {
-            let k = (*port, key);
-            if self.port_flows.contains_key(&k) || self.port_flows.len() < 2 * MAX_FLOWS {
-                let v = self.port_flows.entry(k).or_default();
+        let mut on_protected = false;
+        for port in &ports {
+            let protected = self.limits.protects_port(port.agent, port.if_index);
+            on_protected |= protected;
+            if let Some(v) = self.port_flows.touch(&(*port, key), now_ns, protected) {
                 *v = v.saturating_add(bytes.saturating_mul(weight));
             }
         }
-        if !self.flows.contains_key(&key) && self.flows.len() >= MAX_FLOWS {
-            self.flows_dropped += 1;
-            return;
+        if let Some(fl) = self.flows.touch(&key, now_ns, on_protected) {
+            fl.samples += 1;
+            fl.estimated_packets = fl.estimated_packets.saturating_add(weight);
+            fl.estimated_bytes = fl
+                .estimated_bytes
+                .saturating_add(bytes.saturating_mul(weight));
         }
-        let fl = self.flows.entry(key).or_default();
-        fl.samples += 1;
-        fl.estimated_packets = fl.estimated_packets.saturating_add(weight);
-        fl.estimated_bytes = fl
-            .estimated_bytes
-            .saturating_add(bytes.saturating_mul(weight));
     }
 
-    /// Lost datagrams over all agents.
+    /// Lost datagrams over all agents (those no longer held included), as far as is known.
     pub fn lost_datagrams(&self) -> u64 {
-        self.agents.values().map(|a| a.lost_datagrams).sum()
+        self.agents.gone.lost_so_far()
+            + self
+                .agents
+                .iter()
+                .map(|(_, a)| a.lost_so_far())
+                .sum::<u64>()
     }
 }

@@ -102,6 +102,6 @@ proptest! {
         buf[at % n] ^= x;
         let _ = decode(&buf[..cut.min(n)]);
         let mut c = super::super::collector::Collector::default();
-        c.datagram(&buf[..cut.min(n)]);
+        c.datagram(&buf[..cut.min(n)], 0);
     }
 }

@@ -122,11 +122,15 @@ impl Fabric {
         }
         self.now_s += dt;
         let alpha = 1.0 - (-dt / tau_s.max(1e-3)).exp();
-        for (key, total) in &c.port_flows {
+        for (key, total) in c.port_flows.iter() {
             let f = self.flows.entry(*key).or_default();
             let inst = total.saturating_sub(f.seen_bytes) as f64 / dt;
             f.seen_bytes = *total;
             f.rate += alpha * (inst - f.rate);
+        }
+        // A flow the collector no longer holds (idle, or pushed out) leaves the view too.
+        if self.flows.len() > c.port_flows.len() {
+            self.flows.retain(|k, _| c.port_flows.contains_key(k));
         }
         let enter = cfg.threshold_bytes_per_second;
         for f in self.flows.values_mut() {

@@ -7,12 +7,16 @@
 //! - [`fabric`]: ECMP groups of switch uplinks; elephants and collisions on estimated rates.
 //! - [`report`]: the JSON shape (`analyze --format json`'s `"sflow"`, `/api/v1/sflow`).
 //! - [`receiver`]: the live UDP receiver.
+//! - [`sequence`]: lost datagrams per agent (reordering, restarts, discontinuities).
+//! - [`table`]: the bounded, aged tables the collector holds its state in.
 
 pub mod collector;
 pub mod decode;
 pub mod fabric;
 pub mod receiver;
 pub mod report;
+pub mod sequence;
+pub mod table;
 
 /// The IANA port of sFlow.
 pub const SFLOW_PORT: u16 = 6343;

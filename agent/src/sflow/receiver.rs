@@ -14,6 +14,8 @@ pub struct SflowSettings {
     pub listen: SocketAddr,
     /// The socket's receive buffer (SO_RCVBUF; the kernel doubles it for its bookkeeping).
     pub receive_buffer_bytes: usize,
+    /// The collector's bounds, allow-list and protected groups.
+    pub limits: super::collector::Limits,
 }
 
 /// Default receive buffer: 4 MiB, about 3,000 full datagrams.
@@ -52,16 +54,19 @@ impl Receiver {
         }
         let sock = tokio::net::UdpSocket::from_std(std_sock)?;
         let local = sock.local_addr()?;
-        let collector = Arc::new(Mutex::new(Collector::default()));
+        let collector = Arc::new(Mutex::new(Collector::new(s.limits.clone())));
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (c, e) = (collector.clone(), errors.clone());
         let task = tokio::spawn(async move {
             let mut buf = vec![0u8; 65_536];
+            let start = std::time::Instant::now();
             loop {
                 match sock.recv_from(&mut buf).await {
                     Ok((n, _)) => {
+                        // The collector's clock (idle entries): time since the receiver started.
+                        let now_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                         if let Ok(mut c) = c.lock() {
-                            c.datagram(&buf[..n]);
+                            c.datagram(&buf[..n], now_ns);
                         }
                     }
                     Err(err) => {

@@ -2,6 +2,7 @@
 
 use super::collector::{Collector, FlowEstimate, RoceTotals, FEW_SAMPLES};
 use super::decode::IfCounters;
+use super::table::TableStats;
 use agent_common::opcode;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -20,6 +21,14 @@ pub struct SflowReport {
     pub other_headers: u64,
     pub malformed: BTreeMap<&'static str, u64>,
     pub agents: Vec<Agent>,
+    /// The agents no longer held (expired or pushed out), summed.
+    pub agents_gone: Gone,
+    /// Datagrams from agents outside `[sflow] agents`, dropped.
+    pub denied_datagrams: u64,
+    /// Flow samples claiming a frame over 64 KiB or a sampling rate of 0: not estimated from.
+    pub implausible_samples: u64,
+    /// Each table's size, bound, and the entries refused, pushed out and expired.
+    pub tables: Tables,
     /// RoCE samples as sampled (each once).
     pub samples: Totals,
     /// RoCE samples weighted by their sampling rate.
@@ -53,6 +62,27 @@ pub struct Agent {
     pub sub_agent: u32,
     pub datagrams: u64,
     pub lost_datagrams: u64,
+    pub reordered_datagrams: u64,
+    pub duplicate_datagrams: u64,
+    /// The agent's uptime went back: it restarted, and its sequence with it.
+    pub restarts: u64,
+    /// Sequence jumps larger than the elapsed uptime could hold (not counted as loss).
+    pub discontinuities: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Gone {
+    pub datagrams: u64,
+    pub lost_datagrams: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Tables {
+    pub agents: TableStats,
+    pub ports: TableStats,
+    pub flows: TableStats,
+    pub port_flows: TableStats,
+    pub rhythm_ports: TableStats,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,16 +169,36 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
         unknown_samples: c.unknown_samples,
         other_headers: c.other_headers,
         malformed: c.malformed.iter().map(|(m, n)| (m.name(), *n)).collect(),
-        agents: c
-            .agents
-            .iter()
-            .map(|((a, sub), s)| Agent {
-                agent: a.to_string(),
-                sub_agent: *sub,
-                datagrams: s.datagrams,
-                lost_datagrams: s.lost_datagrams,
-            })
-            .collect(),
+        agents: {
+            let mut a: Vec<_> = c.agents.iter().collect();
+            a.sort_by_key(|(k, _)| **k);
+            a
+        }
+        .into_iter()
+        .map(|((a, sub), s)| Agent {
+            agent: a.to_string(),
+            sub_agent: *sub,
+            datagrams: s.datagrams,
+            lost_datagrams: s.lost_so_far(),
+            reordered_datagrams: s.reordered,
+            duplicate_datagrams: s.duplicates,
+            restarts: s.restarts,
+            discontinuities: s.discontinuities,
+        })
+        .collect(),
+        agents_gone: Gone {
+            datagrams: c.agents.gone.datagrams,
+            lost_datagrams: c.agents.gone.lost_so_far(),
+        },
+        denied_datagrams: c.denied_datagrams,
+        implausible_samples: c.implausible_samples,
+        tables: Tables {
+            agents: c.agents.stats(),
+            ports: c.ports.stats(),
+            flows: c.flows.stats(),
+            port_flows: c.port_flows.stats(),
+            rhythm_ports: c.rhythms.stats(),
+        },
         samples: totals(&c.samples),
         estimated: totals(&c.estimated),
         ports: {
@@ -169,7 +219,7 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             counters: p.counters,
         })
         .collect(),
-        ports_dropped: c.ports_dropped,
+        ports_dropped: c.ports.stats().dropped,
         flows_total: c.flows.len(),
         flows: flows
             .into_iter()
@@ -185,19 +235,22 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
                 few_samples: f.samples < FEW_SAMPLES,
             })
             .collect(),
-        flows_dropped: c.flows_dropped,
+        flows_dropped: c.flows.stats().dropped,
         fabric: fabric.map(|f| f.report()),
-        rhythms: c
-            .rhythms
-            .iter()
-            .map(|((agent, ifindex), t)| PortRhythm {
-                agent: agent.to_string(),
-                ifindex: *ifindex,
-                period_seconds: t.rhythm.period_seconds,
-                duty_ratio: t.rhythm.duty_ratio,
-                slow_steps: t.slow_steps,
-            })
-            .collect(),
-        rhythm_ports_dropped: c.rhythm_ports_dropped,
+        rhythms: {
+            let mut r: Vec<_> = c.rhythms.iter().collect();
+            r.sort_by_key(|(k, _)| **k);
+            r
+        }
+        .into_iter()
+        .map(|((agent, ifindex), t)| PortRhythm {
+            agent: agent.to_string(),
+            ifindex: *ifindex,
+            period_seconds: t.rhythm.period_seconds,
+            duty_ratio: t.rhythm.duty_ratio,
+            slow_steps: t.slow_steps,
+        })
+        .collect(),
+        rhythm_ports_dropped: c.rhythms.stats().dropped,
     }
 }

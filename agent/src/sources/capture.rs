@@ -124,17 +124,49 @@ fn read_sniffed<R: Read>(
     if capture_legacy::is_legacy(&first) {
         return capture_legacy::read_legacy(first, chunks(input), on_progress, on_frame);
     }
+    // The first read hands the reader everything sniffed (a whole section header block).
+    let cap = cap.max(first.len().next_power_of_two());
     read_with_reader(Cursor::new(first).chain(input), cap, on_progress, on_frame)
 }
 
-/// The first bytes of an input, from which its format is decided.
+/// The first bytes of an input, from which its format is decided: at least [`SNIFF`] bytes,
+/// and a pcapng file's whole section header block (its options, such as a long comment or
+/// `shb_userappl`, may make it any size up to [`MAX_RECORD`]): pcap-parser's reader wants
+/// that block whole in its first read.
 fn sniff(input: &mut impl Read) -> Result<Vec<u8>, CaptureError> {
     let mut first = Vec::with_capacity(SNIFF);
+    let read_error = |_| CaptureError::Corrupt("read error".into());
     input
         .take(SNIFF as u64)
         .read_to_end(&mut first)
-        .map_err(|_| CaptureError::Corrupt("read error".into()))?;
+        .map_err(read_error)?;
+    if let Some(len) = section_header_len(&first) {
+        if len > first.len() && len <= MAX_RECORD {
+            let more = (len - first.len()) as u64;
+            input
+                .take(more)
+                .read_to_end(&mut first)
+                .map_err(read_error)?;
+        }
+    }
     Ok(first)
+}
+
+/// The length a pcapng section header block at the start of `b` claims (its byte-order
+/// magic says how to read it), or None when `b` does not start with one.
+fn section_header_len(b: &[u8]) -> Option<usize> {
+    const SHB: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+    let (kind, len, magic) = (b.get(0..4)?, b.get(4..8)?, b.get(8..12)?);
+    if kind != SHB {
+        return None;
+    }
+    let len: [u8; 4] = len.try_into().ok()?;
+    let len = match magic {
+        [0x4d, 0x3c, 0x2b, 0x1a] => u32::from_le_bytes(len),
+        [0x1a, 0x2b, 0x3c, 0x4d] => u32::from_be_bytes(len),
+        _ => return None,
+    };
+    usize::try_from(len).ok()
 }
 
 /// Bytes read before the format is decided: a legacy file header (24 bytes) or a pcapng

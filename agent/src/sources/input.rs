@@ -38,14 +38,62 @@ impl Compression {
     }
 }
 
+/// The memory an xz stream may take to decompress. `xz -9` (a 64 MiB dictionary) needs about
+/// 65 MiB; a block header can ask for a 4 GiB dictionary, which would be allocated (and
+/// filled, by a stream of zeros) before a byte reaches the capture reader. gzip's window is
+/// 32 KiB; zstd's decoder refuses windows over 128 MiB (its default `windowLogMax` of 27).
+pub const XZ_MEMORY_LIMIT: u64 = 256 << 20;
+
 /// The first read error of a stream, kept for the message: the capture reader above only
 /// sees "read error".
 #[derive(Clone, Default)]
-pub struct ReadFailure(Arc<Mutex<Option<String>>>);
+pub struct ReadFailure(Arc<Mutex<Option<Failure>>>);
+
+/// Why a stream stopped early.
+#[derive(Clone, Debug)]
+struct Failure {
+    /// The decompressor refused the stream on a bound of ours (not corruption).
+    refused: bool,
+    message: String,
+}
 
 impl ReadFailure {
-    pub fn take(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|mut e| e.take())
+    /// Why the stream `compression` stopped early, in words (None: it did not).
+    pub fn take_described(&self, compression: Compression) -> Option<String> {
+        let f = self.0.lock().ok().and_then(|mut e| e.take())?;
+        Some(match (f.refused, compression) {
+            (true, c) => format!("{} stream refused: {}", c.name(), f.message),
+            (false, Compression::None) => format!("read error: {}", f.message),
+            (false, c) => format!("corrupt {} stream: {}", c.name(), f.message),
+        })
+    }
+}
+
+/// Marks a decompressor's memory-limit error as a refusal with the bound in words.
+struct XzLimited<R>(R);
+
+impl<R: Read> Read for XzLimited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            let over_limit = e
+                .get_ref()
+                .and_then(|i| i.downcast_ref::<liblzma::stream::Error>())
+                .is_some_and(|i| matches!(i, liblzma::stream::Error::MemLimit));
+            if over_limit {
+                io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "it needs more than {} MiB of memory to decompress (an LZMA2 dictionary \
+                         larger than `xz -9` makes; no capture tool writes one). If the file is \
+                         genuine, decompress it with a bounded tool and pipe it in: \
+                         `xz -dc --memlimit=4GiB FILE | rocemon analyze -`",
+                        XZ_MEMORY_LIMIT >> 20
+                    ),
+                )
+            } else {
+                e
+            }
+        })
     }
 }
 
@@ -68,7 +116,10 @@ impl<R: Read> Read for Watched<R> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Err(e),
             Err(e) => {
                 if let Ok(mut f) = self.failure.0.lock() {
-                    f.get_or_insert_with(|| e.to_string());
+                    f.get_or_insert_with(|| Failure {
+                        refused: e.kind() == io::ErrorKind::OutOfMemory,
+                        message: e.to_string(),
+                    });
                 }
                 Ok(0)
             }
@@ -99,7 +150,16 @@ pub fn open(path: &Path) -> io::Result<Input> {
         // Multi-member: `cat a.gz b.gz` is one stream, as gzip itself reads it.
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(buffered)?),
-        Compression::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(buffered)),
+        Compression::Xz => {
+            let stream = liblzma::stream::Stream::new_stream_decoder(
+                XZ_MEMORY_LIMIT,
+                liblzma::stream::CONCATENATED,
+            )
+            .map_err(io::Error::from)?;
+            Box::new(XzLimited(liblzma::bufread::XzDecoder::new_stream(
+                buffered, stream,
+            )))
+        }
     };
     let failure = ReadFailure::default();
     Ok(Input {

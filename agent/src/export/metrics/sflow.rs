@@ -1,23 +1,46 @@
 //! The sFlow collector's series, set from its totals at every poll (declared in the catalog,
-//! `mod.rs`).
+//! `mod.rs`). Per-agent and per-port series exist only while the collector holds their agent
+//! or port (its tables are bounded and aged): anyone who can reach the sFlow port chooses
+//! agent addresses, so a series per address ever seen would be unbounded.
 
 use super::{follow, Metrics, ECN_LABELS};
 use crate::sflow::collector::Collector;
 use agent_common::opcode;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Label sets exported at the last poll.
+#[derive(Debug, Default)]
+pub struct Exported {
+    agents: BTreeSet<String>,
+    ports: BTreeSet<[String; 3]>,
+    port_counters: BTreeSet<[String; 2]>,
+}
+
+/// The name the agents no longer held are summed under.
+const OTHER: &str = "other";
 
 impl Metrics {
     /// The collector's totals, and the datagrams the kernel dropped before it read them.
-    pub fn set_sflow(&self, c: &Collector, dropped: u64) {
+    pub fn set_sflow(&mut self, c: &Collector, dropped: u64) {
+        let mut now = Exported::default();
         // Per agent address (sub-agents summed: one switch).
-        let mut by_agent: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-        for ((agent, _), a) in &c.agents {
+        let mut by_agent: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        for ((agent, _), a) in c.agents.iter() {
             let e = by_agent.entry(agent.to_string()).or_default();
             e.0 += a.datagrams;
-            e.1 += a.lost_datagrams;
+            e.1 += a.lost_so_far();
+            e.2 += a.restarts;
         }
-        for (agent, (d, lost)) in &by_agent {
+        let gone = &c.agents.gone;
+        by_agent.insert(
+            OTHER.into(),
+            (gone.datagrams, gone.lost_so_far(), gone.restarts),
+        );
+        for (agent, (d, lost, restarts)) in &by_agent {
             follow(&self.sflow_datagrams.with_label_values(&[agent]), *d);
             follow(&self.sflow_lost.with_label_values(&[agent]), *lost);
+            follow(&self.sflow_restarts.with_label_values(&[agent]), *restarts);
+            now.agents.insert(agent.clone());
         }
         for (kind, n) in [
             ("flow", c.flow_samples),
@@ -29,11 +52,38 @@ impl Metrics {
         for (m, n) in &c.malformed {
             follow(&self.sflow_malformed.with_label_values(&[m.name()]), *n);
         }
+        let none: &[&str] = &[];
+        follow(&self.sflow_dropped.with_label_values(none), dropped);
         follow(
-            &self.sflow_dropped.with_label_values(&[] as &[&str]),
-            dropped,
+            &self.sflow_denied.with_label_values(none),
+            c.denied_datagrams,
         );
-        for (k, p) in &c.ports {
+        follow(
+            &self.sflow_implausible.with_label_values(none),
+            c.implausible_samples,
+        );
+        for (table, s) in [
+            ("agents", c.agents.stats()),
+            ("ports", c.ports.stats()),
+            ("flows", c.flows.stats()),
+            ("port_flows", c.port_flows.stats()),
+            ("rhythm_ports", c.rhythms.stats()),
+        ] {
+            self.sflow_table_entries
+                .with_label_values(&[table])
+                .set(i64::try_from(s.entries).unwrap_or(i64::MAX));
+            for (reason, n) in [
+                ("dropped", s.dropped),
+                ("evicted", s.evicted),
+                ("expired", s.expired),
+            ] {
+                follow(
+                    &self.sflow_table_removed.with_label_values(&[table, reason]),
+                    n,
+                );
+            }
+        }
+        for (k, p) in c.ports.iter() {
             let (agent, ifindex) = (k.agent.to_string(), k.if_index.to_string());
             if p.roce.packets > 0 {
                 let l = [agent.as_str(), ifindex.as_str(), k.direction];
@@ -49,6 +99,8 @@ impl Metrics {
                     &self.sflow_port_bytes.with_label_values(&l),
                     p.estimated.bytes,
                 );
+                now.ports
+                    .insert([agent.clone(), ifindex.clone(), k.direction.to_string()]);
             }
             if let Some(g) = &p.counters {
                 self.sflow_port_speed
@@ -62,8 +114,11 @@ impl Metrics {
                         v,
                     );
                 }
+                now.port_counters.insert([agent, ifindex]);
             }
         }
+        self.remove_gone_sflow_series(&now);
+        self.sflow_series = now;
         for (op, n) in c.estimated.opcodes() {
             follow(
                 &self
@@ -79,9 +134,39 @@ impl Metrics {
             );
         }
         follow(
-            &self.sflow_cnp_packets.with_label_values(&[] as &[&str]),
+            &self.sflow_cnp_packets.with_label_values(none),
             c.estimated.cnp,
         );
+    }
+
+    /// Removes the series of agents and ports exported before and no longer held.
+    fn remove_gone_sflow_series(&self, now: &Exported) {
+        let was = &self.sflow_series;
+        for a in was.agents.difference(&now.agents) {
+            for c in [
+                &self.sflow_datagrams,
+                &self.sflow_lost,
+                &self.sflow_restarts,
+            ] {
+                let _ = c.remove_label_values(&[a]);
+            }
+        }
+        for [a, i, d] in was.ports.difference(&now.ports) {
+            let l = [a.as_str(), i.as_str(), d.as_str()];
+            for c in [
+                &self.sflow_port_samples,
+                &self.sflow_port_packets,
+                &self.sflow_port_bytes,
+            ] {
+                let _ = c.remove_label_values(&l);
+            }
+        }
+        for [a, i] in was.port_counters.difference(&now.port_counters) {
+            let _ = self.sflow_port_speed.remove_label_values(&[a, i]);
+            for dir in ["in", "out"] {
+                let _ = self.sflow_port_octets.remove_label_values(&[a, i, dir]);
+            }
+        }
     }
 }
 
