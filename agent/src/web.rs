@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open connections at most (idle keep-alive and stalled ones included); more are answered
-/// 503 and closed at once.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Open connections at most (idle keep-alive and stalled ones included). When they are all
+/// open, the one idle the longest is closed for a new one; with none idle, the new one is
+/// answered 503 and closed at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Requests served at once; more wait (up to the request timeout) for a turn.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 4;
 /// Time a client has to send its request headers (and finish a TLS handshake): short, so a

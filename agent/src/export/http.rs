@@ -362,11 +362,12 @@ pub async fn serve(
     };
     let service = hyper_util::service::TowerToHyperService::new(app(shared, &web));
     let conns = Arc::new(Semaphore::new(web.max_connections));
+    let registry = super::conns::Registry::default();
     let per_client = Arc::new(Mutex::new(HashMap::<std::net::IpAddr, usize>::new()));
     let header_timeout = web.header_timeout;
     tokio::pin!(shutdown);
     loop {
-        let (mut stream, peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -378,49 +379,107 @@ pub async fn serve(
                 }
             },
         };
-        let client = ClientSlot::take(&per_client, peer.ip(), web.max_connections_per_client);
-        let permit = conns.clone().try_acquire_owned();
-        let (Some(client), Ok(permit)) = (client, permit) else {
-            if tls.is_none() {
-                // Answered from a task: a client that never reads cannot stall the accept loop.
-                tokio::spawn(async move {
-                    use tokio::io::AsyncWriteExt;
-                    let _ = tokio::time::timeout(
-                        header_timeout,
-                        stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"),
-                    )
-                    .await;
-                });
-            }
+        let Some(client) = ClientSlot::take(&per_client, peer.ip(), web.max_connections_per_client)
+        else {
+            refuse(stream, tls.is_none(), header_timeout);
             continue;
         };
-        let (service, tls) = (service.clone(), tls.clone());
+        // Full: the connection idle the longest is asked to close, and this one waits (at
+        // most the header timeout) for its place; with none idle, it is refused at once.
+        let permit = match conns.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) if registry.close_oldest_idle() => None,
+            Err(_) => {
+                refuse(stream, tls.is_none(), header_timeout);
+                continue;
+            }
+        };
+        let (service, tls, conns) = (service.clone(), tls.clone(), conns.clone());
+        let entry = registry.open();
+        let registry = registry.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             let _client = client;
+            let _permit = match permit {
+                Some(p) => p,
+                None => match tokio::time::timeout(header_timeout, conns.acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    _ => {
+                        refuse(stream, tls.is_none(), header_timeout);
+                        return;
+                    }
+                },
+            };
+            let id = entry.id;
+            let tracked = hyper::service::service_fn(move |req| {
+                registry.begin(id);
+                let answer = hyper::service::Service::call(&service, req);
+                let registry = registry.clone();
+                async move {
+                    let r = answer.await;
+                    registry.end(id);
+                    r
+                }
+            });
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout);
             match tls {
                 Some(acceptor) => {
-                    let Ok(Ok(s)) =
-                        tokio::time::timeout(header_timeout, acceptor.accept(stream)).await
-                    else {
-                        return;
+                    let s = tokio::select! {
+                        r = tokio::time::timeout(header_timeout, acceptor.accept(stream)) => match r {
+                            Ok(Ok(s)) => s,
+                            _ => return,
+                        },
+                        _ = entry.close.notified() => return,
                     };
-                    let _ = http
-                        .serve_connection(hyper_util::rt::TokioIo::new(s), service)
-                        .await;
+                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(s), tracked);
+                    serve_until_closed(conn, &entry).await;
                 }
                 None => {
-                    let _ = http
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), tracked);
+                    serve_until_closed(conn, &entry).await;
                 }
             }
         });
     }
     Ok(())
+}
+
+/// Serves a connection until it ends, or until the server asks it to close (then it ends
+/// gracefully: at once when idle, after its response when busy).
+async fn serve_until_closed<I, S>(
+    conn: hyper::server::conn::http1::Connection<I, S>,
+    entry: &super::conns::Entry,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = entry.close.notified() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.as_mut().await;
+        }
+    }
+}
+
+/// Answers 503 and closes (plain HTTP; a TLS client is closed without an answer), from a task
+/// of its own: a client that never reads cannot stall the accept loop.
+fn refuse(mut stream: tokio::net::TcpStream, plain: bool, header_timeout: Duration) {
+    if !plain {
+        return;
+    }
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = tokio::time::timeout(
+            header_timeout,
+            stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"),
+        )
+        .await;
+    });
 }
 
 #[cfg(test)]
