@@ -157,6 +157,15 @@ fn totals(t: &RoceTotals) -> Totals {
     }
 }
 
+/// A table's entries in key order (the tables keep no order; the report does).
+fn sorted<'a, K: Ord + 'a, V: 'a>(
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+) -> impl Iterator<Item = (&'a K, &'a V)> {
+    let mut v: Vec<_> = entries.collect();
+    v.sort_by(|a, b| a.0.cmp(b.0));
+    v.into_iter()
+}
+
 /// The report of a collector, with the fabric view when groups are configured.
 pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowReport {
     let mut flows: Vec<(&agent_common::FlowKey, &FlowEstimate)> = c.flows.iter().collect();
@@ -169,23 +178,18 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
         unknown_samples: c.unknown_samples,
         other_headers: c.other_headers,
         malformed: c.malformed.iter().map(|(m, n)| (m.name(), *n)).collect(),
-        agents: {
-            let mut a: Vec<_> = c.agents.iter().collect();
-            a.sort_by_key(|(k, _)| **k);
-            a
-        }
-        .into_iter()
-        .map(|((a, sub), s)| Agent {
-            agent: a.to_string(),
-            sub_agent: *sub,
-            datagrams: s.datagrams,
-            lost_datagrams: s.lost_so_far(),
-            reordered_datagrams: s.reordered,
-            duplicate_datagrams: s.duplicates,
-            restarts: s.restarts,
-            discontinuities: s.discontinuities,
-        })
-        .collect(),
+        agents: sorted(c.agents.iter())
+            .map(|((a, sub), s)| Agent {
+                agent: a.to_string(),
+                sub_agent: *sub,
+                datagrams: s.datagrams,
+                lost_datagrams: s.lost_so_far(),
+                reordered_datagrams: s.reordered,
+                duplicate_datagrams: s.duplicates,
+                restarts: s.restarts,
+                discontinuities: s.discontinuities,
+            })
+            .collect(),
         agents_gone: Gone {
             datagrams: c.agents.gone.datagrams,
             lost_datagrams: c.agents.gone.lost_so_far(),
@@ -201,24 +205,19 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
         },
         samples: totals(&c.samples),
         estimated: totals(&c.estimated),
-        ports: {
-            let mut ports: Vec<_> = c.ports.iter().collect();
-            ports.sort_by_key(|(k, _)| **k);
-            ports
-        }
-        .into_iter()
-        .map(|(k, p)| Port {
-            agent: k.agent.to_string(),
-            ifindex: k.if_index,
-            direction: k.direction,
-            samples: p.samples,
-            roce_samples: p.roce.packets,
-            estimated_packets: p.estimated.packets,
-            estimated_bytes: p.estimated.bytes,
-            few_samples: p.roce.packets < FEW_SAMPLES,
-            counters: p.counters,
-        })
-        .collect(),
+        ports: sorted(c.ports.iter())
+            .map(|(k, p)| Port {
+                agent: k.agent.to_string(),
+                ifindex: k.if_index,
+                direction: k.direction,
+                samples: p.samples,
+                roce_samples: p.roce.packets,
+                estimated_packets: p.estimated.packets,
+                estimated_bytes: p.estimated.bytes,
+                few_samples: p.roce.packets < FEW_SAMPLES,
+                counters: p.counters,
+            })
+            .collect(),
         ports_dropped: c.ports.stats().dropped,
         flows_total: c.flows.len(),
         flows: flows
@@ -237,20 +236,15 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             .collect(),
         flows_dropped: c.flows.stats().dropped,
         fabric: fabric.map(|f| f.report()),
-        rhythms: {
-            let mut r: Vec<_> = c.rhythms.iter().collect();
-            r.sort_by_key(|(k, _)| **k);
-            r
-        }
-        .into_iter()
-        .map(|((agent, ifindex), t)| PortRhythm {
-            agent: agent.to_string(),
-            ifindex: *ifindex,
-            period_seconds: t.rhythm.period_seconds,
-            duty_ratio: t.rhythm.duty_ratio,
-            slow_steps: t.slow_steps,
-        })
-        .collect(),
+        rhythms: sorted(c.rhythms.iter())
+            .map(|((agent, ifindex), t)| PortRhythm {
+                agent: agent.to_string(),
+                ifindex: *ifindex,
+                period_seconds: t.rhythm.period_seconds,
+                duty_ratio: t.rhythm.duty_ratio,
+                slow_steps: t.slow_steps,
+            })
+            .collect(),
         rhythm_ports_dropped: c.rhythms.stats().dropped,
     }
 }
