@@ -199,6 +199,62 @@ fn one_agent_per_pin_dir_and_detach_waits_for_force() {
     assert!(left.is_empty(), "links left: {left:?}");
 }
 
+/// A second agent refused because the interface is taken (another agent holds its XDP hook,
+/// pinned in another directory) leaves nothing in its own pin directory: it had pinned its
+/// maps (about 20 MiB of kernel memory per interface) and left them.
+#[test]
+fn a_refused_start_leaves_no_pins_behind() {
+    if !require_root("namespaces, BPF and a bpffs") {
+        return;
+    }
+    let dir = TempDir::new("rocemon-refused").unwrap();
+    let fs = BpfFs::mount(&dir.path().join("bpffs")).unwrap();
+    let (p1, p2) = (fs.path().join("one"), fs.path().join("two"));
+    let pair = VethPair::new("rcref").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let run_args = |pin: &Path, listen: &'static str| {
+        vec![
+            "run".to_string(),
+            "--iface".into(),
+            ifn.to_string(),
+            "--hooks".into(),
+            "xdp".into(),
+            "--listen".into(),
+            listen.into(),
+            "--pin-dir".into(),
+            pin.display().to_string(),
+        ]
+    };
+    let a1 = run_args(&p1, ADDR);
+    let a1: Vec<&str> = a1.iter().map(String::as_str).collect();
+    let mut first = Agent::start(ns, BIN, &a1).unwrap();
+    first
+        .wait_metrics(ns, ADDR, Duration::from_secs(30), |_| true)
+        .unwrap();
+    let before = tree(&p1);
+    let second = Command::new("ip")
+        .args(["netns", "exec", ns, BIN])
+        .args(run_args(&p2, "127.0.0.1:9443"))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("already has an XDP program attached"),
+        "{}",
+        stderr(&second)
+    );
+    let left: Vec<String> = tree(&p2)
+        .into_iter()
+        .filter(|p| !p.ends_with(".lock"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left under the refused agent's pin dir: {left:?}"
+    );
+    assert_eq!(tree(&p1), before, "the running agent's pins are untouched");
+    first.stop_ok();
+}
+
 /// Two unpinned agents on one interface: the second is a usage error (exit 2) that names the
 /// taken interface, not an internal failure.
 #[test]

@@ -267,18 +267,68 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let idx = ifindex(iface)?;
     let pins = if o.pin && o.afxdp.is_none() {
         crate::kernel::pins::ensure_bpffs(o.pin_root)?;
-        Some(IfacePins::new(o.pin_root, iface, o.flow_maps)?)
+        let fresh = !o.pin_root.join(iface).exists();
+        Some((IfacePins::new(o.pin_root, iface, o.flow_maps)?, fresh))
     } else {
         if o.pin_root.join(iface).exists() {
             bail_pinned(o.pin_root, iface)?;
         }
         None
     };
-    let maps_reused = pins.as_ref().is_some_and(IfacePins::maps_exist);
+    let maps_reused = pins.as_ref().is_some_and(|(p, _)| p.maps_exist());
+    let links_before = pins.as_ref().is_some_and(|(p, _)| p.links_pinned());
+    let (pins, fresh) = match pins {
+        Some((p, fresh)) => (Some(p), fresh),
+        None => (None, false),
+    };
+    match attach_with(iface, idx, &o, pins, maps_reused) {
+        Ok(a) => Ok(a),
+        Err((e, pins)) => {
+            // A refused start (the interface is taken, a hook fails) leaves nothing behind:
+            // what this attempt pinned goes; a previous run's pins stay.
+            if let Some(p) = pins {
+                p.remove_created(!maps_reused, !links_before, fresh);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`attach`] once the pins are decided; on failure the error and the pins, so that the
+/// caller removes what this attempt made.
+fn attach_with(
+    iface: &str,
+    idx: u32,
+    o: &AttachOptions<'_>,
+    pins: Option<IfacePins>,
+    maps_reused: bool,
+) -> std::result::Result<Attachment, (anyhow::Error, Option<IfacePins>)> {
+    match attach_loaded(iface, o, pins.as_ref()) {
+        Ok((ebpf, capture, xdp_mode, pinned)) => Ok(Attachment {
+            iface: iface.to_string(),
+            ifindex: idx,
+            xdp_mode,
+            hooks: o.hooks.to_vec(),
+            ebpf,
+            capture,
+            _pinned: pinned,
+            pins,
+            maps_reused,
+        }),
+        Err(e) => Err((e, pins)),
+    }
+}
+
+/// What an attachment holds besides its settings.
+type Loaded = (Ebpf, Option<Capture>, Option<&'static str>, Vec<PinnedLink>);
+
+/// Loads the object (maps pinned under `pins`), loads the programs and attaches them.
+fn attach_loaded(iface: &str, o: &AttachOptions<'_>, pins: Option<&IfacePins>) -> Result<Loaded> {
+    let idx = ifindex(iface)?;
     let mut ebpf = load_object_pinned(
         EBPF_OBJECT,
         o.flow_maps,
-        pins.as_ref(),
+        pins,
         o.switches,
         ring_hooks(o.hooks, o.switches.rhythm),
     )?;
@@ -301,7 +351,7 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
     let mut xdp_mode = None;
     let mut pinned = Vec::new();
     for h in o.hooks {
-        let link_pin = pins.as_ref().map(|p| p.link_path(*h));
+        let link_pin = pins.map(|p| p.link_path(*h));
         match h {
             Hook::Xdp | Hook::AfXdp => {
                 let p = prog::<Xdp>(&mut ebpf, h.program())?;
@@ -353,20 +403,10 @@ pub fn attach(iface: &str, o: AttachOptions<'_>) -> Result<Attachment> {
             }
         }
     }
-    if let Some(p) = &pins {
+    if let Some(p) = pins {
         p.prune(o.hooks)?;
     }
-    Ok(Attachment {
-        iface: iface.to_string(),
-        ifindex: idx,
-        xdp_mode,
-        hooks: o.hooks.to_vec(),
-        ebpf,
-        capture,
-        _pinned: pinned,
-        pins,
-        maps_reused,
-    })
+    Ok((ebpf, capture, xdp_mode, pinned))
 }
 
 fn bail_pinned(root: &Path, iface: &str) -> Result<()> {

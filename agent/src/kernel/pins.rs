@@ -351,6 +351,32 @@ impl IfacePins {
         Ok(())
     }
 
+    /// After a refused start: removes what that attempt pinned. `maps`: the maps of this
+    /// layout (they were new); `links`: every link pin (there were none before); `dir`: the
+    /// interface's directory, when it was new and is empty now. A running agent's pins are
+    /// never in a directory this is called for with new maps (it would have reused them).
+    pub fn remove_created(&self, maps: bool, links: bool, dir: bool) {
+        if links {
+            if let Err(e) = self.remove_links() {
+                log::warn!("remove the link pins under {}: {e:#}", self.dir.display());
+            }
+        }
+        if maps {
+            for m in PINNED_MAPS {
+                let p = self.map_path(m);
+                if let Err(e) = std::fs::remove_file(&p) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        log::warn!("remove {}: {e}", p.display());
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(self.map_dir());
+        }
+        if dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+
     /// After attaching: removes links of hooks no longer configured (detaching them) and maps
     /// of other layouts (freed once no program uses them). Leaves anything not rocemon's.
     pub fn prune(&self, hooks: &[Hook]) -> Result<()> {
