@@ -83,15 +83,24 @@ pub fn reconcile(
             LinkState::Present { ifindex, .. } => Some(ifindex),
             LinkState::Absent => None,
         };
-        if current == wanted {
+        // The same index is not the same device: one deleted and created again under it
+        // (inside one poll, or while the agent was stopped) no longer runs our programs.
+        let lost = match (&probes[i], current == wanted) {
+            (Some(p), true) => p.lost_link(),
+            _ => None,
+        };
+        if current == wanted && lost.is_none() {
             continue;
         }
         if let Some(old) = probes[i].take() {
-            match wanted {
-                None => log::warn!(
+            match (wanted, lost) {
+                (None, _) => log::warn!(
                     "{iface} is gone (deleted or renamed); its programs are detached, and counting resumes when an interface named {iface} appears"
                 ),
-                Some(idx) => log::warn!(
+                (Some(idx), Some(link)) => log::warn!(
+                    "{iface} (ifindex {idx}) no longer runs rocemon's programs (BPF link {link} lost its device: the interface was re-created under the same index); attaching again"
+                ),
+                (Some(idx), None) => log::warn!(
                     "{iface} was re-created (ifindex {} -> {idx}); attaching again",
                     old.ifindex
                 ),

@@ -42,6 +42,9 @@ pub struct Attachment {
     pins: Option<IfacePins>,
     /// Whether the maps came from a previous run (counts continue from their totals).
     pub maps_reused: bool,
+    /// The BPF links of this attachment's entry programs on the device, checked at every
+    /// poll ([`Attachment::lost_link`]).
+    links: Vec<u32>,
 }
 
 /// How to attach one interface.
@@ -304,17 +307,25 @@ fn attach_with(
     maps_reused: bool,
 ) -> std::result::Result<Attachment, (anyhow::Error, Option<IfacePins>)> {
     match attach_loaded(iface, o, pins.as_ref()) {
-        Ok((ebpf, capture, xdp_mode, pinned)) => Ok(Attachment {
-            iface: iface.to_string(),
-            ifindex: idx,
-            xdp_mode,
-            hooks: o.hooks.to_vec(),
-            ebpf,
-            capture,
-            _pinned: pinned,
-            pins,
-            maps_reused,
-        }),
+        Ok((ebpf, capture, xdp_mode, pinned)) => {
+            let prog_ids: Vec<u32> = o
+                .hooks
+                .iter()
+                .filter_map(|h| Some(ebpf.program(h.program())?.info().ok()?.id()))
+                .collect();
+            Ok(Attachment {
+                iface: iface.to_string(),
+                ifindex: idx,
+                xdp_mode,
+                hooks: o.hooks.to_vec(),
+                links: crate::kernel::liveness::links_of(&prog_ids, idx),
+                ebpf,
+                capture,
+                _pinned: pinned,
+                pins,
+                maps_reused,
+            })
+        }
         Err(e) => Err((e, pins)),
     }
 }
@@ -559,6 +570,12 @@ fn p_attach(
 }
 
 impl Attachment {
+    /// A link of this attachment that no longer runs its program on the device (the device
+    /// was deleted and perhaps created again under the same index); None while all do.
+    pub fn lost_link(&self) -> Option<u32> {
+        crate::kernel::liveness::first_lost(&self.links, self.ifindex)
+    }
+
     /// The kernel's run count and run time of each attached program: (hook, program name,
     /// runs, seconds). Both stay 0 unless BPF run-time statistics are on.
     pub fn program_stats(&self) -> Vec<(Hook, &'static str, u64, f64)> {

@@ -1,4 +1,5 @@
 //! The kernel side as the agent sees it: loading and attaching the programs ([`loader`]), their pins on the bpffs ([`pins`]).
 
+pub mod liveness;
 pub mod loader;
 pub mod pins;

@@ -84,31 +84,45 @@ impl VethPair {
     /// Creates the veth pair between the two namespaces (again, after [`VethPair::delete_link`]:
     /// the same names, new interface indexes), with addresses and a jumbo MTU, up.
     pub fn create_link(&self, queues: u32) -> Result<()> {
+        self.create_link_indexed(queues, None)
+    }
+
+    /// As [`VethPair::create_link`], with the A end given interface index `index` (a device
+    /// re-created under its old index).
+    pub fn create_link_indexed(&self, queues: u32, index: Option<u32>) -> Result<()> {
         let q = queues.to_string();
+        let index = index.map(|i| i.to_string());
+        let index_args: Vec<&str> = match &index {
+            Some(i) => vec!["index", i.as_str()],
+            None => vec![],
+        };
+        let mut args = vec!["link", "add", self.a_if.as_str()];
+        args.extend(index_args);
         run(
             "ip",
             &[
-                "link",
-                "add",
-                &self.a_if,
-                "netns",
-                &self.ns_a,
-                "numrxqueues",
-                &q,
-                "numtxqueues",
-                &q,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &self.b_if,
-                "netns",
-                &self.ns_b,
-                "numrxqueues",
-                &q,
-                "numtxqueues",
-                &q,
-            ],
+                &args[..],
+                &[
+                    "netns",
+                    &self.ns_a,
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &self.b_if,
+                    "netns",
+                    &self.ns_b,
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                ],
+            ]
+            .concat(),
         )?;
         for (ns, ifn, v4, v6) in [
             (&self.ns_a, &self.a_if, "10.77.0.1/24", "fd77::1/64"),
