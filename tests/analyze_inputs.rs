@@ -375,3 +375,40 @@ fn a_pcapng_with_a_long_section_header_is_read() {
         }
     }
 }
+
+/// Garbage on standard input is refused as soon as its first four bytes arrive, while the
+/// writer keeps the pipe open (it waited for 4 KiB or the end of input). The deadline only
+/// bounds a failing run.
+#[test]
+fn garbage_on_an_open_pipe_is_refused_at_once() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rocemon");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"this is no capture\n").unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(stdin);
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("rocemon still waits for more input after 19 bytes of garbage");
+    };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("not a pcap or pcapng file"), "{err}");
+}

@@ -498,6 +498,14 @@ fn an_interface_re_created_under_the_same_index_is_attached_again() {
         log.contains("no longer runs rocemon's programs"),
         "the agent says what happened: {log}"
     );
+    // Stopping names the command that removes the pins as this agent was run.
+    assert!(
+        log.contains(&format!(
+            "`rocemon detach --pin-dir {}` removes them",
+            pin_dir.display()
+        )),
+        "{log}"
+    );
     let out = std::process::Command::new(BIN)
         .args(["detach", "--pin-dir", pin_dir.to_str().unwrap()])
         .output()

@@ -366,4 +366,8 @@ fn the_live_collector_bounds_its_series_under_an_agent_flood() {
         .count();
     assert!(port_series <= 200, "{port_series} port series");
     assert!(body.contains("rocemon_sflow_datagrams_total{agent=\"other\"}"));
+    // An sFlow-only agent has no programs to leave pinned, and says so.
+    let log = agent.stop_ok();
+    assert!(log.contains("no programs were attached"), "{log}");
+    assert!(!log.contains("stay attached"), "{log}");
 }

@@ -164,10 +164,8 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         Some(size) if show && size > 16 << 20 => {
             let b = ProgressBar::new(size);
             b.set_style(
-                ProgressStyle::with_template(
-                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template(rocemon::cmd::analyze::PROGRESS_TEMPLATE)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             Some(b)
         }
@@ -176,6 +174,9 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
     let (a, failed) = rocemon::cmd::analyze::analyze_inputs(&args.files, opts, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
+            if Some(n) >= plain_size {
+                b.set_message(rocemon::cmd::analyze::PROGRESS_READ);
+            }
         }
     });
     if let Some(b) = bar {

@@ -213,20 +213,8 @@ pub async fn run(
             }
         }
     }
-    let pins_gone = probes.iter().flatten().any(|p| p.pins_removed());
-    if pins_gone {
-        log::warn!(
-            "shutting down; the pins under {} were removed while this agent ran (`rocemon detach --force`): the programs detach now",
-            config.pin_dir.display()
-        );
-    } else if config.pin && config.afxdp.is_none() {
-        log::info!(
-            "shutting down; the programs stay attached and counting (pinned under {}); `rocemon detach` removes them",
-            config.pin_dir.display()
-        );
-    } else {
-        log::info!("shutting down: detaching programs");
-    }
+    let (level, message) = shutdown_message(&probes, &config);
+    log::log!(level, "{message}");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let _ = stop_tx.send(());
     drop(probes);
@@ -492,4 +480,64 @@ fn summary_line(probes: &[Option<Attachment>], table: &FlowTable) -> String {
         table.len(),
         top
     )
+}
+
+/// What stopping leaves behind, in words: nothing (sFlow only, or unpinned programs that
+/// detach now), or programs that stay pinned and counting, with the command that removes
+/// them as this agent was run (its `--pin-dir` when not the default).
+fn shutdown_message(
+    probes: &[Option<crate::kernel::loader::Attachment>],
+    config: &Config,
+) -> (log::Level, String) {
+    let pin_dir = config.pin_dir.display();
+    if probes.iter().flatten().any(|p| p.pins_removed()) {
+        return (log::Level::Warn, format!(
+            "shutting down; the pins under {pin_dir} were removed while this agent ran (`rocemon detach --force`): the programs detach now"
+        ));
+    }
+    if probes.iter().flatten().next().is_none() {
+        return (
+            log::Level::Info,
+            "shutting down (no programs were attached)".into(),
+        );
+    }
+    if !(config.pin && config.afxdp.is_none()) {
+        return (log::Level::Info, "shutting down: detaching programs".into());
+    }
+    let flag = if config.pin_dir == std::path::Path::new(crate::config::DEFAULT_PIN_DIR) {
+        String::new()
+    } else {
+        format!(" --pin-dir {}", shell_word(&pin_dir.to_string()))
+    };
+    (log::Level::Info, format!(
+        "shutting down; the programs stay attached and counting (pinned under {pin_dir}); `rocemon detach{flag}` removes them"
+    ))
+}
+
+/// `s` as one shell word: as it is when it needs no quoting, else in single quotes.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn a_plain_path_is_one_word_as_it_is() {
+        assert_eq!(shell_word("/sys/fs/bpf/rocemon-2"), "/sys/fs/bpf/rocemon-2");
+    }
+
+    #[test]
+    fn a_path_with_spaces_or_quotes_is_single_quoted() {
+        assert_eq!(shell_word("/tmp/my pins"), "'/tmp/my pins'");
+        assert_eq!(shell_word("/tmp/it's"), "'/tmp/it'\\''s'");
+    }
 }

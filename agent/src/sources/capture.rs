@@ -136,8 +136,17 @@ fn read_sniffed<R: Read>(
 fn sniff(input: &mut impl Read) -> Result<Vec<u8>, CaptureError> {
     let mut first = Vec::with_capacity(SNIFF);
     let read_error = |_| CaptureError::Corrupt("read error".into());
+    // The magic number first: input that is no capture is refused as soon as its first four
+    // bytes arrive (a pipe of garbage waited for 4 KiB or its end).
     input
-        .take(SNIFF as u64)
+        .take(MAGIC_LEN as u64)
+        .read_to_end(&mut first)
+        .map_err(read_error)?;
+    if first.len() == MAGIC_LEN && !is_capture_magic(&first) {
+        return Err(CaptureError::NotACapture);
+    }
+    input
+        .take((SNIFF - first.len()) as u64)
         .read_to_end(&mut first)
         .map_err(read_error)?;
     if let Some(len) = section_header_len(&first) {
@@ -150,6 +159,20 @@ fn sniff(input: &mut impl Read) -> Result<Vec<u8>, CaptureError> {
         }
     }
     Ok(first)
+}
+
+const MAGIC_LEN: usize = 4;
+
+/// Whether `m` (a file's first four bytes) is the magic number of a pcap file (micro- or
+/// nanosecond, modified, either byte order) or a pcapng section header block.
+fn is_capture_magic(m: &[u8]) -> bool {
+    const LEGACY: [u32; 3] = [0xa1b2_c3d4, 0xa1b2_3c4d, 0xa1b2_cd34];
+    let Ok(m): Result<[u8; 4], _> = m.try_into() else {
+        return false;
+    };
+    m == [0x0a, 0x0d, 0x0d, 0x0a]
+        || LEGACY.contains(&u32::from_le_bytes(m))
+        || LEGACY.contains(&u32::from_be_bytes(m))
 }
 
 /// The length a pcapng section header block at the start of `b` claims (its byte-order
