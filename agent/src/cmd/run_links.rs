@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 /// Loads and attaches everything configured on one interface.
 pub fn attach_one(iface: &str, config: &Config) -> Result<Attachment> {
-    let p = loader::attach(
+    let p = crate::kernel::attach::attach(
         iface,
         loader::AttachOptions {
             hooks: &config.hooks,
