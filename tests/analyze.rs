@@ -56,7 +56,7 @@ fn analyze_equals_tshark_on_every_fixture() {
             .unwrap()
             .iter()
             .map(|f| {
-                assert_eq!(u(&f["dport"]), 4791);
+                assert_eq!(u(&f["dport"]), 4791, "p {p:?}");
                 (
                     (
                         f["src"].as_str().unwrap().to_string(),

@@ -177,6 +177,40 @@ fn recorded_args<'a>(qp: &'a Path, cm: &'a Path, cfg: &'a Path) -> [&'a str; 6] 
     ]
 }
 
+/// CRC-16/XMODEM (polynomial 0x1021, not reflected, initial value 0), written here from
+/// its definition as the test's own oracle for the `crc16-1021` hash model.
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc = 0u16;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The path a switch hashing (source IP, destination IP, protocol 17, source port, 4791)
+/// with CRC-16/XMODEM puts an IPv4 RoCE flow on, out of `paths`.
+fn expected_path(src: [u8; 4], dst: [u8; 4], sport: u16, paths: u16) -> u64 {
+    let mut key = Vec::new();
+    key.extend_from_slice(&src);
+    key.extend_from_slice(&dst);
+    key.push(17);
+    key.extend_from_slice(&sport.to_be_bytes());
+    key.extend_from_slice(&4791u16.to_be_bytes());
+    u64::from(crc16_xmodem(&key) % paths)
+}
+
+#[test]
+fn the_test_oracle_crc16_xmodem_gives_the_standard_check_value() {
+    assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+}
+
 fn rdma_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["rdma", "--format", "json"];
     all.extend_from_slice(args);
@@ -230,7 +264,10 @@ fn rdma_counters_and_connections_from_recorded_output() {
     // 0x1234 x 0x5678: the drivers' formula gives 0xC01A (see sources::rdma).
     assert_eq!(conns[0]["sport"], 0xC01A);
     assert_eq!(conns[0]["src"], "10.0.0.1");
-    assert!(conns[0]["predicted_path"].as_u64().unwrap() < 4);
+    assert_eq!(
+        conns[0]["predicted_path"].as_u64().unwrap(),
+        expected_path([10, 0, 0, 1], [10, 0, 0, 2], 0xC01A, 4)
+    );
     // A host without RDMA devices or the rdma tool: no error, nothing listed.
     let out = rocemon(&[
         "rdma",
@@ -284,11 +321,31 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
         ),
     )
     .unwrap();
-    // The paths the offline command predicts for the same connections.
-    let j = rdma_json(&recorded_args(&qp, &cm, &cfg));
+    // The paths the test's own model gives the three connections: 10.0.0.1 to .2, .3, .4,
+    // source ports by the Linux drivers' formula from the QP numbers (4660 x 22136 gives
+    // 0xC01A, see `rdma_counters_and_connections_from_recorded_output`), computed here.
+    let sport = |l: u64, r: u64| {
+        let mut v = l * r;
+        v ^= v >> 20;
+        v ^= v >> 40;
+        let fl = v & 0xF_FFFF;
+        (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
+    };
+    assert_eq!(
+        sport(4660, 22136),
+        0xC01A,
+        "the drivers' formula as written here"
+    );
     let mut per_path = [0u64; 2];
-    for c in j["connections"].as_array().unwrap() {
-        per_path[c["predicted_path"].as_u64().unwrap() as usize] += 1;
+    for (k, dst) in [2u8, 3, 4].into_iter().enumerate() {
+        let k = k as u64;
+        let p = expected_path(
+            [10, 0, 0, 1],
+            [10, 0, 0, dst],
+            sport(4660 + k, 22136 + k),
+            2,
+        );
+        per_path[p as usize] += 1;
     }
     let mut agent = Agent::start(
         ns.name(),
@@ -337,7 +394,8 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
                 "rocemon_ecmp_predicted_path_elephants",
                 &[("path", &path)]
             ) as u64,
-            *n
+            *n,
+            "p {p:?}, n {n:?}"
         );
     }
     // Three elephants on two paths: at least one path carries two. A collision needs an empty

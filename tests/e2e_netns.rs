@@ -514,7 +514,8 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
         assert_eq!(
             f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
-            e.ecn[i]
+            e.ecn[i],
+            "i {i:?}, cp {cp:?}"
         );
     }
     assert_eq!(

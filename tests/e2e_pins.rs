@@ -168,13 +168,16 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     let run2 = pinned_links(&iface_pins).unwrap();
     assert_eq!(run2.len(), 2, "{run2:?}");
     for ((n1, l1), (n2, l2)) in run1.iter().zip(&run2) {
-        assert_eq!(n1, n2);
+        assert_eq!(n1, n2, "n1 {n1:?}, l1 {l1:?}, n2 {n2:?}, l2 {l2:?}");
         assert_eq!(l1.id, l2.id, "{n1}: the link itself stays");
         assert_ne!(
             l1.prog_id, l2.prog_id,
             "{n1}: the link runs the new program"
         );
-        assert_eq!(l1.prog_name, l2.prog_name);
+        assert_eq!(
+            l1.prog_name, l2.prog_name,
+            "n1 {n1:?}, l1 {l1:?}, n2 {n2:?}, l2 {l2:?}"
+        );
     }
 
     // Run 3, reconfigured: XDP in skb mode only. The tc link goes (it is no longer

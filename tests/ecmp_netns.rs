@@ -278,7 +278,7 @@ fn run_scenario(
                 lab.ups[uplink_of[&sp]].as_str(),
                 "{name}: uplink of {sp}"
             );
-            assert_eq!(f["group"], "spine");
+            assert_eq!(f["group"], "spine", "f {f:?}");
         } else {
             assert_eq!(f["elephant"], false, "{name}: light flow {sp}");
         }

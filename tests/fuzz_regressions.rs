@@ -20,9 +20,23 @@ fn capture_fuzz_regressions_and_seeds_replay_cleanly() {
             }
             let data = std::fs::read(e.path()).unwrap();
             let mut a = Analysis::new(AnalyzeOptions::default());
-            let _ = read_capture_from(std::io::Cursor::new(data.clone()), |_| {}, |f| a.frame(f));
+            let mut frames = 0u64;
+            let read = read_capture_from(
+                std::io::Cursor::new(data.clone()),
+                |_| {},
+                |f| {
+                    frames += 1;
+                    a.frame(f)
+                },
+            );
             a.finish();
-            let _ = rocemon::export::report::build(&a);
+            // Every frame the reader handed over is in the report, read error or not; a seed
+            // (a real capture) reads without one.
+            let report = rocemon::export::report::build(&a);
+            assert_eq!(report.frames, frames, "{dir}/{name}");
+            if dir.starts_with("seeds") {
+                assert!(read.is_ok(), "{dir}/{name}: {:?}", read.err());
+            }
             if dir.starts_with("seeds") {
                 seeds += 1;
             }

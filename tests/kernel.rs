@@ -134,7 +134,11 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
                 .counters
                 .capture_redirect_failures = want;
             for hook in Hook::ALL.into_iter().filter(|h| *h != Hook::AfXdp) {
-                assert_eq!(kernel[hook as usize].capture_redirect_failures, 0);
+                assert_eq!(
+                    kernel[hook as usize].capture_redirect_failures, 0,
+                    "{}, hook {hook:?}",
+                    fx.name
+                );
             }
         }
         for hook in Hook::ALL {
@@ -155,7 +159,7 @@ fn every_fixture_frame_through_every_program_matches_the_host_parser_and_tshark(
             );
         }
         let (flows, errors) = loader::read_flows(&ebpf).unwrap();
-        assert_eq!(errors, 0);
+        assert_eq!(errors, 0, "{}", fx.name);
         let kernel_flows: BTreeMap<FlowKey, FlowStats> = flows
             .into_iter()
             .map(|(k, s)| (k, comparable(&s)))

@@ -81,7 +81,11 @@ fn batches_land_in_their_milliseconds(switches: loader::Switches, now: fn() -> u
         let from = now();
         for d in &frames {
             let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-            assert_eq!(test_run(prog.fd().unwrap(), d, 1).unwrap().retval, XDP_PASS);
+            assert_eq!(
+                test_run(prog.fd().unwrap(), d, 1).unwrap().retval,
+                XDP_PASS,
+                "d {d:?}"
+            );
         }
         batches.push((from, now()));
         std::thread::sleep(std::time::Duration::from_millis(40));
@@ -127,7 +131,11 @@ fn switched_off_rhythm_leaves_the_ring_empty() {
     let start = rocemon::sources::maps::monotonic_ms();
     for d in &frames {
         let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-        assert_eq!(test_run(prog.fd().unwrap(), d, 1).unwrap().retval, XDP_PASS);
+        assert_eq!(
+            test_run(prog.fd().unwrap(), d, 1).unwrap().retval,
+            XDP_PASS,
+            "d {d:?}"
+        );
     }
     let end = rocemon::sources::maps::monotonic_ms();
     let ring = loader::read_ring(&ebpf, start - 1, end + 1).unwrap();

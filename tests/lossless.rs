@@ -57,7 +57,7 @@ fn pfc_frames_per_priority_equal_tshark() {
     let prios = j["pfc"]["priorities"].as_array().unwrap();
     assert_eq!(prios.len(), 8);
     for (i, x) in prios.iter().enumerate() {
-        assert_eq!(u(&x["priority"]), i as u64);
+        assert_eq!(u(&x["priority"]), i as u64, "i {i:?}, x {x:?}");
         assert_eq!(
             (u(&x["xoff"]), u(&x["xon"]), u(&x["quanta"])),
             (e.pfc[i].xoff, e.pfc[i].xon, e.pfc[i].quanta),

@@ -325,7 +325,7 @@ fn no_read_goes_past_fast_path_bytes() {
             inner: SliceReader(&f),
             deepest: Cell::new(0),
         };
-        assert!(parse_fast(&d).is_some());
+        assert!(parse_fast(&d).is_some(), "op {op:?}");
         assert!(
             d.deepest.get() <= FAST_PATH_BYTES,
             "opcode {op:#x} reads to {}",

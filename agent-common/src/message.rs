@@ -187,7 +187,7 @@ mod tests {
         let n: Vec<_> = MsgOp::ALL.iter().map(|o| o.name()).collect();
         assert_eq!(n, ["rdma_write", "rdma_read", "send"]);
         for o in MsgOp::ALL {
-            assert_eq!(Message::of(o, 1).op(), Some(o));
+            assert_eq!(Message::of(o, 1).op(), Some(o), "o {o:?}");
         }
         assert_eq!(Message::NONE.op(), None);
     }

@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn the_table_answers_as_the_rules() {
         for (i, c) in OpClass::ALL.iter().enumerate() {
-            assert_eq!(*c as usize, i);
+            assert_eq!(*c as usize, i, "i {i:?}, c {c:?}");
         }
         for op in 0..=255u8 {
             assert_eq!(transport(op), compute_transport(op), "{op:#x}");
@@ -407,7 +407,8 @@ mod tests {
             assert_eq!(transport(op), expect, "opcode {op:#04x}");
             assert_eq!(
                 name_parts(op).is_some(),
-                !matches!(expect, Transport::Vendor | Transport::Reserved)
+                !matches!(expect, Transport::Vendor | Transport::Reserved),
+                "op {op:?}"
             );
         }
     }
@@ -477,7 +478,10 @@ mod tests {
             );
         }
         for op in 0u16..=255 {
-            assert!(ext_layout(op as u8).len as usize <= MAX_CHAIN_LEN);
+            assert!(
+                ext_layout(op as u8).len as usize <= MAX_CHAIN_LEN,
+                "op {op:?}"
+            );
         }
     }
 }

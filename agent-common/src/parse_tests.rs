@@ -58,17 +58,18 @@ fn ipv6_traffic_class_ecn_and_addresses() {
         r.dscp = 0x2E;
         r.dma_len = 4096;
         let i = p(&r.frame()).unwrap();
-        assert_eq!(i.ip_version, 6);
-        assert_eq!(i.ecn, ecn);
+        assert_eq!(i.ip_version, 6, "ecn {ecn:?}");
+        assert_eq!(i.ecn, ecn, "ecn {ecn:?}");
         assert_eq!(
             i.src,
             ip("fd77::2")
                 .to_string()
                 .parse::<std::net::Ipv6Addr>()
                 .unwrap()
-                .octets()
+                .octets(),
+            "ecn {ecn:?}"
         );
-        assert_eq!(i.reth_dma_len, Some(4096));
+        assert_eq!(i.reth_dma_len, Some(4096), "ecn {ecn:?}");
     }
 }
 
@@ -140,8 +141,8 @@ fn every_opcode_parses_complete() {
         r.payload = 3;
         let i = p(&r.frame()).unwrap_or_else(|e| panic!("opcode {op:#x}: {e:?}"));
         assert_eq!(i.outcome, Outcome::Roce, "opcode {op:#x}");
-        assert_eq!(i.bth.opcode, op as u8);
-        assert_eq!(i.bth.pad_count, 1);
+        assert_eq!(i.bth.opcode, op as u8, "op {op:?}");
+        assert_eq!(i.bth.pad_count, 1, "op {op:?}");
     }
 }
 
@@ -151,7 +152,7 @@ fn ipv4_options_are_skipped() {
         let mut r = v4();
         r.ipv4_options = opts;
         r.psn = 99;
-        assert_eq!(p(&r.frame()).unwrap().bth.psn, 99);
+        assert_eq!(p(&r.frame()).unwrap().bth.psn, 99, "opts {opts:?}");
     }
 }
 
@@ -398,8 +399,8 @@ fn linux_cooked_captures() {
 #[test]
 fn outcome_table_is_consistent() {
     for (i, o) in Outcome::ALL.iter().enumerate() {
-        assert_eq!(*o as usize, i);
-        assert!(!o.name().is_empty());
+        assert_eq!(*o as usize, i, "i {i:?}, o {o:?}");
+        assert!(!o.name().is_empty(), "i {i:?}, o {o:?}");
     }
     assert_eq!(Outcome::Roce.kind(), OutcomeKind::Roce);
     assert_eq!(Outcome::UdpOtherPort.kind(), OutcomeKind::NotRoce);

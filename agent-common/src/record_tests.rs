@@ -35,12 +35,12 @@ fn layout_has_no_implicit_padding() {
 #[test]
 fn discriminants_are_contiguous() {
     for (i, o) in Outcome::ALL.iter().enumerate() {
-        assert_eq!(*o as u32, i as u32);
-        assert_eq!(outcome_of(i as u32), *o);
+        assert_eq!(*o as u32, i as u32, "i {i:?}, o {o:?}");
+        assert_eq!(outcome_of(i as u32), *o, "i {i:?}, o {o:?}");
     }
     for (i, k) in TunnelKind::ALL.iter().enumerate() {
-        assert_eq!(*k as u8, i as u8);
-        assert_eq!(tunnel_kind_of(i as u8), *k);
+        assert_eq!(*k as u8, i as u8, "i {i:?}, k {k:?}");
+        assert_eq!(tunnel_kind_of(i as u8), *k, "i {i:?}, k {k:?}");
     }
     assert_eq!(outcome_of(Outcome::COUNT as u32), Outcome::NotIp);
     assert_eq!(tunnel_kind_of(200), TunnelKind::None);
@@ -72,7 +72,7 @@ fn an_offloaded_tag_is_the_outermost_priority_of_plain_roce_only() {
 #[test]
 fn every_outcome_round_trips() {
     for o in Outcome::ALL {
-        assert_eq!(round_trip(&Parsed::Other(o)), Parsed::Other(o));
+        assert_eq!(round_trip(&Parsed::Other(o)), Parsed::Other(o), "o {o:?}");
     }
 }
 
@@ -112,13 +112,15 @@ proptest! {
     }
 
     #[test]
-    fn any_record_loads_without_panicking(bytes in proptest::collection::vec(any::<u8>(), core::mem::size_of::<PacketRecord>())) {
+    fn any_record_loads_as_a_parse_result_it_carries_again(bytes in proptest::collection::vec(any::<u8>(), core::mem::size_of::<PacketRecord>())) {
         let mut r = PacketRecord::default();
         // SAFETY: PacketRecord is plain integers: every bit pattern is valid.
         unsafe {
             core::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut r as *mut PacketRecord).cast::<u8>(), bytes.len());
         }
-        let _ = r.load();
+        // Whatever a record holds, it loads as a parse result that a record carries intact.
+        let p = r.load();
+        prop_assert_eq!(round_trip(&p), p);
     }
 }
 

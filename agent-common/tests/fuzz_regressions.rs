@@ -23,7 +23,7 @@ fn replay(dir: &Path) -> usize {
             let p = parse_record(&SliceReader(&data), link);
             c.record(&p, data.len() as u64, &TrafficClasses::DEFAULT);
             if p.is_roce() {
-                let _ = p.flow_key(Hook::Xdp);
+                assert_eq!(p.flow_key(Hook::Xdp).hook, Hook::Xdp as u8, "{name}");
                 c.record_flow(&f.record(&p, data.len() as u64, 0));
             }
         }

@@ -79,7 +79,7 @@ fn a_slow_step_is_flagged_once() {
 fn steps_carry_their_bytes() {
     let r = detect(&job(100, 20, 0, 20, None));
     for s in &r.steps {
-        assert_eq!(s.bytes, 20 * 64 * 1024);
+        assert_eq!(s.bytes, 20 * 64 * 1024, "s {s:?}");
     }
     assert_eq!(r.steps.len(), 19);
 }

@@ -494,7 +494,7 @@ mod tests {
     fn an_unknown_user_costs_what_the_configured_users_cost() {
         for c in [4u32, 6] {
             let users = BTreeMap::from([("p".to_string(), bcrypt::hash("pw", c).unwrap())]);
-            assert_eq!(cost(&dummy_hash(&users)), c);
+            assert_eq!(cost(&dummy_hash(&users)), c, "c {c:?}");
         }
         let users = BTreeMap::from([
             ("a".to_string(), bcrypt::hash("pw", 4).unwrap()),

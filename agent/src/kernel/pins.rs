@@ -507,7 +507,17 @@ mod tests {
     #[test]
     fn the_layout_tag_follows_the_flow_map_size() {
         let tag = |v4, v6| layout_tag(FlowMapSizes { ipv4: v4, ipv6: v6 });
-        assert_eq!(tag(1024, 1024), tag(1024, 1024));
+        // One layout, however its sizes are given: the same tag (pins of one run are found by
+        // the next), of the documented shape.
+        assert_eq!(tag(1024, 1024), layout_tag(FlowMapSizes::both(1024)));
+        let t = tag(1024, 1024);
+        let hex = t.strip_prefix("maps-").expect("maps- prefix");
+        assert_eq!(hex.len(), 16, "{t}");
+        assert!(
+            hex.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+            "{t}"
+        );
         assert_ne!(tag(1024, 1024), tag(2048, 2048));
         assert_ne!(tag(1024, 16), tag(1024, 1024), "the IPv6 map's size");
         assert_ne!(tag(16, 1024), tag(1024, 1024), "the IPv4 map's size");

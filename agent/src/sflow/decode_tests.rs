@@ -32,17 +32,29 @@ fn a_flow_sample_and_its_expanded_form_read_the_same() {
     for expanded in [false, true] {
         let buf = v4_flow(expanded);
         let d = decode(&buf).unwrap();
-        assert_eq!(d.header.sub_agent, 3);
-        assert_eq!(d.header.sequence, 42);
-        assert!(d.problems.is_empty());
+        assert_eq!(d.header.sub_agent, 3, "expanded {expanded:?}");
+        assert_eq!(d.header.sequence, 42, "expanded {expanded:?}");
+        assert!(d.problems.is_empty(), "expanded {expanded:?}");
         let Sample::Flow(f) = &d.samples[0] else {
             panic!("{:?}", d.samples);
         };
-        assert_eq!((f.sampling_rate, f.source_index), (4096, 12));
-        assert_eq!((f.input, f.output), (Port::IfIndex(5), Port::Other));
+        assert_eq!(
+            (f.sampling_rate, f.source_index),
+            (4096, 12),
+            "expanded {expanded:?}"
+        );
+        assert_eq!(
+            (f.input, f.output),
+            (Port::IfIndex(5), Port::Other),
+            "expanded {expanded:?}"
+        );
         let h = f.header.unwrap();
-        assert_eq!((h.frame_length, h.header.len()), (1500, 63));
-        assert_eq!(f.switch.unwrap().src_vlan, 100);
+        assert_eq!(
+            (h.frame_length, h.header.len()),
+            (1500, 63),
+            "expanded {expanded:?}"
+        );
+        assert_eq!(f.switch.unwrap().src_vlan, 100, "expanded {expanded:?}");
     }
 }
 
@@ -81,8 +93,11 @@ fn an_ipv6_agent_and_counters() {
 #[test]
 fn every_cut_of_a_datagram_decodes_or_fails_without_panic() {
     let buf = v4_flow(true);
+    let whole = decode(&buf);
+    assert!(whole.is_ok());
     for n in 0..buf.len() {
-        let _ = decode(&buf[..n]);
+        // A cut datagram never reads as the whole one: it fails, or says what was cut.
+        assert_ne!(decode(&buf[..n]), whole, "cut at {n} of {}", buf.len());
     }
     assert_eq!(decode(&buf[..20]), Err(Malformed::TruncatedHeader));
 }
@@ -91,8 +106,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(4000))]
 
     #[test]
-    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..600)) {
-        let _ = decode(&data);
+    fn arbitrary_bytes_decode_within_their_bounds(data in proptest::collection::vec(any::<u8>(), 0..600)) {
+        // Never more samples than the header claims, never from fewer bytes than a header
+        // with an IPv4 agent takes (28).
+        if let Ok(d) = decode(&data) {
+            prop_assert!(d.samples.len() <= d.header.num_samples as usize);
+            prop_assert!(data.len() >= 28, "{} bytes decoded", data.len());
+        }
     }
 
     #[test]
@@ -100,8 +120,16 @@ proptest! {
         let mut buf = v4_flow(at % 2 == 0);
         let n = buf.len();
         buf[at % n] ^= x;
-        let _ = decode(&buf[..cut.min(n)]);
+        let d = &buf[..cut.min(n)];
         let mut c = super::super::collector::Collector::default();
-        c.datagram(&buf[..cut.min(n)], 0);
+        c.datagram(d, 0);
+        // The collector counts what the decoder says: a datagram, or its error by reason.
+        match decode(d) {
+            Ok(_) => prop_assert_eq!(c.datagrams, 1),
+            Err(m) => {
+                prop_assert_eq!(c.datagrams, 0);
+                prop_assert_eq!(c.malformed.get(&m).copied(), Some(1));
+            }
+        }
     }
 }

@@ -152,7 +152,11 @@ fn a_file_cut_inside_a_record_has_a_truncated_tail() {
         let (seen, truncated) = walk(&file[..cut], false, 64).unwrap();
         assert!(truncated, "cut at {cut}");
         assert_eq!(seen, whole[..seen.len()], "cut at {cut}");
-        assert_eq!(walk(&file[..cut], true, 0).unwrap(), (seen, true));
+        assert_eq!(
+            walk(&file[..cut], true, 0).unwrap(),
+            (seen, true),
+            "cut {cut:?}"
+        );
     }
 }
 

@@ -170,7 +170,12 @@ fn truncated_and_foreign_answers_are_errors_or_nothing() {
     let full = dcb_answer([1; 8], [2; 8]);
     for cut in 0..full.len() {
         // never a panic; a cut answer decodes to an error or to no PFC
-        let _ = dcb::decode_reply(&full[..cut]);
+        let r = dcb::decode_reply(&full[..cut]);
+        assert!(
+            matches!(r, Err(_) | Ok(None)),
+            "cut at {cut} of {}: {r:?}",
+            full.len()
+        );
     }
     assert!(dcb::decode_reply(&full[..10]).is_err());
     let mut other = full.clone();

@@ -245,7 +245,7 @@ mod tests {
         );
         for (a, b) in [(1u32, 2u32), (0x1f, 0x2e1), (0x80_0001, 0x3), (0, 7)] {
             assert_eq!(udp_sport(a, b), udp_sport(b, a), "the same on both sides");
-            assert!(udp_sport(a, b) >= 0xC000);
+            assert!(udp_sport(a, b) >= 0xC000, "a {a:?}, b {b:?}");
         }
     }
 
