@@ -269,3 +269,106 @@ fn nothing_to_watch_names_both_ways() {
         "or --sflow-listen ADDR to collect sFlow only",
     );
 }
+
+/// `rocemon ARGS` must refuse with exit 2 and the needle (the problem and the fix).
+macro_rules! command_errors {
+    ($($name:ident: [$($arg:expr),*] => $needle:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            assert_usage_error(&rocemon(&[$($arg),*]), $needle);
+        }
+    )*};
+}
+
+command_errors! {
+    analyze_max_flows_zero: ["analyze", "--max-flows", "0", "x.pcap"]
+        => "--max-flows must be at least 1";
+    analyze_stdin_twice: ["analyze", "-", "-"]
+        => "standard input (-) can be given once; name the other captures by their files";
+    analyze_link_speed_zero: ["analyze", "--link-speed", "0", "x.pcap"]
+        => "--link-speed 0 is not a link speed; give Gb/s above 0, e.g. --link-speed 400";
+    top_ca_file_missing: ["top", "--addr", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem"]
+        => "--ca-file /nonexistent/ca.pem";
+    top_password_file_missing: ["top", "--addr", "127.0.0.1:1", "--user", "u", "--password-file", "/nonexistent/pw"]
+        => "--password-file /nonexistent/pw";
+    top_user_without_password: ["top", "--addr", "127.0.0.1:1", "--user", "u"]
+        => "--user needs a password: --password-file FILE or ROCEMON_PASSWORD";
+}
+
+file_errors! {
+    web_request_timeout_zero: "[web]\nrequest_timeout_seconds = 0.0" => "web.request_timeout_seconds 0 is out of range; use 0.1 to 300";
+    web_concurrent_requests_zero: "[web]\nmax_concurrent_requests = 0" => "web.max_concurrent_requests 0 is out of range; use 1 to 1000";
+    web_header_timeout_too_long: "[web]\nheader_timeout_seconds = 301.0" => "web.header_timeout_seconds 301 is out of range; use 0.1 to 300";
+    web_per_client_zero: "[web]\nmax_connections_per_client = 0" => "web.max_connections_per_client 0 is out of range; use 1 to 10000";
+    web_config_file_missing: "[web]\nconfig_file = \"/nonexistent/web.yml\"" => "/nonexistent/web.yml";
+}
+
+/// `rdma -j` output that is not JSON names the source and the parser's words.
+#[test]
+fn unparsable_rdma_output_is_named() {
+    let (_dir, path) = config_file("this is not rdma -j output");
+    assert_usage_error(
+        &rocemon(&["rdma", "--qp-json", path.to_str().unwrap()]),
+        "cannot parse `rdma -j res` output",
+    );
+}
+
+/// A capture the user may not read (as root nothing is unreadable, so the test drops to
+/// nobody for the run).
+#[test]
+fn a_capture_without_read_permission_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !rocemon_testkit::require_root("dropping to another user") {
+        return;
+    }
+    let dir = TempDir::new("rocemon-perm").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = dir.path().join("secret.pcap");
+    std::fs::write(&p, b"\xd4\xc3\xb2\xa1").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(BIN)
+        .args(["analyze", p.to_str().unwrap()])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run rocemon as nobody");
+    assert_usage_error(&out, "Permission denied");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secret.pcap"),
+        "the file is named"
+    );
+}
+
+/// AF_XDP capture serves at most 64 receive queues: an interface with more is refused with
+/// the `ethtool -L` that fixes it.
+#[test]
+fn afxdp_on_an_interface_with_too_many_queues_is_refused() {
+    use rocemon_testkit::netns::VethPair;
+    if !rocemon_testkit::require_root("namespaces and veth pairs") {
+        return;
+    }
+    let pair = VethPair::with_queues("rcqmax", 65).unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &pair.ns_a, BIN])
+        .args([
+            "run",
+            "--iface",
+            &pair.a_if,
+            "--capture",
+            "afxdp",
+            "--no-pin",
+        ])
+        .args(["--listen", "127.0.0.1:9449"])
+        .output()
+        .unwrap();
+    assert_usage_error(
+        &out,
+        "has 65 receive queues; AF_XDP capture serves at most 64",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ethtool -L"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
