@@ -403,8 +403,12 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
         .unwrap();
-    // The peer's neighbour entry may point at the old state: wait for the link to carry.
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait for the link to carry (operationally up on both ends) before replaying.
+    let t = std::time::Instant::now();
+    while !link_details(ns, ifn).unwrap().contains("state UP") {
+        assert!(t.elapsed() < Duration::from_secs(30), "{ifn} never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     send_and_count(&mut agent, "after a rename away and back");
 
     let log = agent.stop_ok();

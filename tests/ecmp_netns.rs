@@ -169,7 +169,22 @@ fn run_scenario(
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Two more polls: the views below are of a poll after the last elephant entered.
+    let polls = |m: &str| metric_sum(m, "rocemon_poll_duration_seconds_count", &[]);
+    let (_, m) = http_get_in(&lab.r, ADDR, "/metrics").unwrap();
+    let want = polls(&m) + 2.0;
+    let t = std::time::Instant::now();
+    loop {
+        let (_, m) = http_get_in(&lab.r, ADDR, "/metrics").unwrap();
+        if polls(&m) >= want {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{name}: no more polls"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let ecmp = api(lab, "/api/v1/ecmp");
     let flows = api(lab, "/api/v1/flows");
     let (_, metrics) = http_get_in(&lab.r, ADDR, "/metrics").unwrap();

