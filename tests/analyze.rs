@@ -186,7 +186,8 @@ fn table_output_and_bad_files() {
     assert!(out.status.success());
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["truncated_tail"], Value::Bool(true));
-    assert_eq!(u(&j["frames"]), 623);
+    // Every frame but the last (30 bytes of it are gone): the whole file's count from tshark.
+    assert_eq!(u(&j["frames"]), tshark::expected(&p).unwrap().frames - 1);
 }
 
 fn nak_codes_from_tshark(e: &tshark::Expected) -> ([u64; 5], u64) {

@@ -130,18 +130,30 @@ fn pinned_counters_survive_a_restart_and_detach_removes_everything() {
     // slots (pinned with the flow maps); the new agent flushed them into the maps.
     let (_, doc) = http_get_in(ns, ADDR, "/api/v1/flows?limit=100000").unwrap();
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
-    let flow_packets: u64 = doc["flows"]
+    let got: std::collections::BTreeMap<(String, String, u16, u32), u64> = doc["flows"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["hook"] == "xdp")
-        .map(|f| f["packets"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        flow_packets,
-        2 * e.roce_packets,
-        "XDP flows after the restart"
-    );
+        .map(|f| {
+            (
+                (
+                    f["src"].as_str().unwrap().to_string(),
+                    f["dst"].as_str().unwrap().to_string(),
+                    f["sport"].as_u64().unwrap() as u16,
+                    f["dest_qp"].as_u64().unwrap() as u32,
+                ),
+                f["packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // Each flow twice what tshark sees in the capture (two replays).
+    let want: std::collections::BTreeMap<_, _> = e
+        .flows
+        .iter()
+        .map(|(k, f)| (k.clone(), 2 * f.packets))
+        .collect();
+    assert_eq!(got, want, "XDP flows after the restart");
     pair.replay_from_b(&path).unwrap();
     let body = wait_for(&mut agent, 3 * e.roce_packets);
     assert_eq!(packets(&body, "xdp"), 3 * e.roce_packets);
