@@ -261,6 +261,10 @@ pub struct AnalyzeArgs {
     /// seconds at this speed.
     #[arg(long, value_name = "GBPS", default_value_t = rocemon_defaults::LINK_SPEED_GBPS)]
     pub link_speed: f64,
+    /// A priority paused without a break for longer than this is a PFC storm (a finding;
+    /// SONiC's PFC watchdog detects in 0.2 s).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
+    pub pfc_storm_seconds: f64,
 }
 
 /// Defaults shared by flags and code (they live with the analysis they configure).

@@ -104,6 +104,14 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         .into());
     }
     opts.link_speed_bps = (args.link_speed * 1e9) as u64;
+    if !(args.pfc_storm_seconds.is_finite() && (0.001..=3600.0).contains(&args.pfc_storm_seconds)) {
+        return Err(UsageError::BadConfig(format!(
+            "--pfc-storm-seconds {} is out of range; use 0.001 to 3600 (e.g. 0.2, as SONiC's PFC watchdog)",
+            args.pfc_storm_seconds
+        ))
+        .into());
+    }
+    opts.pfc_storm_ns = (args.pfc_storm_seconds * 1e9) as u64;
     if let Some(bps) = args.elephant_bps {
         opts.elephant.threshold_bytes_per_second = bps;
         opts.elephant.validate().map_err(UsageError::BadConfig)?;

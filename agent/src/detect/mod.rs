@@ -2,8 +2,11 @@
 //! switch hash models the predicted view uses. PSN/NAK health is counted per packet in
 //! `agent-common::psn` (kernel and analyze alike) and only reported from here. [`rhythm`]: the
 //! training job's step rhythm from RoCE bytes over time.
+pub mod cnp_response;
 pub mod ecmp;
 pub mod elephant;
+pub mod findings;
 pub mod hash;
+pub mod pause;
 pub mod rhythm;
 pub mod steps;

@@ -33,6 +33,16 @@ pub struct Step {
     pub bytes: u64,
     /// Longer than [`SLOW_FACTOR`] times the median of the recent steps.
     pub slow: bool,
+    /// What explains a slow step's extra time, most first (empty when not slow, and live).
+    pub causes: Vec<Cause>,
+}
+
+/// A cause of a slow step and the share of its extra time it explains.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cause {
+    /// pfc_pause, congestion, unexplained.
+    pub kind: &'static str,
+    pub share: f64,
 }
 
 /// What the series shows.
@@ -162,6 +172,7 @@ fn steps(s: &Series, p: f64) -> (Vec<Step>, f64) {
             seconds: (b - a) as f64 * BUCKET_NS as f64 / 1e9,
             bytes: seg.iter().sum(),
             slow: false,
+            causes: Vec::new(),
         });
         active_share.push(seg.iter().filter(|&&v| v > 0).count() as f64 / seg.len() as f64);
     }

@@ -6,6 +6,7 @@ pub mod http;
 pub mod metrics;
 pub mod named;
 pub mod report;
+pub mod report_findings;
 pub mod report_html;
 pub mod report_html_views;
 pub mod report_lossless;

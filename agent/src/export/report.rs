@@ -46,6 +46,8 @@ pub struct Report {
     pub training_sources: Vec<crate::pipeline::training::SourceRhythm>,
     /// sFlow datagrams in the capture (UDP 6343); null when there are none.
     pub sflow: Option<crate::sflow::report::SflowReport>,
+    /// What the counts mean: most serious first (see `docs/runbook.md`).
+    pub findings: Vec<crate::detect::findings::Finding>,
 }
 
 #[derive(Serialize, Debug)]
@@ -89,6 +91,9 @@ pub struct Roce {
     pub lossy: lossless::Lossy,
     /// RDMA messages: WRITE and READ by their RETH DMA length, SEND by their payloads.
     pub messages: Vec<crate::pipeline::training::MessageReport>,
+    /// CE-marked packets paired with the CNPs their receivers sent back (DCQCN's
+    /// notification point).
+    pub cnp_response: crate::detect::cnp_response::CnpReport,
 }
 
 #[derive(Serialize, Debug)]
@@ -265,7 +270,7 @@ pub fn build(a: &Analysis) -> Report {
             periods: periods.clone(),
         })
         .collect();
-    Report {
+    let mut r = Report {
         frames: c.frames,
         bytes: c.frame_bytes,
         duration_seconds: a.duration_seconds(),
@@ -304,6 +309,7 @@ pub fn build(a: &Analysis) -> Report {
             cnp_classes: lossless::cnp_classes(c),
             lossy: lossless::lossy(c, &a.options().classes),
             messages: crate::pipeline::training::messages(c),
+            cnp_response: a.cnp.report(),
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
@@ -328,7 +334,14 @@ pub fn build(a: &Analysis) -> Report {
         elephants,
         ecmp: a.ecmp.clone(),
         flows,
+        findings: Vec::new(),
+    };
+    for p in r.pfc.priorities.iter_mut() {
+        p.paused_seconds = Some(a.pause.paused_seconds(usize::from(p.priority)));
     }
+    super::report_training::explain_slow_steps(a, &mut r.training);
+    r.findings = super::report_findings::findings(a, &r);
+    r
 }
 
 fn pct(n: u64, d: u64) -> String {
@@ -358,6 +371,7 @@ pub fn human_bytes(b: f64) -> String {
 /// The summary table: totals, opcodes, ECN, CNPs, parse outcomes and the top flows.
 pub fn table(r: &Report, top: usize) -> String {
     let mut s = String::new();
+    super::report_findings::table(&mut s, &r.findings);
     let _ = writeln!(
         s,
         "Frames      {:>12}   {} over {:.3} s",

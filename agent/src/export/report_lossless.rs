@@ -16,12 +16,16 @@ pub struct Pfc {
     pub link_speed_bps: u64,
 }
 
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct PfcPriority {
     pub priority: u8,
     pub xoff: u64,
     pub xon: u64,
     pub quanta: u64,
+    /// Wall time paused: the union of the pause intervals at the link speed (a refreshed
+    /// XOFF extends the pause, an XON ends it). Known where the frames' times are (analyze);
+    /// null live.
+    pub paused_seconds: Option<f64>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -87,6 +91,7 @@ pub fn pfc(c: &HookCounters, link_speed_bps: u64) -> Pfc {
                 xoff: c.pfc_xoff[p],
                 xon: c.pfc_xon[p],
                 quanta: c.pfc_quanta[p],
+                paused_seconds: None,
             })
             .collect(),
         link_speed_bps,

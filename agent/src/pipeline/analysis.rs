@@ -38,6 +38,8 @@ pub struct AnalyzeOptions {
     pub classes: TrafficClasses,
     /// The captured link's speed, bits per second: pause quanta to seconds.
     pub link_speed_bps: u64,
+    /// A priority paused without a break for longer than this is a PFC storm.
+    pub pfc_storm_ns: u64,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
     /// The sFlow collector's bounds, allow-list and protected groups.
@@ -57,6 +59,7 @@ impl Default for AnalyzeOptions {
             max_flows: defaults::MAX_FLOWS,
             classes: TrafficClasses::DEFAULT,
             link_speed_bps: defaults::LINK_SPEED_BPS,
+            pfc_storm_ns: crate::detect::pause::DEFAULT_STORM_NS,
             sflow_groups: Vec::new(),
             sflow_limits: Default::default(),
             parallel: true,
@@ -93,6 +96,10 @@ pub struct Analysis {
     pub training: crate::pipeline::training::Training,
     /// The sFlow fabric view, ticked with the flow table.
     pub fabric: crate::sflow::fabric::Fabric,
+    /// Pause intervals per priority: the wall time paused, and the storms.
+    pub pause: crate::detect::pause::PauseTracker,
+    /// CE-marked packets paired with their CNPs.
+    pub cnp: crate::detect::cnp_response::CnpResponse,
     opts: AnalyzeOptions,
     /// The flow side until [`Analysis::finish`] takes its results.
     runner: Option<Runner>,
@@ -115,6 +122,8 @@ impl Analysis {
             timeline: crate::pipeline::timeline::Timeline::new(),
             sflow: Default::default(),
             fabric: Default::default(),
+            pause: crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns),
+            cnp: Default::default(),
             training: Default::default(),
             opts,
             runner: Some(Runner::new(side, parallel)),
@@ -152,6 +161,19 @@ impl Analysis {
                 }
                 return;
             }
+            if let Some(control) = rec.mac_control() {
+                let mac: [u8; 6] = f
+                    .data
+                    .get(6..12)
+                    .and_then(|m| m.try_into().ok())
+                    .unwrap_or_default();
+                *step = Step::Pause {
+                    ts_ns,
+                    control,
+                    mac,
+                };
+                return;
+            }
             *step = match rec.outcome() {
                 agent_common::Outcome::UdpOtherPort => match sflow_datagram(&f) {
                     Some(d) => Step::Sflow {
@@ -184,6 +206,9 @@ impl Analysis {
         self.ecmp = side.ecmp;
         self.timeline = side.timeline;
         self.training = side.training;
+        side.pause.finish();
+        self.pause = side.pause;
+        self.cnp = side.cnp;
     }
 
     /// Capture span in seconds.

@@ -36,6 +36,12 @@ pub enum Step {
     },
     /// An sFlow datagram (UDP 6343), copied out of the frame.
     Sflow { ts_ns: u64, datagram: Vec<u8> },
+    /// A PFC or PAUSE frame from the MAC address `mac`.
+    Pause {
+        ts_ns: u64,
+        control: agent_common::headers::mac_control::MacControl,
+        mac: [u8; 6],
+    },
 }
 
 /// The flow side's state.
@@ -55,6 +61,10 @@ pub struct FlowSide {
     pub counters: HookCounters,
     next_tick_ns: u64,
     peaks: BTreeMap<FlowKey, f64>,
+    /// Pause intervals per priority (the union at the link's speed).
+    pub pause: crate::detect::pause::PauseTracker,
+    /// CE-marked packets paired with their CNPs.
+    pub cnp: crate::detect::cnp_response::CnpResponse,
 }
 
 impl FlowSide {
@@ -62,6 +72,7 @@ impl FlowSide {
         let mut flows = FlowTable::new(vec!["capture".into()]);
         flows.tau_s = opts.rate_window_s;
         flows.max_flows = Some(opts.max_flows);
+        let pause = crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns);
         FlowSide {
             sflow: crate::sflow::collector::Collector::new(opts.sflow_limits.clone()),
             opts,
@@ -74,6 +85,8 @@ impl FlowSide {
             counters: HookCounters::ZERO,
             next_tick_ns: 0,
             peaks: BTreeMap::new(),
+            pause,
+            cnp: Default::default(),
         }
     }
 
@@ -97,6 +110,7 @@ impl FlowSide {
                 let key = info.flow_key(Hook::Xdp);
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
+                self.cnp.packet(&info, &key, ts_ns);
                 let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
                 let (ev, created) = self.flows.record_hashed(hash, 0, key, &info, len, ts_ns);
                 if created {
@@ -107,6 +121,14 @@ impl FlowSide {
             Step::Sflow { ts_ns, datagram } => {
                 self.advance(ts_ns);
                 self.sflow.datagram(&datagram, ts_ns);
+            }
+            Step::Pause {
+                ts_ns,
+                control,
+                mac,
+            } => {
+                self.advance(ts_ns);
+                self.pause.frame(ts_ns, &control, mac);
             }
         }
     }

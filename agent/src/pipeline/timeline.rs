@@ -101,6 +101,28 @@ impl Timeline {
     pub fn buckets(&self) -> &[Bucket] {
         &self.buckets
     }
+
+    /// The time of the first bucket's start (the first RoCE packet).
+    pub fn start_ns(&self) -> Option<u64> {
+        self.start_ns
+    }
+
+    /// RoCE packets and CE-marked ones in the buckets that overlap `[from_ns, to_ns)`.
+    pub fn packets_and_ce(&self, from_ns: u64, to_ns: u64) -> (u64, u64) {
+        let Some(start) = self.start_ns else {
+            return (0, 0);
+        };
+        let (lo, hi) = (from_ns.saturating_sub(start), to_ns.saturating_sub(start));
+        let w = self.width_ns.max(1);
+        let first = (lo / w) as usize;
+        let last = (hi.saturating_sub(1) / w) as usize;
+        self.buckets
+            .iter()
+            .enumerate()
+            .skip(first)
+            .take_while(|(i, _)| *i <= last)
+            .fold((0, 0), |(p, c), (_, b)| (p + b.packets, c + b.ce))
+    }
 }
 
 #[cfg(test)]

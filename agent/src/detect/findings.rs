@@ -1,0 +1,396 @@
+//! Findings: what the counts mean, for a person. Each one says what it is about (`subject`),
+//! in one plain sentence with numbers and units (`summary`), on which figures it rests
+//! (`evidence`), when (`start_s`..`end_s`: seconds from the capture's first frame) and where
+//! to read on (`runbook`, an entry of `docs/runbook.md` per kind). The detectors here take
+//! plain figures, so that every source that has them (a capture, the live agent) finds the
+//! same things the same way.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// Every kind of finding, each with its runbook entry.
+pub const KINDS: [&str; 11] = [
+    "slow_step",
+    "pfc_storm",
+    "congestion",
+    "cnp_missing",
+    "retransmissions",
+    "ecmp_collision",
+    "shared_5tuple",
+    "elephant",
+    "lossy_roce",
+    "cnp_ignored",
+    "link_down",
+];
+
+/// The runbook entry of a kind (relative to the repository).
+pub fn runbook(kind: &str) -> String {
+    format!("docs/runbook.md#{kind}")
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub subject: String,
+    pub summary: String,
+    pub evidence: BTreeMap<&'static str, Value>,
+    pub runbook: String,
+}
+
+impl Finding {
+    fn new(kind: &'static str, severity: Severity, span: (f64, f64), subject: String) -> Self {
+        Finding {
+            kind,
+            severity,
+            start_s: span.0,
+            end_s: span.1,
+            subject,
+            summary: String::new(),
+            evidence: BTreeMap::new(),
+            runbook: runbook(kind),
+        }
+    }
+
+    fn say(mut self, summary: String) -> Self {
+        self.summary = summary;
+        self
+    }
+
+    fn with(mut self, key: &'static str, v: Value) -> Self {
+        self.evidence.insert(key, v);
+        self
+    }
+}
+
+/// Most serious first, then earliest.
+pub fn sort(f: &mut [Finding]) {
+    f.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.start_s.total_cmp(&b.start_s))
+            .then(a.kind.cmp(b.kind))
+            .then(a.subject.cmp(&b.subject))
+    });
+}
+
+/// A rate in bits per second as a person reads it.
+pub fn bits_per_second(bytes_per_second: f64) -> String {
+    let b = bytes_per_second * 8.0;
+    let (v, unit) = if b >= 1e9 {
+        (b / 1e9, "Gb/s")
+    } else if b >= 1e6 {
+        (b / 1e6, "Mb/s")
+    } else if b >= 1e3 {
+        (b / 1e3, "kb/s")
+    } else {
+        (b, "b/s")
+    };
+    format!("{v:.1} {unit}")
+}
+
+/// A duration as a person reads it.
+pub fn duration(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+/// A continuous pause longer than the storm threshold.
+pub struct Storm<'a> {
+    pub priority: u8,
+    pub span: (f64, f64),
+    pub xoff_frames: u64,
+    pub mac: &'a str,
+    pub threshold_s: f64,
+}
+
+pub fn pfc_storm(s: &Storm<'_>) -> Finding {
+    let secs = s.span.1 - s.span.0;
+    Finding::new(
+        "pfc_storm",
+        Severity::Critical,
+        s.span,
+        format!("priority {}", s.priority),
+    )
+    .say(format!(
+        "Priority {} was paused for {} without a break ({} XOFF frames from {}), longer than the {} storm threshold: traffic of that class stood still.",
+        s.priority,
+        duration(secs),
+        s.xoff_frames,
+        s.mac,
+        duration(s.threshold_s)
+    ))
+    .with("priority", json!(s.priority))
+    .with("paused_seconds", json!(secs))
+    .with("xoff_frames", json!(s.xoff_frames))
+    .with("pausing_mac", json!(s.mac))
+    .with("threshold_seconds", json!(s.threshold_s))
+}
+
+/// One receiver's CE packets and the CNPs it sent back.
+pub struct Receiver<'a> {
+    pub host: &'a str,
+    pub senders: usize,
+    pub ce_packets: u64,
+    pub answered_ce: u64,
+    pub cnps: u64,
+    pub span: (f64, f64),
+}
+
+/// Fewer CE packets than this say nothing about a receiver.
+pub const MIN_CE_PACKETS: u64 = 10;
+
+/// A receiver that got CE-marked packets and never answered one with a CNP.
+pub fn cnp_missing(r: &Receiver<'_>) -> Option<Finding> {
+    (r.ce_packets >= MIN_CE_PACKETS && r.answered_ce == 0 && r.cnps == 0).then(|| {
+        Finding::new("cnp_missing", Severity::Warning, r.span, format!("receiver {}", r.host))
+            .say(format!(
+                "{} received {} CE-marked RoCE packets from {} sender(s) and sent no CNP back: its NIC's DCQCN notification point looks off or misconfigured, so the senders never slow down.",
+                r.host, r.ce_packets, r.senders
+            ))
+            .with("ce_packets", json!(r.ce_packets))
+            .with("cnps", json!(r.cnps))
+            .with("senders", json!(r.senders))
+    })
+}
+
+/// CE share of the RoCE packets to one receiver, above which it is congestion.
+pub const CONGESTION_CE_SHARE: f64 = 0.01;
+
+/// RoCE to one receiver with a share of CE marks.
+pub struct Congested<'a> {
+    pub host: &'a str,
+    pub packets: u64,
+    pub ce_packets: u64,
+    pub cnps: u64,
+    pub senders: usize,
+    pub span: (f64, f64),
+}
+
+pub fn congestion(c: &Congested<'_>) -> Option<Finding> {
+    let share = c.ce_packets as f64 / c.packets.max(1) as f64;
+    (c.ce_packets >= MIN_CE_PACKETS && share >= CONGESTION_CE_SHARE).then(|| {
+        Finding::new("congestion", Severity::Warning, c.span, format!("receiver {}", c.host))
+            .say(format!(
+                "{:.1}% of the RoCE packets to {} ({} of {}, from {} sender(s)) were CE-marked by the switches, and {} CNPs went back: the path to it is congested (incast or a hot link).",
+                share * 100.0,
+                c.host,
+                c.ce_packets,
+                c.packets,
+                c.senders,
+                c.cnps
+            ))
+            .with("ce_packets", json!(c.ce_packets))
+            .with("packets", json!(c.packets))
+            .with("ce_share", json!(share))
+            .with("cnps", json!(c.cnps))
+    })
+}
+
+/// One flow's loss recovery.
+pub struct Recovery<'a> {
+    pub flow: &'a str,
+    pub psn_gaps: u64,
+    pub retransmits: u64,
+    pub naks: u64,
+    pub packets: u64,
+    pub span: (f64, f64),
+}
+
+pub fn retransmissions(r: &Recovery<'_>) -> Option<Finding> {
+    (r.psn_gaps + r.retransmits + r.naks > 0).then(|| {
+        Finding::new("retransmissions", Severity::Warning, r.span, format!("flow {}", r.flow))
+            .say(format!(
+                "Flow {} lost packets and recovered: {} PSN gaps, {} retransmitted packets, {} NAKs among {} packets. On a lossless fabric that means drops (a misconfigured class, buffer overflow, a bad link).",
+                r.flow, r.psn_gaps, r.retransmits, r.naks, r.packets
+            ))
+            .with("psn_gaps", json!(r.psn_gaps))
+            .with("retransmitted_packets", json!(r.retransmits))
+            .with("naks", json!(r.naks))
+            .with("packets", json!(r.packets))
+    })
+}
+
+/// Share of RoCE packets outside the lossless class above which it is a finding (and at
+/// least [`LOSSY_MIN_PACKETS`]: one stray packet is no finding).
+pub const LOSSY_SHARE: f64 = 0.01;
+pub const LOSSY_MIN_PACKETS: u64 = 100;
+
+pub fn lossy_roce(lossy: u64, roce: u64, expected: &str, span: (f64, f64)) -> Option<Finding> {
+    let share = lossy as f64 / roce.max(1) as f64;
+    (lossy >= LOSSY_MIN_PACKETS && share >= LOSSY_SHARE).then(|| {
+        Finding::new("lossy_roce", Severity::Warning, span, "traffic classes".into())
+            .say(format!(
+                "{:.1}% of the RoCE packets ({lossy} of {roce}) were outside the lossless class ({expected}): PFC does not protect them, so congestion drops them instead of pausing.",
+                share * 100.0
+            ))
+            .with("lossy_packets", json!(lossy))
+            .with("roce_packets", json!(roce))
+            .with("share", json!(share))
+            .with("expected", json!(expected))
+    })
+}
+
+pub fn elephant(flow: &str, peak_bytes_per_second: f64, bytes: u64, span: (f64, f64)) -> Finding {
+    Finding::new("elephant", Severity::Info, span, format!("flow {flow}"))
+        .say(format!(
+            "Flow {flow} ran as an elephant from {:.2} s to {:.2} s, at up to {}.",
+            span.0,
+            span.1,
+            bits_per_second(peak_bytes_per_second)
+        ))
+        .with("peak_bits_per_second", json!(peak_bytes_per_second * 8.0))
+        .with("bytes", json!(bytes))
+}
+
+pub fn ecmp_collision(group: &str, member: &str, elephants: usize, span: (f64, f64)) -> Finding {
+    Finding::new("ecmp_collision", Severity::Warning, span, format!("path {member} of {group}"))
+        .say(format!(
+            "{elephants} elephants share path {member} of {group} while another path of the group carries none: they split its bandwidth (an ECMP hash collision)."
+        ))
+        .with("group", json!(group))
+        .with("path", json!(member))
+        .with("elephants", json!(elephants))
+}
+
+pub fn shared_5tuple(groups: usize, example: Option<&str>, span: (f64, f64)) -> Option<Finding> {
+    (groups > 0).then(|| {
+        Finding::new("shared_5tuple", Severity::Info, span, "UDP source ports".into())
+            .say(format!(
+                "{groups} group(s) of RDMA connections share one UDP 5-tuple{}: switches that hash the 5-tuple put each group on one path, whatever its load.",
+                example.map(|e| format!(" (for example {e})")).unwrap_or_default()
+            ))
+            .with("groups", json!(groups))
+    })
+}
+
+/// A slow training step and what explains its extra time.
+pub struct SlowStep<'a> {
+    pub index: usize,
+    pub span: (f64, f64),
+    pub seconds: f64,
+    pub typical_seconds: f64,
+    pub causes: &'a [(&'static str, f64)],
+}
+
+pub fn slow_step(s: &SlowStep<'_>) -> Finding {
+    let why = match s.causes.first() {
+        Some((kind, share)) if *kind != "unexplained" => format!(
+            "; mostly {} ({:.0}% of the extra time)",
+            kind.replace('_', " "),
+            share * 100.0
+        ),
+        _ => "; nothing in the network explains it (look at the hosts)".into(),
+    };
+    Finding::new(
+        "slow_step",
+        Severity::Warning,
+        s.span,
+        format!("step {}", s.index),
+    )
+    .say(format!(
+        "Training step {} took {} against a typical {}{why}.",
+        s.index,
+        duration(s.seconds),
+        duration(s.typical_seconds)
+    ))
+    .with("seconds", json!(s.seconds))
+    .with("typical_seconds", json!(s.typical_seconds))
+    .with(
+        "causes",
+        json!(s
+            .causes
+            .iter()
+            .map(|(k, sh)| json!({"kind": k, "share": sh}))
+            .collect::<Vec<_>>()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_read_in_bits_per_second() {
+        assert_eq!(bits_per_second(12.5e6), "100.0 Mb/s");
+        assert_eq!(bits_per_second(50e9 / 8.0), "50.0 Gb/s");
+    }
+
+    #[test]
+    fn a_receiver_that_answers_is_not_cnp_missing() {
+        let r = Receiver {
+            host: "10.0.0.2",
+            senders: 2,
+            ce_packets: 50,
+            answered_ce: 50,
+            cnps: 5,
+            span: (0.0, 1.0),
+        };
+        assert!(cnp_missing(&r).is_none());
+        let silent = Receiver {
+            answered_ce: 0,
+            cnps: 0,
+            ..r
+        };
+        let f = cnp_missing(&silent).unwrap();
+        assert!(
+            f.summary.contains("10.0.0.2 received 50 CE-marked"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.runbook, "docs/runbook.md#cnp_missing");
+    }
+
+    #[test]
+    fn one_lossy_packet_is_no_finding() {
+        assert!(lossy_roce(1, 1, "DSCP 26", (0.0, 0.0)).is_none());
+        assert!(lossy_roce(99, 100, "DSCP 26", (0.0, 0.0)).is_none());
+        assert!(lossy_roce(150, 10_000, "DSCP 26", (0.0, 1.0)).is_some());
+        assert!(
+            lossy_roce(150, 100_000, "DSCP 26", (0.0, 1.0)).is_none(),
+            "0.15%"
+        );
+    }
+
+    #[test]
+    fn findings_sort_most_serious_first() {
+        let mut v = vec![
+            elephant("a", 1e9, 1, (0.0, 1.0)),
+            pfc_storm(&Storm {
+                priority: 3,
+                span: (2.0, 2.5),
+                xoff_frames: 9,
+                mac: "m",
+                threshold_s: 0.2,
+            }),
+        ];
+        sort(&mut v);
+        assert_eq!(v[0].kind, "pfc_storm");
+    }
+}
