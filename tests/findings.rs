@@ -420,3 +420,34 @@ fn every_kind_has_a_runbook_entry() {
         );
     }
 }
+
+/// The HTML report opens with the findings, each linked to its runbook entry.
+#[test]
+fn the_html_report_opens_with_the_findings() {
+    let dir = TempDir::new("rocemon-findings-html").unwrap();
+    let p = whole(
+        "storm-html",
+        Format::PcapNanos,
+        xoffs(1_500, 200_000, T0),
+        false,
+    )
+    .write(dir.path())
+    .unwrap();
+    let html = dir.path().join("report.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--link-speed", "100", "--html"])
+        .arg(&html)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    let findings = page.find("Findings (1)").expect("a findings section");
+    let totals = page.find("<h2>Totals</h2>").expect("totals");
+    assert!(findings < totals, "the findings come first");
+    assert!(page.contains(r#"<a href="docs/runbook.md#pfc_storm">pfc_storm</a>"#));
+}

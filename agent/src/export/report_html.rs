@@ -159,6 +159,38 @@ pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     t
 }
 
+/// The findings first: what happened, most serious first, each with its evidence and where
+/// to read on.
+fn findings(s: &mut String, findings: &[crate::detect::findings::Finding]) {
+    use crate::detect::findings::Severity;
+    let _ = write!(s, "<h2 id=\"findings\">Findings ({})</h2>", findings.len());
+    if findings.is_empty() {
+        s.push_str("<p>None: no storm, congestion, loss or collision found.</p>");
+        return;
+    }
+    s.push_str("<table class=\"findings\"><tr><th>severity</th><th>kind</th><th>when (s)</th><th>what happened</th><th>evidence</th></tr>");
+    for f in findings {
+        let colour = match f.severity {
+            Severity::Critical => "#b00020",
+            Severity::Warning => "#b26a00",
+            Severity::Info => "#555",
+        };
+        let evidence: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = write!(
+            s,
+            "<tr><td style=\"color:{colour};font-weight:600\">{}</td><td><a href=\"{}\">{}</a></td><td>{:.3} - {:.3}</td><td style=\"text-align:left\">{}</td><td style=\"text-align:left;font-size:12px\">{}</td></tr>",
+            f.severity.name(),
+            esc(&f.runbook),
+            esc(f.kind),
+            f.start_s,
+            f.end_s,
+            esc(&f.summary),
+            esc(&evidence.join(", "))
+        );
+    }
+    s.push_str("</table>");
+}
+
 /// The page for `report` (of `inputs`), with the charts from `timeline`.
 pub fn render(report: &Report, timeline: &Timeline, inputs: &[String], top: usize) -> String {
     let r = report;
@@ -184,6 +216,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         esc(&inputs.join(", ")),
         r.duration_seconds
     );
+    findings(&mut s, &r.findings);
     s.push_str("<h2>Totals</h2>");
     let kpi = |k: &str, v: String| vec![k.to_string(), v];
     let mut totals = vec![
