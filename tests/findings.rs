@@ -2,15 +2,12 @@
 //! parameters or from intervals computed here, never from rocemon's parser. Each kind has a
 //! capture that raises it and one that must not.
 
+use rocemon_testkit::findings_lab::{ce_exchange, A, B, T0};
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::{self, Roce};
 use rocemon_testkit::{training, TempDir};
 use serde_json::Value;
 use std::net::IpAddr;
-
-const T0: u64 = 1_764_547_200_000_000_000;
-const A: &str = "10.90.0.1";
-const B: &str = "10.90.0.2";
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -122,33 +119,6 @@ fn a_pause_shorter_than_a_configured_threshold_is_no_storm() {
         &["--link-speed", "100", "--pfc-storm-seconds", "1"],
     );
     assert!(findings(&j, "pfc_storm").is_empty(), "{:#}", j["findings"]);
-}
-
-/// A's data to B (QP 0x200 at B) on port 0xC123, every 5th packet CE-marked, 200 us apart;
-/// B's ACKs to A carry A's QP 0x100 on the same port; with `cnp_after`, B answers each CE
-/// packet with a CNP to QP 0x100 that long after it.
-fn ce_exchange(packets: u64, ce_every: u64, cnp_after: Option<u64>) -> Vec<(u64, Vec<u8>)> {
-    let mut f = Vec::new();
-    for k in 0..packets {
-        let t = T0 + k * 40_000;
-        let mut d = Roce::new(ip(A), ip(B), 0xC123, 0x200, 0x0A);
-        d.psn = k as u32;
-        d.payload = 1024;
-        d.dma_len = 1024;
-        let ce = k % ce_every == 0;
-        if ce {
-            d.ecn = 3;
-        }
-        f.push((t, d.frame()));
-        let mut ack = Roce::new(ip(B), ip(A), 0xC123, 0x100, 0x11);
-        ack.psn = k as u32;
-        f.push((t + 2_000, ack.frame()));
-        if let (true, Some(after)) = (ce, cnp_after) {
-            f.push((t + after, Roce::cnp(ip(B), ip(A), 0xC777, 0x100).frame()));
-        }
-    }
-    f.sort_by_key(|(t, _)| *t);
-    f
 }
 
 #[test]

@@ -119,6 +119,7 @@ pub async fn run(
     let mut ring_tick = tokio::time::interval(RING_READ_EVERY);
     ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rhythm = LiveRhythm::default();
+    let mut findings = crate::detect::live_findings::LiveFindings::default();
     let mut last_summary = Instant::now();
     // A first poll before /metrics serves: the first scrape (and systemd's READY) already
     // has every interface's series. The interval's first tick fires at once: taken here.
@@ -134,6 +135,7 @@ pub async fn run(
         &rdma,
         sflow.as_ref(),
         &mut rhythm,
+        &mut findings,
     );
     let mut last_poll = Instant::now();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -203,7 +205,7 @@ pub async fn run(
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
                 rdma.refresh(&config.rdma);
-                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref(), &mut rhythm);
+                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref(), &mut rhythm, &mut findings);
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
@@ -248,11 +250,13 @@ fn poll(
     rdma: &RdmaView,
     sflow: Option<&crate::sflow::receiver::Receiver>,
     rhythm: &mut LiveRhythm,
+    findings: &mut crate::detect::live_findings::LiveFindings,
 ) {
     let started = Instant::now();
     table.begin_poll();
     let mut polled = Vec::new();
     let mut lossless = api::LosslessDoc::default();
+    let mut samples = Vec::new();
     // The rhythm first, without the metrics lock (the autocorrelation takes milliseconds).
     let rhythm_due = rhythm.due();
     let mut ring_failed = Vec::new();
@@ -321,6 +325,11 @@ fn poll(
                     );
                 }
                 created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
+                samples.push((
+                    p.iface.clone(),
+                    super::run_findings::sample(&p.hooks, &blocks),
+                    speed.unwrap_or(0),
+                ));
             }
             Err(e) => {
                 log::warn!("read {MAP_COUNTERS} on {}: {e:#}", p.iface);
@@ -396,6 +405,7 @@ fn poll(
     // seen this poll's metrics never reads an older API view.
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
+    view.findings = super::run_findings::update(findings, samples, config, &views, &report, &m);
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
     for (iface, t) in ifaces {

@@ -82,6 +82,12 @@ impl Finding {
         self.evidence.insert(key, v);
         self
     }
+
+    /// The same finding about another subject.
+    pub fn retitle(mut self, subject: String) -> Self {
+        self.subject = subject;
+        self
+    }
 }
 
 /// Most serious first, then earliest.
@@ -163,6 +169,16 @@ pub struct Receiver<'a> {
     pub span: (f64, f64),
 }
 
+/// ", from N sender(s)" where the senders are known (a capture; the live counters are not
+/// per sender).
+fn senders(n: usize) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(", from {n} sender(s)")
+    }
+}
+
 /// Fewer CE packets than this say nothing about a receiver.
 pub const MIN_CE_PACKETS: u64 = 10;
 
@@ -171,8 +187,8 @@ pub fn cnp_missing(r: &Receiver<'_>) -> Option<Finding> {
     (r.ce_packets >= MIN_CE_PACKETS && r.answered_ce == 0 && r.cnps == 0).then(|| {
         Finding::new("cnp_missing", Severity::Warning, r.span, format!("receiver {}", r.host))
             .say(format!(
-                "{} received {} CE-marked RoCE packets from {} sender(s) and sent no CNP back: its NIC's DCQCN notification point looks off or misconfigured, so the senders never slow down.",
-                r.host, r.ce_packets, r.senders
+                "{} received {} CE-marked RoCE packets{} and sent no CNP back: its NIC's DCQCN notification point looks off or misconfigured, so the senders never slow down.",
+                r.host, r.ce_packets, senders(r.senders)
             ))
             .with("ce_packets", json!(r.ce_packets))
             .with("cnps", json!(r.cnps))
@@ -198,12 +214,12 @@ pub fn congestion(c: &Congested<'_>) -> Option<Finding> {
     (c.ce_packets >= MIN_CE_PACKETS && share >= CONGESTION_CE_SHARE).then(|| {
         Finding::new("congestion", Severity::Warning, c.span, format!("receiver {}", c.host))
             .say(format!(
-                "{:.1}% of the RoCE packets to {} ({} of {}, from {} sender(s)) were CE-marked by the switches, and {} CNPs went back: the path to it is congested (incast or a hot link).",
+                "{:.1}% of the RoCE packets to {} ({} of {}{}) were CE-marked by the switches, and {} CNPs went back: the path to it is congested (incast or a hot link).",
                 share * 100.0,
                 c.host,
                 c.ce_packets,
                 c.packets,
-                c.senders,
+                senders(c.senders),
                 c.cnps
             ))
             .with("ce_packets", json!(c.ce_packets))
@@ -288,6 +304,15 @@ pub fn shared_5tuple(groups: usize, example: Option<&str>, span: (f64, f64)) -> 
             ))
             .with("groups", json!(groups))
     })
+}
+
+/// A watched interface that is down or gone (live).
+pub fn link_down(iface: &str, t: f64) -> Finding {
+    Finding::new("link_down", Severity::Critical, (t, t), format!("interface {iface}"))
+        .say(format!(
+            "Interface {iface} is down or gone: nothing on it is counted until it comes back (rocemon attaches again by name)."
+        ))
+        .with("iface", json!(iface))
 }
 
 /// A slow training step and what explains its extra time.

@@ -106,6 +106,8 @@ pub struct ApiView {
     /// The sFlow collector's state, when it runs.
     pub sflow: Option<crate::sflow::report::SflowReport>,
     pub training: TrainingDoc,
+    /// Active and recently closed findings (`/api/v1/findings`).
+    pub findings: crate::detect::live_findings::FindingsView,
 }
 
 /// The training rhythm of every watched interface (`/api/v1/training`), as last detected.
@@ -189,5 +191,6 @@ pub fn build(
         lossless: LosslessDoc::default(),
         sflow: None,
         training: TrainingDoc::default(),
+        findings: Default::default(),
     }
 }

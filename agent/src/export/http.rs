@@ -107,8 +107,15 @@ async fn training(State(s): State<Shared>) -> Response {
     }
 }
 
+async fn findings(State(s): State<Shared>) -> Response {
+    match s.api.lock() {
+        Ok(api) => Json(api.findings.clone()).into_response(),
+        Err(_) => internal("api lock poisoned"),
+    }
+}
+
 async fn index() -> &'static str {
-    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n"
+    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n/api/v1/findings  what the counts mean: active and recently closed findings (JSON)\n"
 }
 
 /// Basic authentication state: the users, the `Authorization` values already verified and
@@ -297,6 +304,7 @@ fn app(shared: Shared, web: &WebSettings) -> Router {
         .route("/api/v1/lossless", get(lossless))
         .route("/api/v1/sflow", get(sflow))
         .route("/api/v1/training", get(training))
+        .route("/api/v1/findings", get(findings))
         .route("/", get(index))
         .with_state(shared)
         // The last layer runs first: credentials are checked before a request takes one of

@@ -12,6 +12,7 @@
 pub mod bpf_links;
 pub mod demo;
 pub mod ecmp_lab;
+pub mod findings_lab;
 pub mod fixture;
 pub mod fixtures;
 pub mod frames;

@@ -12,6 +12,7 @@ use prometheus::{
 };
 use std::collections::HashMap;
 
+mod findings;
 mod histogram;
 mod lossless;
 mod observe;
@@ -118,6 +119,8 @@ pub struct Metrics {
     sflow_uplink_elephants: IntGaugeVec,
     sflow_uplink_colliding: IntGaugeVec,
     sflow_colliding_uplinks: IntGaugeVec,
+    findings_active: IntGaugeVec,
+    findings_total: IntCounterVec,
     sflow_denied: IntCounterVec,
     sflow_implausible: IntCounterVec,
     sflow_restarts: IntCounterVec,
@@ -361,6 +364,8 @@ impl Metrics {
             sflow_uplink_elephants: int_gauge(&r, "rocemon_sflow_uplink_elephants", "Elephant flows on a switch uplink, by estimated rate.", &["group", "uplink"])?,
             sflow_uplink_colliding: int_gauge(&r, "rocemon_sflow_uplink_colliding", "1 when the switch uplink carries two or more elephants while another uplink of its group carries none.", &["group", "uplink"])?,
             sflow_colliding_uplinks: int_gauge(&r, "rocemon_sflow_colliding_uplinks", "Colliding uplinks of a switch's ECMP group (sFlow fabric view).", &["group"])?,
+            findings_active: int_gauge(&r, "rocemon_findings_active", "Findings active now, by kind and severity (see /api/v1/findings and docs/runbook.md).", &["kind", "severity"])?,
+            findings_total: counter(&r, "rocemon_findings_total", "Findings opened, by kind.", &["kind"])?,
             sflow_denied: counter(&r, "rocemon_sflow_denied_datagrams_total", "sFlow datagrams from agents outside the allowed networks ([sflow] agents), dropped.", &[])?,
             sflow_implausible: counter(&r, "rocemon_sflow_implausible_samples_total", "sFlow flow samples claiming a frame over 64 KiB or a sampling rate of 0: counted, not estimated from.", &[])?,
             sflow_restarts: counter(&r, "rocemon_sflow_agent_restarts_total", "sFlow agent restarts (the agent's uptime went back and its sequence with it), by agent; agent=\"other\" sums the agents no longer held.", &["agent"])?,

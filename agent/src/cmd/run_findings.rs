@@ -1,0 +1,105 @@
+//! The live agent's findings at each poll: the counters of every watched interface, the
+//! elephants and the ECMP views through [`crate::detect::live_findings`]; a line in the log
+//! when one opens or closes, and the metrics and API view of what is active.
+
+use crate::config::Config;
+use crate::detect::ecmp::{EcmpReport, FlowView};
+use crate::detect::live_findings::{FindingsView, LiveFindings, Poll, Sample};
+use crate::export::metrics::Metrics;
+use agent_common::{Hook, HookCounters};
+
+/// One interface's counters as the findings' window takes them (XDP and tc ingress count
+/// what the host receives, tc egress what it sends).
+pub fn sample(hooks: &[Hook], blocks: &[HookCounters; Hook::COUNT]) -> Sample {
+    let mut s = Sample::default();
+    for h in hooks {
+        if *h == Hook::AfXdp {
+            continue;
+        }
+        s.add(*h != Hook::TcEgress, &blocks[*h as usize]);
+    }
+    s
+}
+
+/// Runs the findings over this poll; logs what opened and closed; sets their metrics.
+pub fn update(
+    findings: &mut LiveFindings,
+    samples: Vec<(String, Sample, u64)>,
+    config: &Config,
+    views: &[FlowView],
+    report: &EcmpReport,
+    m: &Metrics,
+) -> FindingsView {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut ifaces: Vec<(&str, Option<Sample>, u64)> = Vec::new();
+    for iface in &config.ifaces {
+        let s = samples.iter().find(|(i, _, _)| i == iface);
+        ifaces.push((
+            iface.as_str(),
+            s.map(|(_, s, _)| *s),
+            s.map_or(0, |(_, _, b)| *b),
+        ));
+    }
+    let elephants = views
+        .iter()
+        .filter(|v| v.elephant)
+        .map(|v| {
+            let (src, dst) = (
+                agent_common::flow_key::addr(v.key.ip_version, &v.key.src),
+                agent_common::flow_key::addr(v.key.ip_version, &v.key.dst),
+            );
+            (
+                crate::export::report_findings::flow_name(
+                    &src.to_string(),
+                    &dst.to_string(),
+                    v.key.sport,
+                    v.key.dest_qp,
+                ),
+                v.rate_bytes,
+            )
+        })
+        .collect();
+    let collisions = report
+        .groups
+        .iter()
+        .chain(report.predicted.iter())
+        .flat_map(|g| {
+            g.members
+                .iter()
+                .filter(|m| m.colliding)
+                .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
+        })
+        .collect();
+    let (opened, closed) = findings.poll(&Poll {
+        now_s,
+        ifaces,
+        elephants,
+        collisions,
+        storm_s: crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9,
+    });
+    for x in &opened {
+        let line = format!(
+            "finding opened: [{}] {} on {}: {}",
+            x.severity.name(),
+            x.kind,
+            x.subject,
+            x.summary
+        );
+        match x.severity {
+            crate::detect::findings::Severity::Info => log::info!("{line}"),
+            _ => log::warn!("{line}"),
+        }
+    }
+    for x in &closed {
+        log::info!(
+            "finding closed: {} on {} after {:.1} s",
+            x.kind,
+            x.subject,
+            (x.end_s - x.start_s).max(0.0)
+        );
+    }
+    m.set_findings(findings);
+    findings.view(now_s)
+}

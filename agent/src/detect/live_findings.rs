@@ -1,0 +1,290 @@
+//! Findings of the live agent: at every poll, the detectors of [`super::findings`] run over
+//! the last [`WINDOW_S`] seconds of each interface's counters (what the kernel programs
+//! counted at ingress and egress), the elephants and the ECMP views; a finding opens when its
+//! condition first holds (one log line), stays active while it holds, and closes when it has
+//! not held for a whole window (one log line), so that a condition that comes and goes
+//! within seconds is one finding, not a flapping series. Times are Unix seconds.
+
+use super::findings::{self as f, Finding};
+use agent_common::headers::mac_control::{quanta_seconds, PRIORITIES};
+use agent_common::HookCounters;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The window the counters' conditions are judged over, seconds.
+pub const WINDOW_S: f64 = 10.0;
+/// Closed findings kept for `/api/v1/findings`.
+pub const RECENT: usize = 200;
+
+/// What the window needs of one interface's counters at one poll (a few hundred bytes, not
+/// the whole counter block).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Received (XDP, tc ingress): RoCE data packets, CE-marked ones, CNPs.
+    pub rx_packets: u64,
+    pub rx_ce: u64,
+    pub rx_cnp: u64,
+    /// Sent (tc egress): CNPs, and whether an egress hook counts at all.
+    pub tx_cnp: u64,
+    pub egress: bool,
+    pub psn_gaps: u64,
+    pub retransmits: u64,
+    pub naks: u64,
+    pub lossy: u64,
+    pub roce: u64,
+    pub pfc_quanta: [u64; PRIORITIES],
+}
+
+impl Sample {
+    /// Adds one hook's counter block.
+    pub fn add(&mut self, ingress: bool, c: &HookCounters) {
+        let roce = c.roce_packets();
+        if ingress {
+            self.rx_packets += roce.saturating_sub(c.cnp_packets);
+            self.rx_ce += c.ecn_packets[3];
+            self.rx_cnp += c.cnp_packets;
+        } else {
+            self.tx_cnp += c.cnp_packets;
+            self.egress = true;
+        }
+        self.psn_gaps += c.psn_gaps;
+        self.retransmits += c.retransmits;
+        self.naks += c.naks.iter().sum::<u64>();
+        self.lossy += c.lossy_roce_packets;
+        self.roce += roce;
+        for p in 0..PRIORITIES {
+            self.pfc_quanta[p] += c.pfc_quanta[p];
+        }
+    }
+
+    fn minus(&self, o: &Sample) -> Sample {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        Sample {
+            rx_packets: d(self.rx_packets, o.rx_packets),
+            rx_ce: d(self.rx_ce, o.rx_ce),
+            rx_cnp: d(self.rx_cnp, o.rx_cnp),
+            tx_cnp: d(self.tx_cnp, o.tx_cnp),
+            egress: self.egress,
+            psn_gaps: d(self.psn_gaps, o.psn_gaps),
+            retransmits: d(self.retransmits, o.retransmits),
+            naks: d(self.naks, o.naks),
+            lossy: d(self.lossy, o.lossy),
+            roce: d(self.roce, o.roce),
+            pfc_quanta: std::array::from_fn(|p| d(self.pfc_quanta[p], o.pfc_quanta[p])),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Active {
+    #[serde(flatten)]
+    pub finding: Finding,
+    /// Still holding at the last poll.
+    pub active: bool,
+}
+
+/// The engine's state between polls.
+#[derive(Debug, Default)]
+pub struct LiveFindings {
+    /// Per interface: (Unix time, totals) over the last window.
+    history: BTreeMap<String, VecDeque<(f64, Sample)>>,
+    /// Per (interface, priority): since when every poll was fully paused.
+    paused_since: BTreeMap<(String, usize), f64>,
+    /// Open findings by (kind, subject), with when their condition last held.
+    open: BTreeMap<(&'static str, String), (Finding, f64)>,
+    recent: VecDeque<Finding>,
+    /// Findings opened so far, by kind.
+    pub opened: BTreeMap<&'static str, u64>,
+}
+
+/// What a poll saw besides the counters.
+pub struct Poll<'a> {
+    pub now_s: f64,
+    /// Each watched interface: its counters (None: gone) and its link speed (bits/s).
+    pub ifaces: Vec<(&'a str, Option<Sample>, u64)>,
+    /// Elephants now: (flow name, rate bytes/s).
+    pub elephants: Vec<(String, f64)>,
+    /// Colliding members: (group, member, elephants).
+    pub collisions: Vec<(String, String, usize)>,
+    pub storm_s: f64,
+}
+
+impl LiveFindings {
+    /// One poll: returns what opened and what closed (for the log).
+    pub fn poll(&mut self, p: &Poll<'_>) -> (Vec<Finding>, Vec<Finding>) {
+        let mut now: Vec<Finding> = Vec::new();
+        let span = (p.now_s - WINDOW_S, p.now_s);
+        for (iface, sample, speed) in &p.ifaces {
+            let Some(s) = sample else {
+                self.history.remove(*iface);
+                now.push(link_down(iface, p.now_s));
+                continue;
+            };
+            let h = self.history.entry(iface.to_string()).or_default();
+            let prev = h.back().map(|(t, s)| (*t, *s));
+            h.push_back((p.now_s, *s));
+            while h.len() > 2 && h[1].0 <= p.now_s - WINDOW_S {
+                h.pop_front();
+            }
+            let Some(&(t0, base)) = h.front() else {
+                continue;
+            };
+            if t0 >= p.now_s {
+                continue;
+            }
+            let d = s.minus(&base);
+            let subject = format!("receiver {iface}");
+            now.extend(
+                f::congestion(&f::Congested {
+                    host: &format!("this host ({iface})"),
+                    packets: d.rx_packets,
+                    ce_packets: d.rx_ce,
+                    cnps: d.tx_cnp,
+                    senders: 0,
+                    span,
+                })
+                .map(|x| x.retitle(subject.clone())),
+            );
+            if d.egress {
+                now.extend(
+                    f::cnp_missing(&f::Receiver {
+                        host: &format!("this host ({iface})"),
+                        senders: 0,
+                        ce_packets: d.rx_ce,
+                        answered_ce: 0,
+                        cnps: d.tx_cnp,
+                        span,
+                    })
+                    .map(|x| x.retitle(subject.clone())),
+                );
+            }
+            now.extend(
+                f::retransmissions(&f::Recovery {
+                    flow: &format!("traffic on {iface}"),
+                    psn_gaps: d.psn_gaps,
+                    retransmits: d.retransmits,
+                    naks: d.naks,
+                    packets: d.roce,
+                    span,
+                })
+                .map(|x| x.retitle(format!("interface {iface}"))),
+            );
+            now.extend(
+                f::lossy_roce(d.lossy, d.roce, "the configured classes", span)
+                    .map(|x| x.retitle(format!("interface {iface}"))),
+            );
+            // A priority paused for (nearly) all of every poll since some time.
+            if let Some((tp, ps)) = prev {
+                let dt = p.now_s - tp;
+                for prio in 0..PRIORITIES {
+                    let q = s.pfc_quanta[prio].saturating_sub(ps.pfc_quanta[prio]);
+                    let key = (iface.to_string(), prio);
+                    if dt > 0.0 && quanta_seconds(q, *speed) >= 0.9 * dt {
+                        let since = *self.paused_since.entry(key).or_insert(tp);
+                        if p.now_s - since > p.storm_s {
+                            now.push(
+                                f::pfc_storm(&f::Storm {
+                                    priority: prio as u8,
+                                    span: (since, p.now_s),
+                                    xoff_frames: 0,
+                                    mac: "unknown (counted, not captured)",
+                                    threshold_s: p.storm_s,
+                                })
+                                .retitle(format!("priority {prio} on {iface}")),
+                            );
+                        }
+                    } else {
+                        self.paused_since.remove(&key);
+                    }
+                }
+            }
+        }
+        for (flow, rate) in &p.elephants {
+            now.push(f::elephant(flow, *rate, 0, (p.now_s, p.now_s)));
+        }
+        for (g, m, n) in &p.collisions {
+            now.push(f::ecmp_collision(g, m, *n, (p.now_s, p.now_s)));
+        }
+        self.settle(now, p.now_s)
+    }
+
+    /// Opens the new, keeps the holding, closes those that no longer hold (the counters'
+    /// conditions are judged over a window, so they close a window after the last cause).
+    fn settle(&mut self, now: Vec<Finding>, t: f64) -> (Vec<Finding>, Vec<Finding>) {
+        let mut opened = Vec::new();
+        let mut holding = std::collections::BTreeSet::new();
+        for mut x in now {
+            let key = (x.kind, x.subject.clone());
+            holding.insert(key.clone());
+            x.end_s = t;
+            match self.open.get_mut(&key) {
+                Some((held, last)) => {
+                    x.start_s = held.start_s;
+                    *held = x;
+                    *last = t;
+                }
+                None => {
+                    if x.kind != "pfc_storm" {
+                        x.start_s = t;
+                    }
+                    *self.opened.entry(x.kind).or_default() += 1;
+                    opened.push(x.clone());
+                    self.open.insert(key, (x, t));
+                }
+            }
+        }
+        let gone: Vec<_> = self
+            .open
+            .keys()
+            .filter(|k| !holding.contains(*k))
+            .cloned()
+            .collect();
+        let mut closed = Vec::new();
+        for k in gone {
+            if let Some((x, _)) = self.open.remove(&k) {
+                closed.push(x.clone());
+                self.recent.push_back(x);
+                while self.recent.len() > RECENT {
+                    self.recent.pop_front();
+                }
+            }
+        }
+        (opened, closed)
+    }
+
+    /// Active findings, most serious first, then the recent closed ones (newest first).
+    pub fn view(&self, now_s: f64) -> FindingsView {
+        let mut active: Vec<Finding> = self
+            .open
+            .values()
+            .map(|(x, _)| Finding {
+                end_s: now_s,
+                ..x.clone()
+            })
+            .collect();
+        f::sort(&mut active);
+        FindingsView {
+            active,
+            recent: self.recent.iter().rev().cloned().collect(),
+        }
+    }
+
+    /// Active findings by (kind, severity).
+    pub fn active_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
+        let mut m = BTreeMap::new();
+        for (x, _) in self.open.values() {
+            *m.entry((x.kind, x.severity.name())).or_default() += 1;
+        }
+        m
+    }
+}
+
+fn link_down(iface: &str, t: f64) -> Finding {
+    f::link_down(iface, t)
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FindingsView {
+    pub active: Vec<Finding>,
+    pub recent: Vec<Finding>,
+}

@@ -1,0 +1,24 @@
+//! The findings' series (declared in the catalog, `mod.rs`): how many are active by kind and
+//! severity, and how many opened by kind.
+
+use super::{follow, Metrics};
+use crate::detect::findings::{Severity, KINDS};
+use crate::detect::live_findings::LiveFindings;
+
+impl Metrics {
+    pub fn set_findings(&self, f: &LiveFindings) {
+        let active = f.active_counts();
+        for kind in KINDS {
+            for sev in [Severity::Info, Severity::Warning, Severity::Critical] {
+                let n = active.get(&(kind, sev.name())).copied().unwrap_or(0);
+                self.findings_active
+                    .with_label_values(&[kind, sev.name()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            follow(
+                &self.findings_total.with_label_values(&[kind]),
+                f.opened.get(kind).copied().unwrap_or(0),
+            );
+        }
+    }
+}
