@@ -177,38 +177,11 @@ fn recorded_args<'a>(qp: &'a Path, cm: &'a Path, cfg: &'a Path) -> [&'a str; 6] 
     ]
 }
 
-/// CRC-16/XMODEM (polynomial 0x1021, not reflected, initial value 0), written here from
-/// its definition as the test's own oracle for the `crc16-1021` hash model.
-fn crc16_xmodem(data: &[u8]) -> u16 {
-    let mut crc = 0u16;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 /// The path a switch hashing (source IP, destination IP, protocol 17, source port, 4791)
-/// with CRC-16/XMODEM puts an IPv4 RoCE flow on, out of `paths`.
-fn expected_path(src: [u8; 4], dst: [u8; 4], sport: u16, paths: u16) -> u64 {
-    let mut key = Vec::new();
-    key.extend_from_slice(&src);
-    key.extend_from_slice(&dst);
-    key.push(17);
-    key.extend_from_slice(&sport.to_be_bytes());
-    key.extend_from_slice(&4791u16.to_be_bytes());
-    u64::from(crc16_xmodem(&key) % paths)
-}
-
-#[test]
-fn the_test_oracle_crc16_xmodem_gives_the_standard_check_value() {
-    assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+/// with CRC-16/XMODEM puts an IPv4 RoCE flow on, out of `paths`: the test kit's own CRC,
+/// written from the algorithm, not rocemon's model.
+fn expected_path(src: [u8; 4], dst: [u8; 4], sport: u16, paths: u32) -> u64 {
+    u64::from(rocemon_testkit::demo::path_among(src, dst, sport, paths))
 }
 
 fn rdma_json(args: &[&str]) -> serde_json::Value {

@@ -51,13 +51,18 @@ pub fn crc16_xmodem(data: &[u8]) -> u16 {
 /// address, destination address, protocol 17, source port, destination port 4791 (rocemon's
 /// default fields), modulo [`HASH_PATHS`].
 pub fn path_of(src: [u8; 4], dst: [u8; 4], sport: u16) -> u32 {
+    path_among(src, dst, sport, HASH_PATHS)
+}
+
+/// [`path_of`] with `paths` paths.
+pub fn path_among(src: [u8; 4], dst: [u8; 4], sport: u16, paths: u32) -> u32 {
     let mut k = Vec::with_capacity(13);
     k.extend_from_slice(&src);
     k.extend_from_slice(&dst);
     k.push(17);
     k.extend_from_slice(&sport.to_be_bytes());
     k.extend_from_slice(&4791u16.to_be_bytes());
-    u32::from(crc16_xmodem(&k)) % HASH_PATHS
+    u32::from(crc16_xmodem(&k)) % paths
 }
 
 /// The heavy writers: two hosts to one, source ports chosen so that both flows hash onto the
