@@ -42,6 +42,63 @@ fn own_bpffs(
     Some((dir, fs, pin_dir, path, e))
 }
 
+/// A pinned agent (XDP native and tc ingress) on a veth pair, over a bpffs of its own, with
+/// the rc_ipv4 fixture and tshark's counts of it; `want` is what it has counted so far.
+struct PinnedLab {
+    _dir: TempDir,
+    _fs: BpfFs,
+    pin_dir: PathBuf,
+    path: PathBuf,
+    e: tshark::Expected,
+    pair: VethPair,
+    agent: Agent,
+    want: u64,
+}
+
+impl PinnedLab {
+    fn start(dir_prefix: &str, veth_prefix: &str) -> Option<PinnedLab> {
+        let (dir, fs, pin_dir, path, e) = own_bpffs(dir_prefix, &fixtures::rc_ipv4())?;
+        let pair = VethPair::new(veth_prefix).unwrap();
+        let mut agent = Agent::start(
+            &pair.ns_a,
+            BIN,
+            &pinned_args(&pair.a_if, pin_dir.to_str().unwrap(), XDP_AND_TC, "native"),
+        )
+        .unwrap();
+        wait_ready(&pair.ns_a, &mut agent);
+        Some(PinnedLab {
+            _dir: dir,
+            _fs: fs,
+            pin_dir,
+            path,
+            e,
+            pair,
+            agent,
+            want: 0,
+        })
+    }
+
+    /// Replays the fixture once more and waits until XDP and tc ingress have counted every
+    /// RoCE packet so far, exactly; the scrape.
+    fn send_and_count(&mut self, step: &str) -> String {
+        let packets = |b: &str, hook: &str| {
+            try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
+        };
+        self.pair.replay_from_b(&self.path).unwrap();
+        self.want += self.e.roce_packets;
+        let want = self.want;
+        let body = self
+            .agent
+            .wait_metrics(&self.pair.ns_a, ADDR, Duration::from_secs(30), |b| {
+                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
+            })
+            .unwrap_or_else(|err| panic!("{step}: {err}"));
+        assert_eq!(packets(&body, "xdp"), want, "{step}: xdp");
+        assert_eq!(packets(&body, "tc_ingress"), want, "{step}: tc_ingress");
+        body
+    }
+}
+
 /// `rocemon run` with `hooks` (XDP in `mode`) on `ifn`, pinned under `pin`, fast polls.
 fn pinned_args<'a>(ifn: &'a str, pin: &'a str, hooks: &'a str, mode: &'a str) -> [&'a str; 13] {
     [
@@ -345,64 +402,45 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
 /// interface renamed away and back is followed by name.
 #[test]
 fn interfaces_that_go_and_come_back_are_counted_again() {
-    let Some((_dir, _fs, pin_dir, path, e)) = own_bpffs("rocemon-relink", &fixtures::rc_ipv4())
-    else {
+    let Some(mut lab) = PinnedLab::start("rocemon-relink", "rcrelink") else {
         return;
     };
-    let pair = VethPair::new("rcrelink").unwrap();
-    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &pinned_args(ifn, pin_dir.to_str().unwrap(), XDP_AND_TC, "native"),
-    )
-    .unwrap();
-    wait_ready(ns, &mut agent);
-    let packets = |b: &str, hook: &str| {
-        try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
-    };
+    let (ns, ifn) = (lab.pair.ns_a.clone(), lab.pair.a_if.clone());
+    let (ns, ifn) = (&ns, &ifn);
     let up = |b: &str| try_metric_sum(b, "rocemon_interface_up", &[("iface", ifn.as_str())]);
     let attached =
         |b: &str| try_metric_sum(b, "rocemon_attached", &[("iface", ifn.as_str())]).unwrap_or(-1.0);
-    let mut want = 0;
-    let mut send_and_count = |agent: &mut Agent, step: &str| {
-        pair.replay_from_b(&path).unwrap();
-        want += e.roce_packets;
-        let body = agent
-            .wait_metrics(ns, ADDR, Duration::from_secs(20), |b| {
-                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
-            })
-            .unwrap_or_else(|err| panic!("{step}: {err}"));
-        assert_eq!(packets(&body, "xdp"), want, "{step}: xdp");
-        assert_eq!(packets(&body, "tc_ingress"), want, "{step}: tc_ingress");
+    let send_and_count = |lab: &mut PinnedLab, step: &str| {
+        let body = lab.send_and_count(step);
         assert_eq!(up(&body), Some(1.0), "{step}");
         assert_eq!(attached(&body), 2.0, "{step}: both programs attached");
     };
-    send_and_count(&mut agent, "first attach");
+    send_and_count(&mut lab, "first attach");
 
     // Deleted: the agent notices (link events), says so, and marks it down.
-    pair.delete_link().unwrap();
-    let body = agent
+    lab.pair.delete_link().unwrap();
+    let body = lab
+        .agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
         .unwrap();
     assert_eq!(attached(&body), 0.0, "no program attached while it is gone");
     // Re-created under the same names (new interface indexes): attached and counted again,
     // on top of the pinned counts.
-    pair.create_link(1).unwrap();
-    agent
+    lab.pair.create_link(1).unwrap();
+    lab.agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
         .unwrap();
-    send_and_count(&mut agent, "after re-creation");
+    send_and_count(&mut lab, "after re-creation");
 
     // MTU change: counting continues.
     run("ip", &["-n", ns, "link", "set", ifn, "mtu", "4000"]).unwrap();
-    send_and_count(&mut agent, "after an MTU change");
+    send_and_count(&mut lab, "after an MTU change");
 
     // Renamed away: gone (programs detached from the renamed device); renamed back: counted.
     let other = format!("{ifn}x");
     run("ip", &["-n", ns, "link", "set", ifn, "down"]).unwrap();
     run("ip", &["-n", ns, "link", "set", ifn, "name", &other]).unwrap();
-    agent
+    lab.agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(0.0))
         .unwrap();
     let link = link_details(ns, &other).unwrap();
@@ -412,7 +450,7 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
     );
     run("ip", &["-n", ns, "link", "set", &other, "name", ifn]).unwrap();
     run("ip", &["-n", ns, "link", "set", ifn, "up"]).unwrap();
-    agent
+    lab.agent
         .wait_metrics(ns, ADDR, Duration::from_secs(10), |b| up(b) == Some(1.0))
         .unwrap();
     // Wait for the link to carry (operationally up on both ends) before replaying.
@@ -421,14 +459,14 @@ fn interfaces_that_go_and_come_back_are_counted_again() {
         assert!(t.elapsed() < Duration::from_secs(30), "{ifn} never came up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    send_and_count(&mut agent, "after a rename away and back");
+    send_and_count(&mut lab, "after a rename away and back");
 
-    let log = agent.stop_ok();
+    let log = lab.agent.stop_ok();
     assert!(log.contains("is gone"), "{log}");
     assert!(log.contains("is back"), "{log}");
     assert!(log.contains("MTU of"), "{log}");
     let out = std::process::Command::new(BIN)
-        .args(["detach", "--pin-dir", pin_dir.to_str().unwrap()])
+        .args(["detach", "--pin-dir", lab.pin_dir.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -451,42 +489,20 @@ fn ifindex_in(ns: &str, ifn: &str) -> u32 {
 /// counts continue over the pinned maps.
 #[test]
 fn an_interface_re_created_under_the_same_index_is_attached_again() {
-    let Some((_dir, _fs, pin_dir, path, e)) = own_bpffs("rocemon-sameidx", &fixtures::rc_ipv4())
-    else {
+    let Some(mut lab) = PinnedLab::start("rocemon-sameidx", "rcsame") else {
         return;
     };
-    let pair = VethPair::new("rcsame").unwrap();
-    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &pinned_args(ifn, pin_dir.to_str().unwrap(), XDP_AND_TC, "native"),
-    )
-    .unwrap();
-    wait_ready(ns, &mut agent);
-    let packets = |b: &str, hook: &str| {
-        try_metric_sum(b, "rocemon_packets_total", &[("hook", hook)]).unwrap_or(0.0) as u64
-    };
-    let mut want = 0;
-    let mut send_and_count = |agent: &mut Agent, step: &str| {
-        pair.replay_from_b(&path).unwrap();
-        want += e.roce_packets;
-        let body = agent
-            .wait_metrics(ns, ADDR, Duration::from_secs(30), |b| {
-                packets(b, "xdp") >= want && packets(b, "tc_ingress") >= want
-            })
-            .unwrap_or_else(|err| panic!("{step}: {err}"));
-        assert_eq!(packets(&body, "xdp"), want, "{step}: xdp");
-        assert_eq!(packets(&body, "tc_ingress"), want, "{step}: tc_ingress");
-    };
-    send_and_count(&mut agent, "first attach");
+    let (ns, ifn) = (lab.pair.ns_a.clone(), lab.pair.a_if.clone());
+    let (ns, ifn) = (ns.as_str(), ifn.as_str());
+    lab.send_and_count("first attach");
     let index = ifindex_in(ns, ifn);
-    let before = pinned_links(&pin_dir.join(ifn.as_str())).unwrap();
+    let iface_pins = lab.pin_dir.join(ifn);
+    let before = pinned_links(&iface_pins).unwrap();
     assert_eq!(before.len(), 2, "{before:?}");
-    let pid = agent.pid().unwrap().to_string();
+    let pid = lab.agent.pid().unwrap().to_string();
     run("kill", &["-STOP", &pid]).unwrap();
-    pair.delete_link().unwrap();
-    pair.create_link_indexed(1, Some(index)).unwrap();
+    lab.pair.delete_link().unwrap();
+    lab.pair.create_link_indexed(1, Some(index)).unwrap();
     assert_eq!(
         ifindex_in(ns, ifn),
         index,
@@ -494,7 +510,6 @@ fn an_interface_re_created_under_the_same_index_is_attached_again() {
     );
     run("kill", &["-CONT", &pid]).unwrap();
     // Attached again: both link pins are new links (the old ones lost their device).
-    let iface_pins = pin_dir.join(ifn.as_str());
     let old: Vec<u64> = before.iter().map(|(_, l)| l.id).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -506,13 +521,13 @@ fn an_interface_re_created_under_the_same_index_is_attached_again() {
             std::time::Instant::now() < deadline,
             "not attached again: links {now:?}, before {before:?}"
         );
-        assert!(agent.try_wait().is_none(), "rocemon exited");
+        assert!(lab.agent.try_wait().is_none(), "rocemon exited");
         std::thread::sleep(Duration::from_millis(100));
     }
-    send_and_count(&mut agent, "after re-creation under the same index");
+    lab.send_and_count("after re-creation under the same index");
     let link = link_details(ns, ifn).unwrap();
     assert!(link.contains("prog/xdp"), "XDP attached again: {link}");
-    let log = agent.stop_ok();
+    let log = lab.agent.stop_ok();
     assert!(
         log.contains("no longer runs rocemon's programs"),
         "the agent says what happened: {log}"
@@ -521,12 +536,12 @@ fn an_interface_re_created_under_the_same_index_is_attached_again() {
     assert!(
         log.contains(&format!(
             "`rocemon detach --pin-dir {}` removes them",
-            pin_dir.display()
+            lab.pin_dir.display()
         )),
         "{log}"
     );
     let out = std::process::Command::new(BIN)
-        .args(["detach", "--pin-dir", pin_dir.to_str().unwrap()])
+        .args(["detach", "--pin-dir", lab.pin_dir.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success());

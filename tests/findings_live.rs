@@ -25,6 +25,25 @@ fn kinds(list: &Value) -> Vec<String> {
         .collect()
 }
 
+/// rocemon on `ifn` in `ns` with `hooks`, unpinned, polling every 200 ms, ready.
+fn start(ns: &str, ifn: &str, hooks: &str) -> Agent {
+    let args = [
+        "run",
+        "--iface",
+        ifn,
+        "--hooks",
+        hooks,
+        "--no-pin",
+        "--listen",
+        ADDR,
+        "--poll-interval-ms",
+        "200",
+    ];
+    let mut agent = Agent::start(ns, BIN, &args).unwrap();
+    agent.wait_ready(ns, ADDR).unwrap();
+    agent
+}
+
 /// Waits (generously) until `/api/v1/findings` satisfies `cond`.
 fn wait_findings(ns: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
     let t = std::time::Instant::now();
@@ -56,24 +75,7 @@ fn ce_marks_without_cnps_open_congestion_and_cnp_missing_then_close() {
     .unwrap();
     let pair = VethPair::new("rcfind").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            ifn,
-            "--hooks",
-            "xdp,tc-egress",
-            "--no-pin",
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "200",
-        ],
-    )
-    .unwrap();
-    agent.wait_ready(ns, ADDR).unwrap();
+    let mut agent = start(ns, ifn, "xdp,tc-egress");
     assert_eq!(kinds(&findings(ns)["active"]), Vec::<String>::new());
     pair.replay_from_b(&pcap).unwrap();
     let f = wait_findings(ns, "congestion and cnp_missing open", |f| {
@@ -121,24 +123,7 @@ fn a_deleted_interface_is_link_down_until_it_comes_back() {
     }
     let pair = VethPair::new("rcldown").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = Agent::start(
-        ns,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            ifn,
-            "--hooks",
-            "xdp",
-            "--no-pin",
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "200",
-        ],
-    )
-    .unwrap();
-    agent.wait_ready(ns, ADDR).unwrap();
+    let mut agent = start(ns, ifn, "xdp");
     pair.delete_link().unwrap();
     let f = wait_findings(ns, "link_down opens", |f| {
         kinds(&f["active"]).contains(&"link_down".into())
