@@ -123,7 +123,7 @@ fn a_deleted_interface_is_link_down_until_it_comes_back() {
     }
     let pair = VethPair::new("rcldown").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let mut agent = start(ns, ifn, "xdp");
+    let agent = start(ns, ifn, "xdp");
     pair.delete_link().unwrap();
     let f = wait_findings(ns, "link_down opens", |f| {
         kinds(&f["active"]).contains(&"link_down".into())
