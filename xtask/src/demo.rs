@@ -245,6 +245,7 @@ paths = {paths}
     let mut acts: Vec<(&Act, Option<Sender>)> = ACTS.iter().map(|act| (act, None)).collect();
     let mut seen = Findings::default();
     let mut alerts = std::collections::BTreeMap::new();
+    let mut opened = std::collections::BTreeSet::new();
     let started = Instant::now();
     let deadline = a.duration.map(|d| started + Duration::from_secs(d));
     match a.duration {
@@ -261,6 +262,7 @@ paths = {paths}
             }
         }
         seen.check(&a.listen, job, t);
+        show_findings(&a.listen, &mut opened, t);
         if prom.is_some() {
             show_alerts(&a.prometheus_listen, &mut alerts, t);
         }
@@ -473,6 +475,24 @@ impl Findings {
 }
 
 /// Prometheus with the shipped rules, scraping the demo every second.
+/// Prints each finding of the agent's `/api/v1/findings` when it first shows as active.
+fn show_findings(addr: &str, opened: &mut std::collections::BTreeSet<String>, t: f64) {
+    let doc = json(addr, "/api/v1/findings");
+    for f in doc["active"].as_array().into_iter().flatten() {
+        let (kind, subject) = (
+            f["kind"].as_str().unwrap_or("?"),
+            f["subject"].as_str().unwrap_or("?"),
+        );
+        if opened.insert(format!("{kind} {subject}")) {
+            println!(
+                "[{t:5.1} s] rocemon finding ({}): {}  [{kind}, curl {addr}/api/v1/findings, docs/runbook.md#{kind}]",
+                f["severity"].as_str().unwrap_or("?"),
+                f["summary"].as_str().unwrap_or("")
+            );
+        }
+    }
+}
+
 fn start_prometheus(a: &DemoArgs, dir: &Path) -> Result<Proc> {
     let rules = root().join("dashboards/rocemon.rules.yml");
     let cfg = dir.join("prometheus.yml");

@@ -132,7 +132,8 @@ pub struct Storm<'a> {
     pub priority: u8,
     pub span: (f64, f64),
     pub xoff_frames: u64,
-    pub mac: &'a str,
+    /// The sender of the pauses (None live: the counters do not say).
+    pub mac: Option<&'a str>,
     pub threshold_s: f64,
 }
 
@@ -145,11 +146,13 @@ pub fn pfc_storm(s: &Storm<'_>) -> Finding {
         format!("priority {}", s.priority),
     )
     .say(format!(
-        "Priority {} was paused for {} without a break ({} XOFF frames from {}), longer than the {} storm threshold: traffic of that class stood still.",
+        "Priority {} was paused for {} without a break ({}), longer than the {} storm threshold: traffic of that class stood still.",
         s.priority,
         duration(secs),
-        s.xoff_frames,
-        s.mac,
+        match s.mac {
+            Some(mac) => format!("{} XOFF frames from {mac}", s.xoff_frames),
+            None => "by the PFC counters' pause time".into(),
+        },
         duration(s.threshold_s)
     ))
     .with("priority", json!(s.priority))
@@ -241,9 +244,9 @@ pub struct Recovery<'a> {
 
 pub fn retransmissions(r: &Recovery<'_>) -> Option<Finding> {
     (r.psn_gaps + r.retransmits + r.naks > 0).then(|| {
-        Finding::new("retransmissions", Severity::Warning, r.span, format!("flow {}", r.flow))
+        Finding::new("retransmissions", Severity::Warning, r.span, r.flow.to_lowercase())
             .say(format!(
-                "Flow {} lost packets and recovered: {} PSN gaps, {} retransmitted packets, {} NAKs among {} packets. On a lossless fabric that means drops (a misconfigured class, buffer overflow, a bad link).",
+                "{} lost packets and recovered: {} PSN gaps, {} retransmitted packets, {} NAKs among {} packets. On a lossless fabric that means drops (a misconfigured class, buffer overflow, a bad link).",
                 r.flow, r.psn_gaps, r.retransmits, r.naks, r.packets
             ))
             .with("psn_gaps", json!(r.psn_gaps))
@@ -274,13 +277,43 @@ pub fn lossy_roce(lossy: u64, roce: u64, expected: &str, span: (f64, f64)) -> Op
 }
 
 pub fn elephant(flow: &str, peak_bytes_per_second: f64, bytes: u64, span: (f64, f64)) -> Finding {
-    Finding::new("elephant", Severity::Info, span, format!("flow {flow}"))
-        .say(format!(
+    elephant_saying(
+        flow,
+        peak_bytes_per_second,
+        bytes,
+        span,
+        format!(
             "Flow {flow} ran as an elephant from {:.2} s to {:.2} s, at up to {}.",
             span.0,
             span.1,
             bits_per_second(peak_bytes_per_second)
-        ))
+        ),
+    )
+}
+
+/// An elephant now (live): its rate at this poll.
+pub fn elephant_now(flow: &str, bytes_per_second: f64, t: f64) -> Finding {
+    elephant_saying(
+        flow,
+        bytes_per_second,
+        0,
+        (t, t),
+        format!(
+            "Flow {flow} is an elephant, at {}.",
+            bits_per_second(bytes_per_second)
+        ),
+    )
+}
+
+fn elephant_saying(
+    flow: &str,
+    peak_bytes_per_second: f64,
+    bytes: u64,
+    span: (f64, f64),
+    summary: String,
+) -> Finding {
+    Finding::new("elephant", Severity::Info, span, format!("flow {flow}"))
+        .say(summary)
         .with("peak_bits_per_second", json!(peak_bytes_per_second * 8.0))
         .with("bytes", json!(bytes))
 }
@@ -411,7 +444,7 @@ mod tests {
                 priority: 3,
                 span: (2.0, 2.5),
                 xoff_frames: 9,
-                mac: "m",
+                mac: Some("m"),
                 threshold_s: 0.2,
             }),
         ];

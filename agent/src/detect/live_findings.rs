@@ -136,7 +136,7 @@ impl LiveFindings {
             let subject = format!("receiver {iface}");
             now.extend(
                 f::congestion(&f::Congested {
-                    host: &format!("this host ({iface})"),
+                    host: &format!("this host on {iface}"),
                     packets: d.rx_packets,
                     ce_packets: d.rx_ce,
                     cnps: d.tx_cnp,
@@ -148,7 +148,7 @@ impl LiveFindings {
             if d.egress {
                 now.extend(
                     f::cnp_missing(&f::Receiver {
-                        host: &format!("this host ({iface})"),
+                        host: &format!("this host on {iface}"),
                         senders: 0,
                         ce_packets: d.rx_ce,
                         answered_ce: 0,
@@ -160,7 +160,7 @@ impl LiveFindings {
             }
             now.extend(
                 f::retransmissions(&f::Recovery {
-                    flow: &format!("traffic on {iface}"),
+                    flow: &format!("RoCE on {iface}"),
                     psn_gaps: d.psn_gaps,
                     retransmits: d.retransmits,
                     naks: d.naks,
@@ -187,7 +187,7 @@ impl LiveFindings {
                                     priority: prio as u8,
                                     span: (since, p.now_s),
                                     xoff_frames: 0,
-                                    mac: "unknown (counted, not captured)",
+                                    mac: None,
                                     threshold_s: p.storm_s,
                                 })
                                 .retitle(format!("priority {prio} on {iface}")),
@@ -200,7 +200,7 @@ impl LiveFindings {
             }
         }
         for (flow, rate) in &p.elephants {
-            now.push(f::elephant(flow, *rate, 0, (p.now_s, p.now_s)));
+            now.push(f::elephant_now(flow, *rate, p.now_s));
         }
         for (g, m, n) in &p.collisions {
             now.push(f::ecmp_collision(g, m, *n, (p.now_s, p.now_s)));

@@ -24,7 +24,7 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
             priority: s.priority,
             span: (at(s.start_ns), at(s.end_ns)),
             xoff_frames: s.xoff_frames,
-            mac: &s.mac,
+            mac: Some(&s.mac),
             threshold_s,
         }));
     }
@@ -100,7 +100,7 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
     for fl in hurt.into_iter().take(MAX_RECOVERIES) {
         let name = flow_name(&fl.src, &fl.dst, fl.sport, fl.dest_qp);
         out.extend(f::retransmissions(&f::Recovery {
-            flow: &name,
+            flow: &format!("Flow {name}"),
             psn_gaps: fl.psn_gaps,
             retransmits: fl.retransmits,
             naks: naks(fl),
