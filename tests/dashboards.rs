@@ -7,6 +7,7 @@ use rocemon::export::metrics::Metrics;
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::Roce;
 use rocemon_testkit::netns::{http_get_in, run, unique_tag, Agent, VethPair};
+use rocemon_testkit::sender::Sender;
 use rocemon_testkit::training::{self, Job};
 use rocemon_testkit::{require_root, TempDir};
 use std::collections::BTreeSet;
@@ -259,8 +260,17 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
             ],
         )
         .unwrap();
-        run("ip", &["-n", &pair.ns_a, "link", "set", a, "up"]).unwrap();
-        run("ip", &["-n", &pair.ns_b, "link", "set", b, "up"]).unwrap();
+        // Jumbo MTU: the training job's WRITEs carry 2 KiB (RoCE runs with 2-4 KiB MTUs).
+        run(
+            "ip",
+            &["-n", &pair.ns_a, "link", "set", a, "mtu", "9000", "up"],
+        )
+        .unwrap();
+        run(
+            "ip",
+            &["-n", &pair.ns_b, "link", "set", b, "mtu", "9000", "up"],
+        )
+        .unwrap();
     }
 
     let sys = d.join("sys");
@@ -395,23 +405,30 @@ cm_id_json = {cm:?}
     // A training job, paced, on its own link: steps of 100 ms, then of 200 ms, a slow step in each part
     // (the rhythm panels, the message sizes, and both training alerts: the period grows
     // against its mean, and the switches stretch steps).
-    let job = |name, period_ms, comm_ms, steps| {
-        training::capture(
-            name,
-            Job {
-                period_ms,
-                comm_ms,
-                jitter_ms: 0,
-                steps,
-                slow_at: Some(steps / 2),
-                missing_at: None,
-            },
-        )
-        .write(d)
-        .unwrap()
+    let job = |period_ms, comm_ms, steps| Job {
+        period_ms,
+        comm_ms,
+        jitter_ms: 0,
+        steps,
+        slow_at: Some(steps / 2),
+        missing_at: None,
     };
-    let (fast, slow) = (job("job100", 100, 20, 60), job("job200", 200, 30, 40));
-    let _t4 = replay_forever(&pair.ns_b, &t2, &[fast, slow], None);
+    let (fast, slow) = (job(100, 20, 60), job(200, 30, 40));
+    // Paced from one thread with absolute deadlines at a real-time priority (tcpreplay's
+    // timing smeared the steps on a loaded machine: no rhythm after 120 s).
+    let length = Duration::from_millis(training::length_ms(&fast) + training::length_ms(&slow));
+    let _t4 = Sender::start(&pair.ns_b, &t2, None, length, move |n| {
+        let psn0 = (n as u32).wrapping_mul(1 << 16);
+        let mut frames = training::frames(fast, "10.78.0.1", "10.78.0.2", psn0);
+        let shift = training::length_ms(&fast) * 1_000_000;
+        frames.extend(
+            training::frames(slow, "10.78.0.1", "10.78.0.2", psn0 + (1 << 15))
+                .into_iter()
+                .map(|(t, f)| (t + shift, f)),
+        );
+        frames
+    })
+    .unwrap();
 
     let prom_cfg = d.join("prometheus.yml");
     std::fs::write(

@@ -40,7 +40,14 @@ fn live(prefix: &str, hooks: &[&str]) {
     }
     let mut agent = Agent::start(&pair.ns_a, BIN, &args).unwrap();
     agent.wait_ready(&pair.ns_a, ADDR).unwrap();
-    pair.replay_paced_from_b(&path).unwrap();
+    // At the frames' own times, from a real-time thread (tcpreplay's pacing smeared the
+    // steps on a loaded machine).
+    rocemon_testkit::sender::send_paced(
+        &pair.ns_b,
+        &pair.b_if,
+        training::frames(job, "10.78.0.1", "10.78.0.2", 0),
+    )
+    .unwrap();
     let iface = [("iface", pair.a_if.as_str())];
     // Until the slow step is found and every message counted (the replay has ended, the
     // last poll before it may not have seen its end).

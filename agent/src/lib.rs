@@ -4,14 +4,15 @@
 //!
 //! ```text
 //! kernel/ + sources/ --------> pipeline/ -------> detect/ ---------> export/
-//!   loader, pins (programs)     flows (rates,     elephant, ecmp,     metrics/ (the one catalog),
-//!   sources::maps (counters,      top-K)          hash, rhythm,       http + api + web,
-//!     flows, the ring),         timeline,         steps               report, report_html*
-//!     prog_run (the flush)
-//!   sources::capture, input     training
-//!   sources::afxdp, tally      (captures)
-//!   sflow/ (switches' view)
-//!                        cmd/: run, run_links, run_rhythm, run_reload, analyze, top wire them
+//!   loader, attach, pins,       flows (rates,     elephant, ecmp,     metrics/ (the one catalog),
+//!   liveness (programs)           top-K)          hash, rhythm,       http + conns + api + web,
+//!   sources::maps (counters,    timeline,         steps, pause,       report, report_findings,
+//!     flows, the ring),         training          cnp_response,       report_html*
+//!     prog_run (the flush)     (captures)         findings,
+//!   sources::capture, input                       live_findings
+//!   sources::afxdp, tally
+//!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
+//!          cmd/: run, run_links, run_rhythm, run_reload, run_findings, analyze, top wire them
 //! ```
 //!
 //! Imports run one way, left to right; `cmd/` sits on top, `cli`/`config` beside it.
@@ -19,8 +20,9 @@
 //! - [`cli`]: raw flags and their value types; [`config`]: one validated [`config::Config`]
 //!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2);
 //!   [`bpf_sys`]: bpf(2) for the commands aya does not wrap.
-//! - [`kernel`]: load the object, attach XDP/tc per interface, fall back, detach on drop
-//!   ([`kernel::loader`]); pins ([`kernel::pins`]).
+//! - [`kernel`]: load the object ([`kernel::loader`]), attach XDP/tc per interface, fall
+//!   back, clean up a refused start ([`kernel::attach`]), detach on drop; whether the links
+//!   still run on their device ([`kernel::liveness`]); pins ([`kernel::pins`]).
 //! - [`sources`]: the kernel maps and ring ([`sources::maps`]; the flow cache flushed into
 //!   the flow maps first, by a program run on each CPU: [`sources::prog_run`]), captures
 //!   ([`sources::capture`], [`sources::input`]), AF_XDP sockets and their userspace counting
@@ -28,12 +30,15 @@
 //!   the sFlow v5 collector (switches' view), live and in `analyze`.
 //! - [`pipeline`]: the flow table ([`pipeline::flows`]: rates, ticks); a capture's views over
 //!   time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and message sizes).
-//! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, and the
-//!   training rhythm (`rhythm`, `steps`).
+//! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
+//!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing
+//!   ([`detect::cnp_response`]), and the findings that say what it all means
+//!   ([`detect::findings`]; live, over a window: [`detect::live_findings`]).
 //! - [`export`]: the metric catalog ([`export::metrics`]), `/metrics` and `/api/v1/*`
 //!   ([`export::http`], [`export::api`]), the `analyze` reports.
 //! - [`cmd`]: `rocemon run` ([`cmd::run`]: it takes its shutdown as a future so tests drive
-//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`]), `rocemon analyze` ([`cmd::analyze`]),
+//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`], [`cmd::run_findings`]),
+//!   `rocemon analyze` ([`cmd::analyze`]),
 //!   `rocemon top` ([`cmd::top`]).
 
 pub mod bpf_sys;

@@ -175,13 +175,6 @@ impl VethPair {
         )?;
         Ok(())
     }
-
-    /// Replays a capture out of `b_if` at its own timing (tcpreplay's default pacing).
-    pub fn replay_paced_from_b(&self, pcap: &std::path::Path) -> Result<()> {
-        let path = pcap.to_str().context("capture path is not UTF-8")?;
-        self.exec(&self.ns_b, "tcpreplay", &["-q", "-i", &self.b_if, path])?;
-        Ok(())
-    }
 }
 
 impl Drop for VethPair {

@@ -69,6 +69,9 @@ impl Sender {
         let (ns, ifname, s) = (ns.to_string(), ifname.to_string(), stop.clone());
         let thread = std::thread::spawn(move || -> Result<()> {
             enter_netns(&ns)?;
+            if pps.is_none() {
+                realtime();
+            }
             let fd = raw_socket(&ifname)?;
             let result = send_rounds(fd, pps, length, &round, &s);
             // SAFETY: our own descriptor.
@@ -92,6 +95,18 @@ impl Sender {
     }
 }
 
+/// Frames sent at their own times are a rhythm only while the sender keeps its deadlines: on
+/// a loaded machine (other tests, a CPU hog) a thread of normal priority wakes late and the
+/// steps smear. This thread asks for a real-time priority (as root it gets it; elsewhere it
+/// keeps its own and says nothing).
+fn realtime() {
+    // SAFETY: a plain sched_param for the calling thread.
+    unsafe {
+        let p = libc::sched_param { sched_priority: 10 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &p);
+    }
+}
+
 fn send_rounds(
     fd: i32,
     pps: Option<u32>,
@@ -99,11 +114,33 @@ fn send_rounds(
     round: &dyn Fn(u64) -> Round,
     stop: &AtomicBool,
 ) -> Result<()> {
+    send_rounds_paced(fd, pps, length, round, stop, u64::MAX)
+}
+
+/// [`send_rounds`] at the frames' own times, for at most `rounds` rounds.
+fn send_rounds_until(
+    fd: i32,
+    length: Duration,
+    round: &dyn Fn(u64) -> Round,
+    stop: &AtomicBool,
+    rounds: u64,
+) -> Result<()> {
+    send_rounds_paced(fd, None, length, round, stop, rounds)
+}
+
+fn send_rounds_paced(
+    fd: i32,
+    pps: Option<u32>,
+    length: Duration,
+    round: &dyn Fn(u64) -> Round,
+    stop: &AtomicBool,
+    rounds: u64,
+) -> Result<()> {
     let start = Instant::now();
     let mut sent = 0u64;
     let mut n = 0u64;
     let mut round_start = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && n < rounds {
         let frames = round(n);
         let t0 = frames.first().map_or(0, |f| f.0);
         for (t, f) in &frames {
@@ -136,6 +173,33 @@ fn send_rounds(
         n += 1;
     }
     Ok(())
+}
+
+/// Sends `frames` once out of `ifname` in namespace `ns`, each at its time from the first,
+/// from a thread of real-time priority with absolute deadlines (a paced replay that keeps its
+/// timing on a loaded machine, where tcpreplay's smeared a training job's steps); returns
+/// when the last frame is out.
+pub fn send_paced(ns: &str, ifname: &str, frames: Round) -> Result<()> {
+    let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    let t = std::thread::spawn(move || -> Result<()> {
+        enter_netns(&ns)?;
+        realtime();
+        let fd = raw_socket(&ifname)?;
+        let length = Duration::from_nanos(
+            frames.last().map_or(0, |f| f.0) - frames.first().map_or(0, |f| f.0) + 1,
+        );
+        let stop = AtomicBool::new(false);
+        let once = move |n: u64| if n == 0 { frames.clone() } else { Vec::new() };
+        // One round, then stop: the second (empty) round ends the loop.
+        let result = send_rounds_until(fd, length, &once, &stop, 1);
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+        result
+    });
+    match t.join() {
+        Ok(r) => r,
+        Err(_) => bail!("paced sender thread panicked"),
+    }
 }
 
 impl Drop for Sender {
