@@ -395,14 +395,17 @@ fn every_kind_has_a_runbook_entry() {
 #[test]
 fn the_html_report_opens_with_the_findings() {
     let dir = TempDir::new("rocemon-findings-html").unwrap();
-    let p = whole(
-        "storm-html",
-        Format::PcapNanos,
-        xoffs(1_500, 200_000, T0),
-        false,
-    )
-    .write(dir.path())
-    .unwrap();
+    // The storm, and RoCE across it every 300 us (the charts' time axis).
+    let mut frames = xoffs(1_500, 200_000, T0);
+    frames.extend(
+        classes(1_000, 0)
+            .into_iter()
+            .map(|(t, f)| (T0 + (t - T0) * 30, f)),
+    );
+    frames.sort_by_key(|(t, _)| *t);
+    let p = whole("storm-html", Format::PcapNanos, frames, false)
+        .write(dir.path())
+        .unwrap();
     let html = dir.path().join("report.html");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--link-speed", "100", "--html"])
@@ -420,4 +423,8 @@ fn the_html_report_opens_with_the_findings() {
     let totals = page.find("<h2>Totals</h2>").expect("totals");
     assert!(findings < totals, "the findings come first");
     assert!(page.contains(r#"<a href="docs/runbook.md#pfc_storm">pfc_storm</a>"#));
+    assert!(
+        page.contains("share of the time each priority was paused (PFC)"),
+        "the pause chart"
+    );
 }

@@ -184,6 +184,32 @@ impl PauseTracker {
         (ns, (ns > 0).then_some(p as u8))
     }
 
+    /// The share of each of `n` buckets of `width_ns` from `start_ns` that each priority was
+    /// paused (0 to 1): one pass over the pauses, each spread over the buckets it covers.
+    pub fn series(&self, start_ns: u64, width_ns: u64, n: usize) -> Vec<[f64; PRIORITIES]> {
+        let mut out = vec![[0.0; PRIORITIES]; n];
+        let w = width_ns.max(1);
+        let end_all = start_ns.saturating_add(w.saturating_mul(n as u64));
+        for &(p, s, e) in &self.runs {
+            let (s, e) = (s.max(start_ns), e.min(end_all));
+            if e <= s {
+                continue;
+            }
+            let mut i = ((s - start_ns) / w) as usize;
+            while i < n {
+                let lo = start_ns + i as u64 * w;
+                let hi = lo + w;
+                let ov = e.min(hi).saturating_sub(s.max(lo));
+                out[i][usize::from(p)] += ov as f64 / w as f64;
+                if e <= hi {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// The longest continuous pause of priority `p`.
     pub fn longest(&self, p: usize) -> Option<&PauseRun> {
         self.prios.get(p)?.longest.as_ref()
@@ -264,6 +290,19 @@ mod tests {
         assert_eq!((s.priority, s.xoff_frames), (3, 1_500));
         assert_eq!(s.mac, "02:00:00:00:00:01");
         assert!(s.seconds() > 0.29 && s.seconds() < 0.31, "{}", s.seconds());
+    }
+
+    #[test]
+    fn the_series_spreads_each_pause_over_its_buckets() {
+        let mut t = PauseTracker::new(G100, DEFAULT_STORM_NS);
+        // 1000 quanta = 5,120 ns: from 2,000 to 7,120 over buckets of 4,000 ns.
+        t.frame(2_000, &pfc(2, 1000), MAC);
+        t.finish();
+        let s = t.series(0, 4_000, 3);
+        assert!((s[0][2] - 0.5).abs() < 1e-12, "{s:?}");
+        assert!((s[1][2] - 3_120.0 / 4_000.0).abs() < 1e-12, "{s:?}");
+        assert_eq!(s[2][2], 0.0);
+        assert_eq!(s[0][3], 0.0);
     }
 
     #[test]

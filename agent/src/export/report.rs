@@ -48,6 +48,9 @@ pub struct Report {
     pub sflow: Option<crate::sflow::report::SflowReport>,
     /// What the counts mean: most serious first (see `docs/runbook.md`).
     pub findings: Vec<crate::detect::findings::Finding>,
+    /// The share of each timeline bucket each priority was paused (the HTML chart).
+    #[serde(skip)]
+    pub paused_over_time: Vec<[f64; 8]>,
 }
 
 #[derive(Serialize, Debug)]
@@ -335,6 +338,14 @@ pub fn build(a: &Analysis) -> Report {
         ecmp: a.ecmp.clone(),
         flows,
         findings: Vec::new(),
+        paused_over_time: match a.timeline.start_ns() {
+            Some(start) => a.pause.series(
+                start,
+                (a.timeline.bucket_seconds() * 1e9) as u64,
+                a.timeline.buckets().len(),
+            ),
+            None => Vec::new(),
+        },
     };
     for p in r.pfc.priorities.iter_mut() {
         p.paused_seconds = Some(a.pause.paused_seconds(usize::from(p.priority)));

@@ -286,6 +286,29 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         dt,
         &[("CNPs", "#f28e2b", cnp)],
     ));
+    // Pause time per priority over the same buckets: the union of its pause intervals.
+    let names: Vec<String> = (0..8).map(|p| format!("priority {p}")).collect();
+    let paused: Vec<(&str, &str, Vec<f64>)> = (0..8)
+        .map(|p| {
+            (
+                names[p].as_str(),
+                COLORS[p % COLORS.len()],
+                r.paused_over_time
+                    .iter()
+                    .map(|x| x[p])
+                    .collect::<Vec<f64>>(),
+            )
+        })
+        .filter(|(_, _, v)| v.iter().any(|x| *x > 0.0))
+        .collect();
+    if !paused.is_empty() {
+        s.push_str(&line_chart(
+            "share of the time each priority was paused (PFC)",
+            "",
+            dt,
+            &paused,
+        ));
+    }
 
     // Elephants on the capture's timeline.
     let _ = write!(s, "<h2>Elephants ({})</h2>", r.elephants.len());
