@@ -87,8 +87,9 @@ pub struct CnpResponse {
     conns: BTreeMap<Conn, ConnState>,
     /// The connections with CE packets between two hosts (A, B).
     by_pair: BTreeMap<(IpAddr, IpAddr), Vec<Conn>>,
-    /// (B, A, port) -> the QP at A that B's packets on that port carry.
-    reverse_qp: BTreeMap<(IpAddr, IpAddr, u16), u32>,
+    /// (B, A, port) -> the QP at A that B's packets on that port carry (looked up for every
+    /// RoCE packet of a capture: a hash map).
+    reverse_qp: rustc_hash::FxHashMap<(IpAddr, IpAddr, u16), u32>,
     cnps: u64,
 }
 
@@ -154,11 +155,11 @@ impl CnpResponse {
         let mut connections = Vec::new();
         let (mut ce, mut answered, mut unanswered) = (0, 0, 0);
         for (c, s) in &self.conns {
-            let mut s = s.clone();
-            s.settle(u64::MAX);
+            // CE packets still waiting are unanswered: nothing more comes.
+            let waiting = s.pending.map_or(0, |(_, n)| n);
             ce += s.ce;
             answered += s.answered;
-            unanswered += s.unanswered;
+            unanswered += s.unanswered + waiting;
             all_lat.extend_from_slice(&s.latencies);
             if let Some(g) = s.min_gap {
                 min_gap = Some(min_gap.map_or(g, |m| m.min(g)));
@@ -171,7 +172,7 @@ impl CnpResponse {
                 dest_qp: c.3,
                 ce_packets: s.ce,
                 cnps: s.cnps,
-                unanswered_ce: s.unanswered,
+                unanswered_ce: s.unanswered + waiting,
                 latency_p50_seconds: quantile(&mut l, 0.5),
             });
         }

@@ -117,7 +117,7 @@ impl LiveFindings {
         for (iface, sample, speed) in &p.ifaces {
             let Some(s) = sample else {
                 self.history.remove(*iface);
-                now.push(link_down(iface, p.now_s));
+                now.push(f::link_down(iface, p.now_s));
                 continue;
             };
             let h = self.history.entry(iface.to_string()).or_default();
@@ -176,9 +176,10 @@ impl LiveFindings {
             // A priority paused for (nearly) all of every poll since some time.
             if let Some((tp, ps)) = prev {
                 let dt = p.now_s - tp;
+                let name = iface.to_string();
                 for prio in 0..PRIORITIES {
                     let q = s.pfc_quanta[prio].saturating_sub(ps.pfc_quanta[prio]);
-                    let key = (iface.to_string(), prio);
+                    let key = (name.clone(), prio);
                     if dt > 0.0 && quanta_seconds(q, *speed) >= 0.9 * dt {
                         let since = *self.paused_since.entry(key).or_insert(tp);
                         if p.now_s - since > p.storm_s {
@@ -277,10 +278,6 @@ impl LiveFindings {
         }
         m
     }
-}
-
-fn link_down(iface: &str, t: f64) -> Finding {
-    f::link_down(iface, t)
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -160,7 +160,7 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
         whole,
     ));
 
-    out.extend(super::report_training::slow_step_findings(a, r, origin));
+    out.extend(super::report_training::slow_step_findings(r, origin));
     f::sort(&mut out);
     out
 }

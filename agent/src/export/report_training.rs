@@ -76,7 +76,6 @@ pub fn explain_slow_steps(
 
 /// One finding per slow step, with its causes.
 pub fn slow_step_findings(
-    _a: &crate::pipeline::analysis::Analysis,
     r: &super::report::Report,
     origin_ns: u64,
 ) -> Vec<crate::detect::findings::Finding> {

@@ -388,8 +388,13 @@ impl Collector {
                 direction: "source",
             });
         }
-        for key in &ports {
-            if let Some(p) = self.port(*key, now_ns) {
+        // Whether each port is a configured group's (asked once per sample).
+        let protected: Vec<bool> = ports
+            .iter()
+            .map(|k| self.limits.protects_port(k.agent, k.if_index))
+            .collect();
+        for (key, prot) in ports.iter().zip(&protected) {
+            if let Some(p) = self.ports.touch(key, now_ns, *prot) {
                 p.samples += 1;
                 if roce.is_some() {
                     p.roce.packets += 1;
@@ -405,10 +410,9 @@ impl Collector {
         let Some(i) = roce else {
             return;
         };
-        for port in &ports {
+        for (port, prot) in ports.iter().zip(&protected) {
             let k = (port.agent, port.if_index);
-            let protected = self.limits.protects_port(port.agent, port.if_index);
-            if let Some(t) = self.rhythms.touch(&k, now_ns, protected) {
+            if let Some(t) = self.rhythms.touch(&k, now_ns, *prot) {
                 t.add_restarting(
                     u64::from(uptime_ms) * 1_000_000,
                     bytes.saturating_mul(weight),
@@ -419,11 +423,9 @@ impl Collector {
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);
         let key = i.flow_key(Hook::Xdp);
-        let mut on_protected = false;
-        for port in &ports {
-            let protected = self.limits.protects_port(port.agent, port.if_index);
-            on_protected |= protected;
-            if let Some(v) = self.port_flows.touch(&(*port, key), now_ns, protected) {
+        let on_protected = protected.iter().any(|p| *p);
+        for (port, prot) in ports.iter().zip(&protected) {
+            if let Some(v) = self.port_flows.touch(&(*port, key), now_ns, *prot) {
                 *v = v.saturating_add(bytes.saturating_mul(weight));
             }
         }
