@@ -199,6 +199,38 @@ pub fn cnp_missing(r: &Receiver<'_>) -> Option<Finding> {
     })
 }
 
+/// A sender that kept its rate while CNPs arrived (DCQCN's reaction point).
+pub struct Unreacting<'a> {
+    /// The data flow: `src -> dst port S QP Q`.
+    pub flow: &'a str,
+    pub sender: &'a str,
+    pub bursts: u64,
+    pub ignored: u64,
+    /// The mean after/before rate ratio over the bursts.
+    pub ratio: f64,
+    pub rate_before_bytes_per_second: f64,
+    pub span: (f64, f64),
+}
+
+/// A sender that kept its rate after every burst of CNPs judged.
+pub fn cnp_ignored(u: &Unreacting<'_>) -> Option<Finding> {
+    (u.bursts > 0 && u.ignored == u.bursts).then(|| {
+        Finding::new("cnp_ignored", Severity::Warning, u.span, format!("sender {}", u.sender))
+            .say(format!(
+                "{} kept sending at {:.0}% of its rate ({} before) in the {} after CNPs began to arrive, in {} burst(s) of CNPs: its NIC's DCQCN reaction point looks off, so the congestion it feeds goes on.",
+                u.flow,
+                u.ratio * 100.0,
+                bits_per_second(u.rate_before_bytes_per_second),
+                duration(super::cnp_response::REACTION_WINDOW_NS as f64 / 1e9),
+                u.bursts
+            ))
+            .with("cnp_bursts", json!(u.bursts))
+            .with("cnp_bursts_ignored", json!(u.ignored))
+            .with("rate_after_cnps_ratio", json!(u.ratio))
+            .with("rate_before_bits_per_second", json!(u.rate_before_bytes_per_second * 8.0))
+    })
+}
+
 /// CE share of the RoCE packets to one receiver, above which it is congestion.
 pub const CONGESTION_CE_SHARE: f64 = 0.01;
 
@@ -355,14 +387,22 @@ pub struct SlowStep<'a> {
     pub seconds: f64,
     pub typical_seconds: f64,
     pub causes: &'a [(&'static str, f64)],
+    /// The host that started or ended its burst last, when nothing in the network explains
+    /// the step: (host, started late by, ended late by), seconds.
+    pub straggler: Option<(&'a str, f64, f64)>,
 }
 
 pub fn slow_step(s: &SlowStep<'_>) -> Finding {
-    let why = match s.causes.first() {
-        Some((kind, share)) if *kind != "unexplained" => format!(
+    let why = match (s.causes.first(), s.straggler) {
+        (Some((kind, share)), _) if *kind != "unexplained" => format!(
             "; mostly {} ({:.0}% of the extra time)",
             kind.replace('_', " "),
             share * 100.0
+        ),
+        (_, Some((host, started, ended))) => format!(
+            "; nothing in the network explains it, and host {host} ended its burst {} after the others (started {} after): look at that host (a straggler)",
+            duration(ended),
+            duration(started)
         ),
         _ => "; nothing in the network explains it (look at the hosts)".into(),
     };
@@ -380,6 +420,14 @@ pub fn slow_step(s: &SlowStep<'_>) -> Finding {
     ))
     .with("seconds", json!(s.seconds))
     .with("typical_seconds", json!(s.typical_seconds))
+    .with(
+        "straggler",
+        json!(s.straggler.map(|(host, started, ended)| json!({
+            "host": host,
+            "started_late_seconds": started,
+            "ended_late_seconds": ended,
+        }))),
+    )
     .with(
         "causes",
         json!(s

@@ -167,10 +167,14 @@ impl PauseTracker {
         self.prios.get(p).map_or(0.0, |x| x.paused_ns as f64 / 1e9)
     }
 
-    /// The most time any one priority was paused within `[from_ns, to_ns)`, and which.
-    pub fn paused_within(&self, from_ns: u64, to_ns: u64) -> (u64, Option<u8>) {
+    /// The most time any one priority of `mask` (bit p: priority p) was paused within
+    /// `[from_ns, to_ns)`, and which.
+    pub fn paused_within(&self, mask: u8, from_ns: u64, to_ns: u64) -> (u64, Option<u8>) {
         let mut per = [0u64; PRIORITIES];
         for &(p, s, e) in &self.runs {
+            if mask & (1 << p) == 0 {
+                continue;
+            }
             let (a, b) = (s.max(from_ns), e.min(to_ns));
             if b > a {
                 per[usize::from(p)] += b - a;
@@ -182,6 +186,36 @@ impl PauseTracker {
             .max_by_key(|(_, ns)| **ns)
             .map_or((0, 0), |(p, ns)| (p, *ns));
         (ns, (ns > 0).then_some(p as u8))
+    }
+
+    /// For each of `n` buckets of `width_ns` from `start_ns`: whether a priority of `mask`
+    /// (bit p: priority p) was paused for at least half of it. The training steps read this:
+    /// a silence under a pause is the network holding the job, not the end of a step.
+    pub fn paused_buckets(&self, mask: u8, start_ns: u64, width_ns: u64, n: usize) -> Vec<bool> {
+        let w = width_ns.max(1);
+        let mut ns = vec![0u64; n];
+        let end_all = start_ns.saturating_add(w.saturating_mul(n as u64));
+        for &(p, s, e) in &self.runs {
+            if mask & (1 << p) == 0 {
+                continue;
+            }
+            let (s, e) = (s.max(start_ns), e.min(end_all));
+            let mut i = if e > s {
+                ((s - start_ns) / w) as usize
+            } else {
+                n
+            };
+            while i < n {
+                let lo = start_ns + i as u64 * w;
+                let (a, b) = (s.max(lo), e.min(lo + w));
+                if b <= a {
+                    break;
+                }
+                ns[i] += b - a;
+                i += 1;
+            }
+        }
+        ns.into_iter().map(|x| x * 2 >= w).collect()
     }
 
     /// The share of each of `n` buckets of `width_ns` from `start_ns` that each priority was

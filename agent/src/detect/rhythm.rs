@@ -35,12 +35,24 @@ pub struct Step {
     pub slow: bool,
     /// What explains a slow step's extra time, most first (empty when not slow, and live).
     pub causes: Vec<Cause>,
+    /// Where nothing in the network explains a slow step: the host whose burst started or
+    /// ended last (a straggler is a host, not the network).
+    pub straggler: Option<Straggler>,
+}
+
+/// The host that held a slow step up.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Straggler {
+    pub host: String,
+    /// How much later than the other hosts it started and ended its burst.
+    pub started_late_seconds: f64,
+    pub ended_late_seconds: f64,
 }
 
 /// A cause of a slow step and the share of its extra time it explains.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Cause {
-    /// pfc_pause, congestion, unexplained.
+    /// pfc_pause, congestion, retransmission, ecmp_collision, lossy_class, unexplained.
     pub kind: &'static str,
     pub share: f64,
 }
@@ -146,19 +158,21 @@ fn period_in(x: &[u64], min_lag: usize) -> Option<f64> {
 }
 
 /// Steps of a series with period `p` buckets: a burst starts where traffic follows a silence
-/// of at least a tenth of the period (and 2 ms).
-fn steps(s: &Series, p: f64) -> (Vec<Step>, f64) {
+/// of at least a tenth of the period (and 2 ms). A silent bucket in which the job's priority
+/// was paused (`paused[i]`) is no silence: the network held the burst, the step goes on.
+fn steps(s: &Series, p: f64, paused: &[bool]) -> (Vec<Step>, f64) {
     let gap = ((p * 0.1).round() as usize).max(2);
     let x = &s.buckets;
+    let quiet = quiet_level(x);
     let mut starts = Vec::new();
     let mut idle = gap;
     for (i, &v) in x.iter().enumerate() {
-        if v > 0 {
+        if v > quiet {
             if idle >= gap {
                 starts.push(i);
             }
             idle = 0;
-        } else {
+        } else if !paused.get(i).copied().unwrap_or(false) {
             idle += 1;
         }
     }
@@ -173,8 +187,9 @@ fn steps(s: &Series, p: f64) -> (Vec<Step>, f64) {
             bytes: seg.iter().sum(),
             slow: false,
             causes: Vec::new(),
+            straggler: None,
         });
-        active_share.push(seg.iter().filter(|&&v| v > 0).count() as f64 / seg.len() as f64);
+        active_share.push(seg.iter().filter(|&&v| v > quiet).count() as f64 / seg.len() as f64);
     }
     let duty = if active_share.is_empty() {
         0.0
@@ -195,12 +210,26 @@ const FINE_BUCKETS: usize = 4_096;
 const COARSE: usize = 10;
 const COARSE_BUCKETS: usize = 6_000;
 
+/// The level at or below which a bucket is silence between bursts: none at all, or, under
+/// a steady background (another job's elephants on a mirrored link), that background (the
+/// 10th percentile of the buckets) and an eighth more.
+fn quiet_level(x: &[u64]) -> u64 {
+    if x.is_empty() {
+        return 0;
+    }
+    let mut v = x.to_vec();
+    let k = v.len() / 10;
+    let (_, floor, _) = v.select_nth_unstable(k);
+    *floor + *floor / 8
+}
+
 /// Bursts in a series (traffic after a silence of at least `gap` buckets).
 fn bursts(x: &[u64], gap: usize) -> usize {
+    let quiet = quiet_level(x);
     let mut n = 0;
     let mut idle = gap;
     for &v in x {
-        if v > 0 {
+        if v > quiet {
             if idle >= gap {
                 n += 1;
             }
@@ -232,13 +261,19 @@ fn candidates(s: &Series) -> Vec<(f64, usize)> {
 
 /// The rhythm of a series (see the module doc).
 pub fn detect(s: &Series) -> Rhythm {
+    detect_paused(s, &[])
+}
+
+/// The rhythm of a series whose bucket `i` was paused by PFC where `paused[i]` (a pause in
+/// the middle of a burst does not split its step).
+pub fn detect_paused(s: &Series, paused: &[bool]) -> Rhythm {
     // A series without a few separate bursts has no steps to find (cheap, before any
     // correlation).
     if bursts(&s.buckets, 2) <= MIN_STEPS {
         return Rhythm::default();
     }
     for (p, window) in candidates(s) {
-        if let Some(r) = rhythm_at(s, p, window) {
+        if let Some(r) = rhythm_at(s, p, window, paused) {
             return r;
         }
     }
@@ -247,8 +282,8 @@ pub fn detect(s: &Series) -> Rhythm {
 
 /// The steps at period `p` (buckets), if they are regular in the last `window` buckets (where
 /// the period was found: a job that changed its period has the new one there).
-fn rhythm_at(s: &Series, p: f64, window: usize) -> Option<Rhythm> {
-    let (mut st, duty) = steps(s, p);
+fn rhythm_at(s: &Series, p: f64, window: usize, paused: &[bool]) -> Option<Rhythm> {
+    let (mut st, duty) = steps(s, p, paused);
     let since = s.start_ns + s.buckets.len().saturating_sub(window) as u64 * BUCKET_NS;
     let recent: Vec<&Step> = st.iter().filter(|x| x.start_ns >= since).collect();
     if recent.len() < MIN_STEPS {

@@ -139,3 +139,41 @@ fn a_period_that_changes_reports_the_new_one() {
     let p = detect(&s).period_seconds.unwrap();
     assert!(close(p, 0.200, 0.03), "{p}");
 }
+
+/// Another job's steady elephant on the same link (a mirror collector sees both): the bursts
+/// stand above it, and the steps are found as without it.
+#[test]
+fn bursts_over_a_steady_background_keep_their_steps() {
+    let mut s = job(100, 20, 0, 30, Some(20));
+    let (start, n) = (s.start_ns, s.buckets.len() as u64);
+    for ms in 0..n {
+        s.add(start + ms * BUCKET_NS, 16 * 1024);
+    }
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm over the background");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(r.slow_steps, 1, "{:?}", r.steps);
+    assert!(
+        close(r.duty_ratio.unwrap(), 0.2, 0.15),
+        "the background is no communication: {:?}",
+        r.duty_ratio
+    );
+}
+
+/// A silence under a PFC pause does not end a burst: the held step is one long step.
+#[test]
+fn a_paused_silence_does_not_split_a_burst() {
+    let mut s = job(100, 20, 0, 30, None);
+    // Step 20's burst stops after 10 ms for 100 ms (every later bucket moves on).
+    let at = 20 * 100 + 10;
+    let tail = s.buckets.split_off(at);
+    s.buckets.extend(std::iter::repeat_n(0, 100));
+    s.buckets.extend(tail);
+    let mut paused = vec![false; s.buckets.len()];
+    paused[at..at + 100].fill(true);
+    let held = detect_paused(&s, &paused);
+    assert_eq!(held.slow_steps, 1, "{:?}", held.steps);
+    let unpaused = detect(&s);
+    assert_eq!(unpaused.slow_steps, 0, "{:?}", unpaused.steps);
+    assert_eq!(unpaused.steps.len(), held.steps.len() + 1);
+}

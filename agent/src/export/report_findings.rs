@@ -91,6 +91,26 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
         }));
     }
 
+    for c in &r.roce.cnp_response.connections {
+        let name = flow_name(&c.src, &c.dst, c.sport, c.dest_qp);
+        let span = r
+            .flows
+            .iter()
+            .find(|fl| {
+                fl.src == c.src && fl.dst == c.dst && fl.sport == c.sport && fl.dest_qp == c.dest_qp
+            })
+            .map_or(whole, |fl| (at(fl.first_seen_ns), at(fl.last_seen_ns)));
+        out.extend(f::cnp_ignored(&f::Unreacting {
+            flow: &format!("Flow {name}"),
+            sender: &c.src,
+            bursts: c.cnp_bursts,
+            ignored: c.cnp_bursts_ignored,
+            ratio: c.rate_after_cnps_ratio.unwrap_or(0.0),
+            rate_before_bytes_per_second: c.rate_before_cnps_bits_per_second.unwrap_or(0.0) / 8.0,
+            span,
+        }));
+    }
+
     let mut hurt: Vec<&super::report::Flow> = r
         .flows
         .iter()

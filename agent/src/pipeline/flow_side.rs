@@ -110,13 +110,15 @@ impl FlowSide {
                 let key = info.flow_key(Hook::Xdp);
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
-                self.cnp.packet(&info, &key, ts_ns);
+                self.cnp.packet(&info, &key, len, ts_ns);
                 let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
                 let (ev, created) = self.flows.record_hashed(hash, 0, key, &info, len, ts_ns);
                 if created {
                     self.counters.flows_created += 1;
                 }
                 self.counters.record_flow(&ev);
+                self.training
+                    .note(ts_ns, trouble(&info, &ev, &self.opts.classes));
             }
             Step::Sflow { ts_ns, datagram } => {
                 self.advance(ts_ns);
@@ -416,4 +418,23 @@ fn run(mut side: FlowSide, rx: Receiver<Vec<Step>>, spare: SyncSender<Vec<Step>>
         let _ = spare.try_send(batch);
     }
     side
+}
+
+/// What one RoCE packet tells about a slow step: a CE mark, loss recovery (a PSN gap, a
+/// retransmission, a NAK), a packet outside the lossless class.
+fn trouble(
+    info: &agent_common::PacketRecord,
+    ev: &agent_common::flow::FlowEvent,
+    classes: &agent_common::TrafficClasses,
+) -> crate::pipeline::training::Trouble {
+    let nak = agent_common::psn::ack_syndrome(info).is_some_and(|s| {
+        agent_common::psn::nak_slot(s).is_some() || agent_common::psn::is_rnr_nak(s)
+    });
+    let recovery = u64::from(ev.psn.gap) + u64::from(ev.psn.retransmit) + u64::from(nak);
+    crate::pipeline::training::Trouble {
+        packets: 1,
+        ce: u64::from(info.ecn() == 3),
+        recoveries: recovery,
+        lossy: u64::from(!info.is_cnp() && !classes.roce_in_class(info.dscp() & 63, info.pcp())),
+    }
 }

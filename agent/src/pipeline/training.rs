@@ -8,6 +8,7 @@ use agent_common::message::{bucket_le, MsgOp, MSG_BUCKETS, MSG_BUCKET_SLOTS};
 use agent_common::{FlowKey, HookCounters};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::collections::VecDeque;
 
 /// The series kept: ten minutes of 1 ms buckets (80 KB per minute).
 const SERIES_BUCKETS: usize = 600_000;
@@ -24,6 +25,9 @@ const REPORTED_SOURCES: usize = 8;
 pub struct Training {
     pub series: Series,
     sources: FxHashMap<(u8, [u8; 16]), (Series, u64)>,
+    /// Per millisecond of the last minute (where steps are looked at), what can explain a
+    /// slow step: the packets, CE marks, loss recovery and lossy-class packets.
+    trouble: VecDeque<(u64, Trouble)>,
 }
 
 impl Default for Training {
@@ -31,8 +35,29 @@ impl Default for Training {
         Training {
             series: Series::new(SERIES_BUCKETS),
             sources: FxHashMap::default(),
+            trouble: VecDeque::new(),
         }
     }
+}
+
+/// What happened on the RoCE of a span of time that can make a step slow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trouble {
+    pub packets: u64,
+    /// CE-marked packets.
+    pub ce: u64,
+    /// Loss recovery: PSN gaps, retransmitted packets, NAKs.
+    pub recoveries: u64,
+    /// RoCE packets outside the lossless class.
+    pub lossy: u64,
+}
+
+/// One host's burst within a span: its first and last millisecond with traffic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BurstEdges {
+    pub src: String,
+    pub first_ns: u64,
+    pub last_ns: u64,
 }
 
 /// The rhythm of one source host.
@@ -44,16 +69,20 @@ pub struct SourceRhythm {
     pub rhythm: Rhythm,
 }
 
-/// The rhythm of the last minute of a series.
-fn tail_rhythm(s: &Series) -> Rhythm {
+/// The last minute of a series.
+fn tail(s: &Series) -> Series {
     let b = &s.buckets;
     let from = b.len().saturating_sub(RHYTHM_WINDOW);
-    let tail = Series {
+    Series {
         start_ns: s.start_ns + from as u64 * rhythm::BUCKET_NS,
         buckets: b[from..].to_vec(),
         ..Series::default()
-    };
-    rhythm::detect(&tail)
+    }
+}
+
+/// The rhythm of the last minute of a series.
+fn tail_rhythm(s: &Series) -> Rhythm {
+    rhythm::detect(&tail(s))
 }
 
 impl Training {
@@ -77,9 +106,94 @@ impl Training {
         held.1 += len;
     }
 
+    /// Notes one RoCE packet's trouble at `ts_ns` (kept for the last minute).
+    pub fn note(&mut self, ts_ns: u64, t: Trouble) {
+        let ms = ts_ns / rhythm::BUCKET_NS;
+        let add = |a: &mut Trouble| {
+            a.packets += t.packets;
+            a.ce += t.ce;
+            a.recoveries += t.recoveries;
+            a.lossy += t.lossy;
+        };
+        match self.trouble.back_mut() {
+            Some((last, acc)) if *last == ms => add(acc),
+            Some((last, _)) if *last > ms => {
+                // Out of order (a capture's timestamps may step back): its own millisecond.
+                let i = self.trouble.partition_point(|(m, _)| *m < ms);
+                match self.trouble.get_mut(i) {
+                    Some((m, acc)) if *m == ms => add(acc),
+                    _ => self.trouble.insert(i, (ms, t)),
+                }
+            }
+            _ => self.trouble.push_back((ms, t)),
+        }
+        let newest = self.trouble.back().map_or(ms, |(m, _)| *m);
+        while self
+            .trouble
+            .front()
+            .is_some_and(|(m, _)| *m + (RHYTHM_WINDOW as u64) < newest)
+        {
+            self.trouble.pop_front();
+        }
+    }
+
+    /// The trouble within `[from_ns, to_ns)` (of the last minute).
+    pub fn trouble_within(&self, from_ns: u64, to_ns: u64) -> Trouble {
+        let (a, b) = (
+            from_ns / rhythm::BUCKET_NS,
+            to_ns.div_ceil(rhythm::BUCKET_NS),
+        );
+        let i = self.trouble.partition_point(|(m, _)| *m < a);
+        let mut out = Trouble::default();
+        for (_, t) in self.trouble.range(i..).take_while(|(m, _)| *m < b) {
+            out.packets += t.packets;
+            out.ce += t.ce;
+            out.recoveries += t.recoveries;
+            out.lossy += t.lossy;
+        }
+        out
+    }
+
+    /// Each followed source host's burst within `[from_ns, to_ns)`: its first and last
+    /// millisecond with traffic (hosts without traffic there are left out).
+    pub fn bursts_within(&self, from_ns: u64, to_ns: u64) -> Vec<BurstEdges> {
+        let mut out = Vec::new();
+        for ((ipv, src), (s, _)) in &self.sources {
+            let at = |i: usize| s.start_ns + i as u64 * rhythm::BUCKET_NS;
+            let mut edges: Option<(u64, u64)> = None;
+            for (i, &v) in s.buckets.iter().enumerate() {
+                let t = at(i);
+                if t + rhythm::BUCKET_NS <= from_ns || v == 0 {
+                    continue;
+                }
+                if t >= to_ns {
+                    break;
+                }
+                edges = Some((edges.map_or(t, |e| e.0), t));
+            }
+            if let Some((first_ns, last_ns)) = edges {
+                out.push(BurstEdges {
+                    src: agent_common::flow_key::addr(*ipv, src).to_string(),
+                    first_ns,
+                    last_ns,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.src.cmp(&b.src));
+        out
+    }
+
     /// The rhythm over the last minute of the series.
     pub fn rhythm(&self) -> Rhythm {
         tail_rhythm(&self.series)
+    }
+
+    /// The rhythm over the last minute of the series, where a silence while a priority of
+    /// `mask` was paused does not end a burst (the job waited on the network).
+    pub fn rhythm_paused(&self, pause: &crate::detect::pause::PauseTracker, mask: u8) -> Rhythm {
+        let t = tail(&self.series);
+        let paused = pause.paused_buckets(mask, t.start_ns, rhythm::BUCKET_NS, t.buckets.len());
+        rhythm::detect_paused(&t, &paused)
     }
 
     /// The rhythms of the source hosts with the most bytes (only when there are several: one

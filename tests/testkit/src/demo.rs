@@ -179,8 +179,7 @@ pub const JOB: Job = Job {
 
 /// Act 5: a training job's rhythm, to be sent at its own pace, a round [`rhythm_length`] long.
 pub fn rhythm(n: u64) -> Round {
-    let per_round = training::frames(JOB, "10.88.5.1", "10.88.5.2", 0).len() as u64;
-    training::frames(JOB, "10.88.5.1", "10.88.5.2", (n * per_round) as u32)
+    training::frames_round(JOB, "10.88.5.1", "10.88.5.2", n)
 }
 
 pub fn rhythm_length() -> Duration {

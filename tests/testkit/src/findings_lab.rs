@@ -39,3 +39,95 @@ pub fn ce_exchange(packets: u64, ce_every: u64, cnp_after: Option<u64>) -> Vec<(
     f.sort_by_key(|(t, _)| *t);
     f
 }
+
+/// Steps of a training job between several hosts: 14 steps of 100 ms; in each, every sender
+/// in `senders` writes to `to` for 20 ms (one 2 KiB WRITE ONLY per millisecond). Step 6
+/// takes 200 ms; with `late`, that sender's burst in step 6 starts 15 ms after the others'
+/// and ends 100 ms after them (a straggler), else every burst of it is on time.
+pub fn hosts_job(senders: &[&str], to: &str, late: Option<&str>) -> Vec<(u64, Vec<u8>)> {
+    let mut f = Vec::new();
+    let mut step_at = T0;
+    let mut psns = vec![0u32; senders.len()];
+    for step in 0..14u64 {
+        for (h, src) in senders.iter().enumerate() {
+            let (from_ms, to_ms) = if step == 6 && late == Some(*src) {
+                (15, 120)
+            } else {
+                (0, 20)
+            };
+            for ms in from_ms..to_ms {
+                let mut d = Roce::new(ip(src), ip(to), 0xC400 + h as u16, 0x500 + h as u32, 0x0A);
+                d.psn = psns[h];
+                psns[h] += 1;
+                d.payload = 2048;
+                d.dma_len = 2048;
+                f.push((step_at + ms * 1_000_000 + h as u64 * 10_000, d.frame()));
+            }
+        }
+        step_at += if step == 6 { 200 } else { 100 } * 1_000_000;
+    }
+    f.sort_by_key(|(t, _)| *t);
+    f
+}
+
+/// Two elephants, from hosts of their own, at 1 KiB every 100 us each (about 90 Mb/s) for
+/// `ms` milliseconds from `from_ns`, on source ports that a 4-path CRC-16/XMODEM hash (the
+/// demo's model) puts on `path`: returns the frames.
+pub fn elephants_on(path: u32, from_ns: u64, ms: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut f = Vec::new();
+    for (e, src) in ["10.92.0.1", "10.92.0.2"].into_iter().enumerate() {
+        let (a, b) = (ip(src), ip("10.92.0.9"));
+        let sport = (0xD000u16..)
+            .find(|&p| crate::demo::path_among(v4(src), v4("10.92.0.9"), p, 4) == path)
+            .expect("a port on the path");
+        for k in 0..ms * 10 {
+            let mut d = Roce::new(a, b, sport, 0x600 + e as u32, 0x0A);
+            d.psn = k as u32;
+            d.payload = 1024;
+            d.dma_len = 1024;
+            f.push((from_ns + k * 100_000 + e as u64 * 1_000, d.frame()));
+        }
+    }
+    f
+}
+
+/// An IPv4 address as bytes.
+pub fn v4(s: &str) -> [u8; 4] {
+    s.parse::<std::net::Ipv4Addr>().expect("IPv4").octets()
+}
+
+/// A sender to B whose NIC does or does not answer CNPs (DCQCN's reaction point): A sends to
+/// B's QP 0x200 on port 0xC123 every 10 us for 30 ms; from 10 ms on, B marks (as the switch
+/// would) and answers every 5th packet with a CNP to A's QP 0x100 (B's ACKs carry it). A
+/// sender that `reacts` halves its rate (every 20 us) from the first CNP on.
+pub fn dcqcn(reacts: bool) -> Vec<(u64, Vec<u8>)> {
+    let mut f = Vec::new();
+    let (mut t, end) = (T0, T0 + 30_000_000);
+    let first_cnp = T0 + 10_000_000;
+    let mut k = 0u32;
+    while t < end {
+        let mut d = Roce::new(ip(A), ip(B), 0xC123, 0x200, 0x0A);
+        d.psn = k;
+        d.payload = 1024;
+        d.dma_len = 1024;
+        let marked = t >= first_cnp && k.is_multiple_of(5);
+        if marked {
+            d.ecn = 3;
+        }
+        f.push((t, d.frame()));
+        let mut ack = Roce::new(ip(B), ip(A), 0xC123, 0x100, 0x11);
+        ack.psn = k;
+        f.push((t + 2_000, ack.frame()));
+        if marked {
+            f.push((t + 4_000, Roce::cnp(ip(B), ip(A), 0xC777, 0x100).frame()));
+        }
+        k += 1;
+        t += if reacts && t >= first_cnp {
+            20_000
+        } else {
+            10_000
+        };
+    }
+    f.sort_by_key(|(t, _)| *t);
+    f
+}

@@ -52,19 +52,46 @@ pub fn interleaved(name: &'static str, one: Job, two: Job) -> Fixture {
     whole(name, Format::PcapNanos, f, false)
 }
 
-/// A job's frames from host `src` to host `dst`, PSNs from `psn0` on.
+/// A job's frames from host `src` to host `dst`, each QP's PSNs from `psn0` on.
 pub fn frames(job: Job, src: &str, dst: &str, psn0: u32) -> Vec<(u64, Vec<u8>)> {
+    frames_with(job, src, dst, |_| psn0).0
+}
+
+/// Round `round` of a job sent again and again: each QP's PSNs go on from where the round
+/// before left them (no gap: a clean network).
+pub fn frames_round(job: Job, src: &str, dst: &str, round: u64) -> Vec<(u64, Vec<u8>)> {
+    let (_, per_round) = frames_with(job, src, dst, |_| 0);
+    frames_with(job, src, dst, |qp| {
+        (round * u64::from(per_round.get(&qp).copied().unwrap_or(0))) as u32 & 0xFF_FFFF
+    })
+    .0
+}
+
+/// Frames and their times, ns.
+type Frames = Vec<(u64, Vec<u8>)>;
+
+/// The frames, and each QP's packets; QP `q`'s PSNs start at `first(q)`.
+fn frames_with(
+    job: Job,
+    src: &str,
+    dst: &str,
+    first: impl Fn(u32) -> u32,
+) -> (Frames, BTreeMap<u32, u32>) {
     let mut f = Vec::new();
     let (a, b) = (ip(src), ip(dst));
     let mut t = 1_764_547_200_000_000_000u64;
     let mut rng = 99u64;
-    let mut psn = psn0 & 0xFF_FFFF;
+    // Each QP's PSNs run on without a gap (a clean network).
+    let mut psns: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
     let mut pkt = |op: u8, payload: usize, dma: u32, qp: u32| {
         let mut r = Roce::new(a, b, 0xC100 + (qp as u16 & 0xFF), qp, op);
         r.payload = payload;
         r.dma_len = dma;
-        r.psn = psn;
-        psn = (psn + 1) & 0xFF_FFFF;
+        let psn = psns.entry(qp).or_insert(first(qp) & 0xFF_FFFF);
+        r.psn = *psn;
+        *counts.entry(qp).or_default() += 1;
+        *psn = (*psn + 1) & 0xFF_FFFF;
         r.frame()
     };
     for i in 0..job.steps {
@@ -100,7 +127,7 @@ pub fn frames(job: Job, src: &str, dst: &str, psn0: u32) -> Vec<(u64, Vec<u8>)> 
         }
         t += len * 1_000_000;
     }
-    f
+    (f, counts)
 }
 
 /// Steady RoCE with no rhythm: one WRITE ONLY every millisecond for `seconds`.

@@ -1,0 +1,325 @@
+//! Why a step was slow, and whether a sender answers CNPs: captures with planted causes, the
+//! truth from the generator's parameters (the step that was slowed, by what, which host was
+//! late, whether the sender cut its rate), never from rocemon's parser. Each cause has a
+//! capture that raises it and one that must not.
+
+use rocemon_testkit::findings_lab::{dcqcn, elephants_on, hosts_job, v4};
+use rocemon_testkit::fixtures::{whole, Format};
+use rocemon_testkit::frames::{self, Roce};
+use rocemon_testkit::{demo, training, TempDir};
+use serde_json::Value;
+use std::net::IpAddr;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// `rocemon analyze --format json` of `frames` with `args` (and a config file's text).
+fn analyze(
+    name: &'static str,
+    frames: Vec<(u64, Vec<u8>)>,
+    args: &[&str],
+    config: Option<&str>,
+) -> Value {
+    let dir = TempDir::new("rocemon-steps").unwrap();
+    let p = whole(name, Format::PcapNanos, frames, false)
+        .write(dir.path())
+        .unwrap();
+    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Some(text) = config {
+        let c = dir.path().join("rocemon.toml");
+        std::fs::write(&c, text).unwrap();
+        all.push("--config".into());
+        all.push(c.display().to_string());
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &all, &[&p])
+}
+
+fn findings<'a>(j: &'a Value, kind: &str) -> Vec<&'a Value> {
+    j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+/// The job of `training::frames`: 100 ms steps, 20 ms bursts; `slow` makes the 7th step
+/// (index 6) take 200 ms.
+fn job(slow: bool) -> training::Job {
+    training::Job {
+        period_ms: 100,
+        comm_ms: 20,
+        jitter_ms: 0,
+        steps: 14,
+        slow_at: slow.then_some(6),
+        missing_at: None,
+    }
+}
+
+/// Its first frame's time (training::frames starts there).
+const JOB_T0: u64 = 1_764_547_200_000_000_000;
+
+fn job_frames(slow: bool) -> Vec<(u64, Vec<u8>)> {
+    training::frames(job(slow), "10.78.0.1", "10.78.0.2", 0)
+}
+
+fn slow_steps(j: &Value) -> Vec<&Value> {
+    j["training"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["slow"] == true)
+        .collect()
+}
+
+fn cause_kinds(step: &Value) -> Vec<String> {
+    step["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The one slow step (the 7th) and its causes.
+fn the_slow_step(j: &Value) -> &Value {
+    let slow = slow_steps(j);
+    assert_eq!(slow.len(), 1, "{:#}", j["training"]);
+    assert_eq!(
+        slow[0]["start_ns"].as_u64().unwrap(),
+        JOB_T0 + 600_000_000,
+        "the 7th step: {:#}",
+        slow[0]
+    );
+    slow[0]
+}
+
+/// XOFFs on priority 3 (full quanta, 335 us at 100 Gb/s) every 200 us over `[from, to)`.
+fn pause_over(from: u64, to: u64) -> Vec<(u64, Vec<u8>)> {
+    (from..to)
+        .step_by(200_000)
+        .map(|t| (t, frames::pfc(0x08, [0, 0, 0, 0xFFFF, 0, 0, 0, 0])))
+        .collect()
+}
+
+/// The job with its 7th step's burst held 100 ms after its first 10 ms (every later frame
+/// moved 100 ms on), with or without the PFC pause that held it.
+fn held_burst(paused: bool) -> Vec<(u64, Vec<u8>)> {
+    let cut = JOB_T0 + 600_000_000 + 10_000_000;
+    let mut f: Vec<(u64, Vec<u8>)> = job_frames(false)
+        .into_iter()
+        .map(|(t, fr)| (if t >= cut { t + 100_000_000 } else { t }, fr))
+        .collect();
+    if paused {
+        f.extend(pause_over(cut, cut + 100_000_000));
+    }
+    f.sort_by_key(|(t, _)| *t);
+    f
+}
+
+#[test]
+fn a_pause_in_the_middle_of_a_burst_does_not_end_the_step() {
+    let j = analyze(
+        "held-burst",
+        held_burst(true),
+        &["--link-speed", "100"],
+        None,
+    );
+    // 14 bursts: 13 steps from one burst start to the next; the held one is one 200 ms step.
+    assert_eq!(
+        j["training"]["steps"].as_array().unwrap().len(),
+        13,
+        "{:#}",
+        j["training"]
+    );
+    let s = the_slow_step(&j);
+    assert!(
+        (s["seconds"].as_f64().unwrap() - 0.2).abs() < 0.002,
+        "{s:#}"
+    );
+    assert_eq!(cause_kinds(s), ["pfc_pause"], "{s:#}");
+    assert!(s["causes"][0]["share"].as_f64().unwrap() > 0.95, "{s:#}");
+}
+
+/// The counterpart: the same silence with no pause is the end of a burst, as before.
+#[test]
+fn the_same_silence_without_a_pause_starts_a_new_step() {
+    let j = analyze("held-no-pause", held_burst(false), &[], None);
+    assert_eq!(
+        j["training"]["steps"].as_array().unwrap().len(),
+        14,
+        "{:#}",
+        j["training"]
+    );
+}
+
+/// The job with a NAK (PSN sequence error) from its receiver 25 ms into the 7th step and
+/// its sender going back: the first 5 ms of the step's WRITEs of QP 0x11 again at 30 ms.
+#[test]
+fn a_slow_step_with_a_nak_and_a_go_back_is_explained_by_retransmission() {
+    let mut f = job_frames(true);
+    let step = JOB_T0 + 600_000_000;
+    let mut nak = Roce::new(ip("10.78.0.2"), ip("10.78.0.1"), 0xC111, 0x77, 0x11);
+    nak.syndrome = 0x60;
+    f.push((step + 25_000_000, nak.frame()));
+    let again: Vec<(u64, Vec<u8>)> = f
+        .iter()
+        .filter(|(t, fr)| {
+            (step..step + 5_000_000).contains(t) && fr.len() > 2000 // the WRITEs of 2 KiB
+        })
+        .map(|(t, fr)| (t + 30_000_000, fr.clone()))
+        .collect();
+    assert!(!again.is_empty());
+    f.extend(again);
+    f.sort_by_key(|(t, _)| *t);
+    let j = analyze("slow-retransmit", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["retransmission"], "{s:#}");
+}
+
+/// 50 RoCE packets with DSCP 0 (outside the lossless class 26) from another host pair in
+/// the 7th step's burst.
+#[test]
+fn a_slow_step_with_lossy_roce_is_explained_by_the_lossy_class() {
+    let mut f = job_frames(true);
+    let step = JOB_T0 + 600_000_000;
+    for k in 0..50u64 {
+        let mut d = Roce::new(ip("10.78.0.5"), ip("10.78.0.6"), 0xC500, 0x700, 0x0A);
+        d.psn = k as u32;
+        d.payload = 256;
+        d.dma_len = 256;
+        d.dscp = 0;
+        f.push((step + 100_000 + k * 300_000, d.frame()));
+    }
+    f.sort_by_key(|(t, _)| *t);
+    let j = analyze("slow-lossy", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["lossy_class"], "{s:#}");
+}
+
+/// Elephants on a 4-path CRC-16/XMODEM hash, entering at once above 2 MB/s (the job's own
+/// flows stay under 1 MB/s, the elephants run at 11 MB/s).
+const ECMP_CONFIG: &str = "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n\n[elephant]\nthreshold_bytes_per_second = 2000000\nmin_duration_seconds = 0\n";
+
+/// The paths of the job's three flows (ports 0xC111..0xC113), by the test's own hash.
+fn job_paths() -> Vec<u32> {
+    (0xC111u16..=0xC113)
+        .map(|p| demo::path_among(v4("10.78.0.1"), v4("10.78.0.2"), p, 4))
+        .collect()
+}
+
+#[test]
+fn a_slow_step_whose_flow_shares_a_path_with_colliding_elephants_is_an_ecmp_collision() {
+    let path = job_paths()[0];
+    let mut f = job_frames(true);
+    // Another job's elephants on the job's path, all along (a steady background under the
+    // job's bursts).
+    f.extend(elephants_on(path, JOB_T0, 1_500));
+    f.sort_by_key(|(t, _)| *t);
+    let j = analyze("slow-ecmp", f, &[], Some(ECMP_CONFIG));
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["ecmp_collision"], "{s:#} {:#}", j["ecmp"]);
+}
+
+#[test]
+fn colliding_elephants_on_a_path_the_job_does_not_use_explain_nothing() {
+    let used = job_paths();
+    let free = (0..4).find(|p| !used.contains(p)).expect("a free path");
+    let mut f = job_frames(true);
+    f.extend(elephants_on(free, JOB_T0, 1_500));
+    f.sort_by_key(|(t, _)| *t);
+    let j = analyze("slow-ecmp-elsewhere", f, &[], Some(ECMP_CONFIG));
+    let predicted = &j["ecmp"]["predicted"];
+    assert!(
+        predicted["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["colliding"] == true && m["member"].as_str() == Some(&*free.to_string())),
+        "the elephants collide on path {free}: {predicted:#}"
+    );
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["unexplained"], "{s:#}");
+}
+
+const SENDERS: [&str; 3] = ["10.91.0.1", "10.91.0.2", "10.91.0.3"];
+
+#[test]
+fn a_slow_step_with_a_clean_network_names_the_late_host() {
+    let j = analyze(
+        "straggler",
+        hosts_job(&SENDERS, "10.91.0.10", Some("10.91.0.3")),
+        &[],
+        None,
+    );
+    let slow = slow_steps(&j);
+    assert_eq!(slow.len(), 1, "{:#}", j["training"]);
+    assert_eq!(cause_kinds(slow[0]), ["unexplained"], "{:#}", slow[0]);
+    let st = &slow[0]["straggler"];
+    assert_eq!(st["host"], "10.91.0.3", "{st:#}");
+    // Its burst ended at 119 ms, the others' at 19 ms; it started 15 ms after them.
+    let ended = st["ended_late_seconds"].as_f64().unwrap();
+    let started = st["started_late_seconds"].as_f64().unwrap();
+    assert!((ended - 0.100).abs() <= 0.002, "{st:#}");
+    assert!((started - 0.015).abs() <= 0.002, "{st:#}");
+    let f = findings(&j, "slow_step");
+    assert_eq!(f.len(), 1, "{:#}", j["findings"]);
+    let summary = f[0]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("host 10.91.0.3 ended its burst 100.0 ms after the others"),
+        "{summary}"
+    );
+    assert_eq!(f[0]["evidence"]["straggler"]["host"], "10.91.0.3");
+}
+
+#[test]
+fn a_slow_step_whose_hosts_kept_together_names_no_host() {
+    let j = analyze(
+        "no-straggler",
+        hosts_job(&SENDERS, "10.91.0.10", None),
+        &[],
+        None,
+    );
+    let slow = slow_steps(&j);
+    assert_eq!(slow.len(), 1, "{:#}", j["training"]);
+    assert_eq!(slow[0]["straggler"], Value::Null, "{:#}", slow[0]);
+    let f = findings(&j, "slow_step");
+    assert!(
+        f[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("look at the hosts"),
+        "{}",
+        f[0]["summary"]
+    );
+}
+
+#[test]
+fn a_sender_that_keeps_its_rate_while_cnps_arrive_is_cnp_ignored() {
+    let j = analyze("dcqcn-off", dcqcn(false), &[], None);
+    let f = findings(&j, "cnp_ignored");
+    assert_eq!(f.len(), 1, "{:#}", j["findings"]);
+    assert_eq!(f[0]["subject"], "sender 10.90.0.1");
+    // 1 KiB payloads every 10 us before and after: the same rate.
+    let ratio = f[0]["evidence"]["rate_after_cnps_ratio"].as_f64().unwrap();
+    assert!((ratio - 1.0).abs() < 0.05, "{:#}", f[0]);
+    let c = &j["roce"]["cnp_response"]["connections"][0];
+    assert_eq!(c["cnp_bursts"], 1, "{c:#}");
+    assert_eq!(c["cnp_bursts_ignored"], 1, "{c:#}");
+}
+
+#[test]
+fn a_sender_that_halves_its_rate_on_cnps_is_no_finding() {
+    let j = analyze("dcqcn-on", dcqcn(true), &[], None);
+    assert!(
+        findings(&j, "cnp_ignored").is_empty(),
+        "{:#}",
+        j["findings"]
+    );
+    let c = &j["roce"]["cnp_response"]["connections"][0];
+    assert_eq!(c["cnp_bursts"], 1, "{c:#}");
+    let ratio = c["rate_after_cnps_ratio"].as_f64().unwrap();
+    assert!((ratio - 0.5).abs() < 0.05, "{c:#}");
+}
