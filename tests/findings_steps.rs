@@ -323,3 +323,56 @@ fn a_sender_that_halves_its_rate_on_cnps_is_no_finding() {
     let ratio = c["rate_after_cnps_ratio"].as_f64().unwrap();
     assert!((ratio - 0.5).abs() < 0.05, "{c:#}");
 }
+
+/// The HTML report shades the slow step on the throughput chart, where the generator put it:
+/// 600 ms to 800 ms after the first packet.
+#[test]
+fn the_html_report_marks_the_slow_step_on_the_timeline() {
+    let dir = TempDir::new("rocemon-steps-html").unwrap();
+    let p = whole("slow-html", Format::PcapNanos, job_frames(true), false)
+        .write(dir.path())
+        .unwrap();
+    let html = dir.path().join("report.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--html"])
+        .arg(&html)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(
+        page.matches(r#"<rect class="slow-step""#).count(),
+        1,
+        "one slow step shaded"
+    );
+    assert!(
+        page.contains("<title>slow step 7: 200.0 ms from 0.600 s (unexplained)</title>"),
+        "{}",
+        &page[page.find("slow-step").unwrap_or(0)..][..300.min(page.len())]
+    );
+    assert!(page.contains("slow training steps shaded red"));
+}
+
+/// A capture whose steps are all on time has nothing shaded.
+#[test]
+fn the_html_report_of_steps_on_time_shades_nothing() {
+    let dir = TempDir::new("rocemon-steps-html-ok").unwrap();
+    let p = whole("ontime-html", Format::PcapNanos, job_frames(false), false)
+        .write(dir.path())
+        .unwrap();
+    let html = dir.path().join("report.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--html"])
+        .arg(&html)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("slow-step"));
+}

@@ -121,6 +121,33 @@ pub(crate) fn line_chart(
     svg
 }
 
+/// Shades time spans `(from_s, to_s, label)` on a [`line_chart`] of `n` buckets of `dt`
+/// (seconds from its first bucket), behind its lines.
+pub(crate) fn with_spans(chart: String, n: usize, dt: f64, spans: &[(f64, f64, String)]) -> String {
+    if spans.is_empty() || n == 0 || dt <= 0.0 {
+        return chart;
+    }
+    let (x0, x1, y0, y1) = (PAD, W - 8.0, H - 24.0, 8.0);
+    let sx = (x1 - x0) / (n.max(2) - 1) as f64;
+    let at = |t: f64| (x0 + t / dt * sx).clamp(x0, x1);
+    let mut rects = String::new();
+    for (a, b, label) in spans {
+        let (xa, xb) = (at(*a), at(*b));
+        let _ = write!(
+            rects,
+            r##"<rect class="slow-step" x="{xa:.1}" y="{y1}" width="{:.1}" height="{}" fill="#e15759" fill-opacity="0.18"><title>{}</title></rect>"##,
+            (xb - xa).max(1.0),
+            y0 - y1,
+            esc(label)
+        );
+    }
+    // Behind the lines: right after the axes.
+    match chart.find("<polyline") {
+        Some(i) => format!("{}{rects}{}", &chart[..i], &chart[i..]),
+        None => chart,
+    }
+}
+
 /// A bucket width in words.
 fn duration(s: f64) -> String {
     if s < 1e-3 {
@@ -253,14 +280,44 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         .filter(|(_, _, v)| v.iter().any(|x| *x > 0.0))
         .collect();
     s.push_str("<h2>RoCE throughput over time</h2>");
-    s.push_str(&line_chart(
-        &format!(
+    // The slow training steps, shaded on the throughput chart (times from its first bucket).
+    let t0 = timeline.start_ns().unwrap_or(0);
+    let slow: Vec<(f64, f64, String)> = r
+        .training
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.slow)
+        .map(|(i, x)| {
+            let a = x.start_ns.saturating_sub(t0) as f64 / 1e9;
+            let why = x.causes.first().map_or("", |c| c.kind);
+            (
+                a,
+                a + x.seconds,
+                format!(
+                    "slow step {}: {:.1} ms from {a:.3} s ({why})",
+                    i + 1,
+                    x.seconds * 1e3
+                ),
+            )
+        })
+        .collect();
+    let caption = if slow.is_empty() {
+        format!(
             "bytes per second by operation class ({} buckets)",
             duration(dt)
-        ),
-        "B/s",
+        )
+    } else {
+        format!(
+            "bytes per second by operation class ({} buckets); slow training steps shaded red",
+            duration(dt)
+        )
+    };
+    s.push_str(&with_spans(
+        line_chart(&caption, "B/s", dt, &series),
+        b.len(),
         dt,
-        &series,
+        &slow,
     ));
     s.push_str("<h2>Congestion over time</h2>");
     let ce: Vec<f64> = b
