@@ -143,3 +143,132 @@ fn a_deleted_interface_is_link_down_until_it_comes_back() {
         "{log}"
     );
 }
+
+/// A child process killed (and reaped) on every exit path.
+struct Killed(std::process::Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Traffic that raises `congestion` and `cnp_missing` (CE marks, no CNP back), `lossy_roce`
+/// (150 RoCE packets with DSCP 0 in a loop of about 1,000) and `shared_5tuple` (two QPs of
+/// A on one UDP source port).
+fn planted() -> Vec<(u64, Vec<u8>)> {
+    use rocemon_testkit::findings_lab::{A, B, T0};
+    use rocemon_testkit::frames::Roce;
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let mut f = ce_exchange(400, 5, None);
+    for k in 0..150u64 {
+        let mut d = Roce::new(ip(A), ip(B), 0xC300, 0x400, 0x0A);
+        d.psn = k as u32;
+        d.payload = 256;
+        d.dma_len = 256;
+        d.dscp = 0;
+        f.push((T0 + k * 100_000, d.frame()));
+    }
+    for k in 0..20u64 {
+        let mut d = Roce::new(ip(A), ip(B), 0xC555, 0x500 + (k % 2) as u32, 0x0A);
+        d.psn = (k / 2) as u32;
+        d.payload = 256;
+        d.dma_len = 256;
+        f.push((T0 + k * 500_000, d.frame()));
+    }
+    f.sort_by_key(|(t, _)| *t);
+    f
+}
+
+/// The rules' alert per finding kind, in a real Prometheus scraping a live agent: each kind
+/// the live agent raises (planted here; the storm, elephants, collisions and slow steps are
+/// planted in the dashboards' lab) goes pending with its kind, and `link_down` once the
+/// watched interface is deleted.
+#[test]
+fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let dir = TempDir::new("rocemon-live-alerts").unwrap();
+    let pcap = whole("planted", Format::PcapNanos, planted(), true)
+        .write(dir.path())
+        .unwrap();
+    let pair = VethPair::new("rcfal").unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let agent = start(ns, ifn, "xdp,tc-egress");
+    let rules = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../dashboards/rocemon.rules.yml"
+    );
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {rules}\nscrape_configs:\n  - job_name: rocemon\n    static_configs:\n      - targets: ['{ADDR}']\n"
+        ),
+    )
+    .unwrap();
+    let prom_addr = "127.0.0.1:9091";
+    let _prom = Killed(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "prometheus"])
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus is not installed; run `cargo xtask setup`"),
+    );
+    let replay = Killed(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &pair.ns_b, "tcpreplay", "-q", "--loop=0"])
+            .args(["--pps=2000", "-i", &pair.b_if])
+            .arg(&pcap)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tcpreplay"),
+    );
+    // Pending or firing: the alert's expression held at an evaluation.
+    let alerting = |name: &str| {
+        let q = format!("/api/v1/query?query=ALERTS%7Balertname%3D%22{name}%22%7D");
+        http_get_in(ns, prom_addr, &q)
+            .ok()
+            .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+            .and_then(|v| v["data"]["result"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let wait_alert = |name: &str, kind: &str| {
+        let t = std::time::Instant::now();
+        loop {
+            let a = alerting(name);
+            if let Some(x) = a.first() {
+                assert_eq!(x["metric"]["kind"], kind, "{x}");
+                assert_eq!(x["metric"]["finding"], kind, "{x}");
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "{name} never pending; the agent's findings: {:#}",
+                findings(ns)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    for (name, kind) in [
+        ("RocemonFindingCongestion", "congestion"),
+        ("RocemonFindingCnpMissing", "cnp_missing"),
+        ("RocemonFindingLossyRoce", "lossy_roce"),
+        ("RocemonFindingShared5tuple", "shared_5tuple"),
+    ] {
+        wait_alert(name, kind);
+    }
+    drop(replay);
+    pair.delete_link().unwrap();
+    wait_alert("RocemonFindingLinkDown", "link_down");
+    agent.stop_ok();
+}

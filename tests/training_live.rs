@@ -139,6 +139,27 @@ fn live(prefix: &str, hooks: &[&str]) {
         "{i}"
     );
     assert_eq!(i["slow_steps"], 1, "{i}");
+    // The slow step is a finding (active for a window, then recent): the one step the
+    // generator slowed, 200 ms against 100 ms, nothing in the network to blame; the 48 steps
+    // on time raise none.
+    let (status, doc) = http_get_in(&pair.ns_a, ADDR, "/api/v1/findings").unwrap();
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let slow: Vec<&Value> = ["active", "recent"]
+        .iter()
+        .flat_map(|k| doc[k].as_array().unwrap().iter())
+        .filter(|f| f["kind"] == "slow_step")
+        .collect();
+    assert_eq!(slow.len(), 1, "{doc:#}");
+    assert_eq!(slow[0]["subject"], format!("step 1 on {}", pair.a_if));
+    let secs = slow[0]["evidence"]["seconds"].as_f64().unwrap();
+    assert!((secs - 0.2).abs() < 0.005, "{:#}", slow[0]);
+    assert_eq!(
+        slow[0]["evidence"]["causes"][0]["kind"], "unexplained",
+        "{:#}",
+        slow[0]
+    );
+    assert!(slow[0]["start_s"].as_f64().unwrap() > 1.7e9, "Unix time");
     let top = pair
         .exec(
             &pair.ns_a,

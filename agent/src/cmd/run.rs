@@ -260,10 +260,11 @@ fn poll(
     // The rhythm first, without the metrics lock (the autocorrelation takes milliseconds).
     let rhythm_due = rhythm.due();
     let mut ring_failed = Vec::new();
+    let mut slow = Vec::new();
     if config.switches.rhythm {
         ring_failed = drain_rings(probes, &mut rhythm.ifaces);
         if rhythm_due {
-            detect_rhythms(
+            slow = detect_rhythms(
                 rhythm
                     .ifaces
                     .iter_mut()
@@ -327,7 +328,7 @@ fn poll(
                 created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
                 samples.push((
                     p.iface.clone(),
-                    super::run_findings::sample(&p.hooks, &blocks),
+                    super::run_findings::sample(&p.hooks, &blocks, &nic),
                     speed.unwrap_or(0),
                 ));
             }
@@ -405,7 +406,8 @@ fn poll(
     // seen this poll's metrics never reads an older API view.
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
-    view.findings = super::run_findings::update(findings, samples, config, &views, &report, &m);
+    view.findings =
+        super::run_findings::update(findings, samples, slow, config, &views, &report, &m);
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
     for (iface, t) in ifaces {

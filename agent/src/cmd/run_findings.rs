@@ -4,13 +4,18 @@
 
 use crate::config::Config;
 use crate::detect::ecmp::{EcmpReport, FlowView};
-use crate::detect::live_findings::{FindingsView, LiveFindings, Poll, Sample};
+use crate::detect::live_findings::{FindingsView, LiveFindings, LiveSlowStep, Poll, Sample};
 use crate::export::metrics::Metrics;
 use agent_common::{Hook, HookCounters};
 
 /// One interface's counters as the findings' window takes them (XDP and tc ingress count
-/// what the host receives, tc egress what it sends).
-pub fn sample(hooks: &[Hook], blocks: &[HookCounters; Hook::COUNT]) -> Sample {
+/// what the host receives, tc egress what it sends), and the NIC's own pause time where its
+/// driver counts it.
+pub fn sample(
+    hooks: &[Hook],
+    blocks: &[HookCounters; Hook::COUNT],
+    nic: &crate::sources::nic_pause::NicPause,
+) -> Sample {
     let mut s = Sample::default();
     for h in hooks {
         if *h == Hook::AfXdp {
@@ -18,6 +23,7 @@ pub fn sample(hooks: &[Hook], blocks: &[HookCounters; Hook::COUNT]) -> Sample {
         }
         s.add(*h != Hook::TcEgress, &blocks[*h as usize]);
     }
+    s.nic_paused_us = std::array::from_fn(|p| nic.rx_paused_micros(p));
     s
 }
 
@@ -25,6 +31,7 @@ pub fn sample(hooks: &[Hook], blocks: &[HookCounters; Hook::COUNT]) -> Sample {
 pub fn update(
     findings: &mut LiveFindings,
     samples: Vec<(String, Sample, u64)>,
+    slow: Vec<super::run_rhythm::NewSlowStep>,
     config: &Config,
     views: &[FlowView],
     report: &EcmpReport,
@@ -72,12 +79,30 @@ pub fn update(
                 .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
         })
         .collect();
+    // The rings' times are the kernel's monotonic clock: to Unix time by the offset now.
+    let mono_s = crate::sources::maps::monotonic_ms() as f64 / 1e3;
+    let slow_steps = slow
+        .into_iter()
+        .map(|n| LiveSlowStep {
+            iface: n.source,
+            index: n.index,
+            start_s: now_s - (mono_s - n.step.start_ns as f64 / 1e9),
+            seconds: n.step.seconds,
+            period_s: n.period_s,
+        })
+        .collect();
     let (opened, closed) = findings.poll(&Poll {
         now_s,
         ifaces,
         elephants,
         collisions,
         storm_s: crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9,
+        shared_5tuples: (
+            report.shared_5tuple_groups,
+            report.shared_5tuples.first().map(|t| t.describe()),
+        ),
+        slow_steps,
+        job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),
     });
     for x in &opened {
         let line = format!(

@@ -82,8 +82,18 @@ pub fn ring_read_errors(failed: &[String], m: &Metrics) {
     }
 }
 
-/// Finds the rhythm of every tracked source and logs its new slow steps (a few milliseconds of
-/// autocorrelation each: done before the metrics lock is taken, so scrapes do not wait).
+/// A slow step found live: its source, its number there (from 1), the step (times on the
+/// source's clock), the typical period.
+pub struct NewSlowStep {
+    pub source: String,
+    pub index: u64,
+    pub step: crate::detect::rhythm::Step,
+    pub period_s: f64,
+}
+
+/// Finds the rhythm of every tracked source, logs its new slow steps and returns them (a few
+/// milliseconds of autocorrelation each: done before the metrics lock is taken, so scrapes do
+/// not wait).
 pub fn detect_rhythms<'a>(
     steps: impl Iterator<
         Item = (
@@ -91,15 +101,24 @@ pub fn detect_rhythms<'a>(
             &'a mut StepTracker,
         ),
     >,
-) {
+) -> Vec<NewSlowStep> {
+    let mut out = Vec::new();
     for (src, t) in steps {
-        for s in t.detect() {
+        let before = t.slow_steps;
+        for (k, s) in t.detect().into_iter().enumerate() {
             let period = t.rhythm.period_seconds.unwrap_or(0.0);
             log::warn!(
                 "slow training step on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
                 s.seconds,
                 s.bytes
             );
+            out.push(NewSlowStep {
+                source: src.to_string(),
+                index: before + k as u64 + 1,
+                step: s,
+                period_s: period,
+            });
         }
     }
+    out
 }

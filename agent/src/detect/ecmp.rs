@@ -117,6 +117,19 @@ pub struct SharedTuple {
     pub dest_qps: Vec<u32>,
 }
 
+impl SharedTuple {
+    /// As a finding names it: `src -> dst port S, N QPs`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} -> {} port {}, {} QPs",
+            self.src,
+            self.dst,
+            self.sport,
+            self.dest_qps.len()
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct HostPair {
     pub src: String,

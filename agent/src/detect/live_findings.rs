@@ -33,6 +33,9 @@ pub struct Sample {
     pub lossy: u64,
     pub roce: u64,
     pub pfc_quanta: [u64; PRIORITIES],
+    /// The NIC's own count of the time the peer paused each priority, microseconds (mlx5
+    /// `rx_prioN_pause_duration`; None where the driver has none).
+    pub nic_paused_us: [Option<u64>; PRIORITIES],
 }
 
 impl Sample {
@@ -71,6 +74,19 @@ impl Sample {
             lossy: d(self.lossy, o.lossy),
             roce: d(self.roce, o.roce),
             pfc_quanta: std::array::from_fn(|p| d(self.pfc_quanta[p], o.pfc_quanta[p])),
+            nic_paused_us: std::array::from_fn(|p| {
+                Some(d(self.nic_paused_us[p]?, o.nic_paused_us[p]?))
+            }),
+        }
+    }
+
+    /// Seconds priority `p` was paused in this delta at `speed` bits/s: the NIC's own pause
+    /// time where its driver counts it (true wall time), else the pause quanta the kernel
+    /// counted (their sum: refreshed XOFFs overlap, so at most the interval is meant).
+    pub fn paused_seconds(&self, p: usize, speed: u64) -> f64 {
+        match self.nic_paused_us[p] {
+            Some(us) => us as f64 / 1e6,
+            None => quanta_seconds(self.pfc_quanta[p], speed),
         }
     }
 }
@@ -95,6 +111,20 @@ pub struct LiveFindings {
     recent: VecDeque<Finding>,
     /// Findings opened so far, by kind.
     pub opened: BTreeMap<&'static str, u64>,
+    /// Findings of events (a slow step), held active for a window after they were found.
+    events: Vec<(Finding, f64)>,
+}
+
+/// A slow training step found on an interface's ring.
+#[derive(Clone, Debug)]
+pub struct LiveSlowStep {
+    pub iface: String,
+    /// Its number among the interface's slow steps.
+    pub index: u64,
+    /// Unix time.
+    pub start_s: f64,
+    pub seconds: f64,
+    pub period_s: f64,
 }
 
 /// What a poll saw besides the counters.
@@ -107,6 +137,12 @@ pub struct Poll<'a> {
     /// Colliding members: (group, member, elephants).
     pub collisions: Vec<(String, String, usize)>,
     pub storm_s: f64,
+    /// Groups of connections sharing one UDP 5-tuple, and an example of one.
+    pub shared_5tuples: (usize, Option<String>),
+    /// Slow steps found since the last poll.
+    pub slow_steps: Vec<LiveSlowStep>,
+    /// The priorities that carry the job (bit p: priority p).
+    pub job_priorities: u8,
 }
 
 impl LiveFindings {
@@ -177,10 +213,10 @@ impl LiveFindings {
             if let Some((tp, ps)) = prev {
                 let dt = p.now_s - tp;
                 let name = iface.to_string();
+                let delta = s.minus(&ps);
                 for prio in 0..PRIORITIES {
-                    let q = s.pfc_quanta[prio].saturating_sub(ps.pfc_quanta[prio]);
                     let key = (name.clone(), prio);
-                    if dt > 0.0 && quanta_seconds(q, *speed) >= 0.9 * dt {
+                    if dt > 0.0 && delta.paused_seconds(prio, *speed) >= 0.9 * dt {
                         let since = *self.paused_since.entry(key).or_insert(tp);
                         if p.now_s - since > p.storm_s {
                             now.push(
@@ -200,13 +236,75 @@ impl LiveFindings {
                 }
             }
         }
+        for s in &p.slow_steps {
+            let x = self.slow_step(s, p);
+            self.events.push((x, p.now_s + WINDOW_S));
+        }
+        self.events.retain(|(_, until)| *until > p.now_s);
+        now.extend(self.events.iter().map(|(x, _)| x.clone()));
         for (flow, rate) in &p.elephants {
             now.push(f::elephant_now(flow, *rate, p.now_s));
         }
         for (g, m, n) in &p.collisions {
             now.push(f::ecmp_collision(g, m, *n, (p.now_s, p.now_s)));
         }
+        now.extend(f::shared_5tuple(
+            p.shared_5tuples.0,
+            p.shared_5tuples.1.as_deref(),
+            (p.now_s, p.now_s),
+        ));
         self.settle(now, p.now_s)
+    }
+
+    /// A slow step and its causes ([`super::slow_steps`]) from the interface's counters
+    /// between the polls around it: the pause time of the job's priorities (at most the
+    /// step's length: the counters do not say when within the interval it fell), the CE
+    /// marks, loss recovery and lossy RoCE of the interval, and any ECMP collision now. The
+    /// live ring has no per-host series: no straggler is named.
+    fn slow_step(&self, s: &LiveSlowStep, p: &Poll<'_>) -> Finding {
+        use super::slow_steps as why;
+        let end = s.start_s + s.seconds;
+        let (mut paused_s, mut trouble) = (0.0, why::Trouble::default());
+        if let Some(h) = self.history.get(&s.iface) {
+            let a = h.iter().rev().find(|(t, _)| *t <= s.start_s).or(h.front());
+            let b = h.iter().find(|(t, _)| *t >= end).or(h.back());
+            if let (Some((ta, sa)), Some((tb, sb))) = (a, b) {
+                let d = sb.minus(sa);
+                let speed = p
+                    .ifaces
+                    .iter()
+                    .find(|(i, _, _)| *i == s.iface)
+                    .map_or(0, |(_, _, b)| *b);
+                paused_s = (0..PRIORITIES)
+                    .filter(|q| p.job_priorities & (1 << q) != 0)
+                    .map(|q| d.paused_seconds(q, speed))
+                    .fold(0.0, f64::max)
+                    .min(s.seconds)
+                    .min((tb - ta).max(0.0));
+                trouble = why::Trouble {
+                    packets: d.roce,
+                    ce: d.rx_ce,
+                    recoveries: d.psn_gaps + d.retransmits + d.naks,
+                    lossy: d.lossy,
+                };
+            }
+        }
+        let extra = s.seconds - s.period_s;
+        let causes = why::causes(
+            extra,
+            paused_s,
+            why::evidence(&trouble, !p.collisions.is_empty()),
+        );
+        let causes: Vec<(&'static str, f64)> = causes.iter().map(|c| (c.kind, c.share)).collect();
+        f::slow_step(&f::SlowStep {
+            index: s.index as usize,
+            span: (s.start_s, end),
+            seconds: s.seconds,
+            typical_seconds: s.period_s,
+            causes: &causes,
+            straggler: None,
+        })
+        .retitle(format!("step {} on {}", s.index, s.iface))
     }
 
     /// Opens the new, keeps the holding, closes those that no longer hold (the counters'
@@ -217,7 +315,11 @@ impl LiveFindings {
         for mut x in now {
             let key = (x.kind, x.subject.clone());
             holding.insert(key.clone());
-            x.end_s = t;
+            // An event's finding keeps its own span (a slow step's start and end).
+            let event = x.kind == "slow_step";
+            if !event {
+                x.end_s = t;
+            }
             match self.open.get_mut(&key) {
                 Some((held, last)) => {
                     x.start_s = held.start_s;
@@ -225,7 +327,7 @@ impl LiveFindings {
                     *last = t;
                 }
                 None => {
-                    if x.kind != "pfc_storm" {
+                    if x.kind != "pfc_storm" && !event {
                         x.start_s = t;
                     }
                     *self.opened.entry(x.kind).or_default() += 1;
@@ -259,7 +361,11 @@ impl LiveFindings {
             .open
             .values()
             .map(|(x, _)| Finding {
-                end_s: now_s,
+                end_s: if x.kind == "slow_step" {
+                    x.end_s
+                } else {
+                    now_s
+                },
                 ..x.clone()
             })
             .collect();
@@ -285,3 +391,7 @@ pub struct FindingsView {
     pub active: Vec<Finding>,
     pub recent: Vec<Finding>,
 }
+
+#[cfg(test)]
+#[path = "live_findings_tests.rs"]
+mod tests;

@@ -10,4 +10,5 @@ pub mod hash;
 pub mod live_findings;
 pub mod pause;
 pub mod rhythm;
+pub mod slow_steps;
 pub mod steps;

@@ -53,6 +53,10 @@ pub struct NicPfc {
     pub rx: Option<u64>,
     pub tx: Option<u64>,
     pub origin: &'static str,
+    /// The NIC's own pause time of the priority, seconds (rx: the peer paused this port;
+    /// tx: this port paused the peer), where the driver counts it.
+    pub rx_paused_seconds: Option<f64>,
+    pub tx_paused_seconds: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -87,12 +91,21 @@ impl LosslessDoc {
 
     /// Adds an interface's NIC counters.
     pub fn add_nic(&mut self, iface: &str, nic: &crate::sources::nic_pause::NicPause) {
-        self.nic.extend(nic.pfc.iter().map(|c| NicPfc {
-            iface: iface.to_string(),
-            priority: c.priority,
-            rx: c.rx,
-            tx: c.tx,
-            origin: c.origin.name(),
+        let d = |p: u8| nic.durations.iter().find(|d| d.priority == p);
+        self.nic.extend(nic.pfc.iter().map(|c| {
+            NicPfc {
+                iface: iface.to_string(),
+                priority: c.priority,
+                rx: c.rx,
+                tx: c.tx,
+                origin: c.origin.name(),
+                rx_paused_seconds: d(c.priority)
+                    .and_then(|d| d.rx_micros)
+                    .map(|us| us as f64 / 1e6),
+                tx_paused_seconds: d(c.priority)
+                    .and_then(|d| d.tx_micros)
+                    .map(|us| us as f64 / 1e6),
+            }
         }));
     }
 }

@@ -318,7 +318,7 @@ pub fn build(a: &Analysis) -> Report {
         pause: lossless::pause(c, a.options().link_speed_bps),
         training: a.training.rhythm_paused(
             &a.pause,
-            super::report_training::job_priorities(&a.options().classes),
+            crate::detect::slow_steps::job_priorities(&a.options().classes),
         ),
         training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {

@@ -165,15 +165,7 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
             out.push(f::ecmp_collision(&g.name, &m.member, m.elephants, whole));
         }
     }
-    let example = r.ecmp.shared_5tuples.first().map(|t| {
-        format!(
-            "{} -> {} port {}, {} QPs",
-            t.src,
-            t.dst,
-            t.sport,
-            t.dest_qps.len()
-        )
-    });
+    let example = r.ecmp.shared_5tuples.first().map(|t| t.describe());
     out.extend(f::shared_5tuple(
         r.ecmp.shared_5tuple_groups,
         example.as_deref(),

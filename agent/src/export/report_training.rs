@@ -39,78 +39,30 @@ pub fn table(s: &mut String, r: &Rhythm, messages: &[MessageReport]) {
     }
 }
 
-/// Explains each slow step of the report's rhythm. The time the job's priority was paused
-/// within the step (measured: pause intervals at the link speed) explains that much of its
-/// extra time over the typical step (the median period). The rest goes in equal shares to the
-/// other causes the step shows (they are evidence, not measured time): `congestion` (CE marks
-/// on 1% of its packets and at least 10), `retransmission` (a PSN gap, a retransmitted
-/// packet or a NAK), `lossy_class` (RoCE outside the lossless class, on 1% of its packets
-/// and at least 10), `ecmp_collision` (a flow of the step on a path where elephants collide,
-/// by the configured hash model: a job's flow that shares its path with colliding
-/// elephants). What no cause takes is `unexplained`; then the host whose
-/// burst started or ended last is named (the straggler), when it stands out.
+/// Explains each slow step of the report's rhythm ([`crate::detect::slow_steps`]): the pause
+/// intervals of the job's priority within the step, the step's per-millisecond trouble, the
+/// job's flows on a colliding predicted path; the straggler where nothing explains it.
 pub fn explain_slow_steps(
     a: &crate::pipeline::analysis::Analysis,
     r: &mut crate::detect::rhythm::Rhythm,
 ) {
-    use crate::detect::findings::{CONGESTION_CE_SHARE, MIN_CE_PACKETS};
-    use crate::detect::rhythm::Cause;
+    use crate::detect::slow_steps as why;
     let Some(period) = r.period_seconds else {
         return;
     };
-    let mask = job_priorities(&a.options().classes);
+    let mask = why::job_priorities(&a.options().classes);
     let colliding = colliding_paths(a);
     for step in r.steps.iter_mut().filter(|s| s.slow) {
-        let extra = (step.seconds - period).max(1e-9);
+        let extra = step.seconds - period;
         let end = step.start_ns + (step.seconds * 1e9) as u64;
         let (paused_ns, _) = a.pause.paused_within(mask, step.start_ns, end);
-        let pause = (paused_ns as f64 / 1e9 / extra).min(1.0);
         let t = a.training.trouble_within(step.start_ns, end);
-        let share_of =
-            |n: u64| n >= MIN_CE_PACKETS && n as f64 >= CONGESTION_CE_SHARE * t.packets as f64;
-        let mut seen: Vec<&'static str> = Vec::new();
-        if share_of(t.ce) {
-            seen.push("congestion");
-        }
-        if t.recoveries > 0 {
-            seen.push("retransmission");
-        }
-        if share_of(t.lossy) {
-            seen.push("lossy_class");
-        }
-        if step_on_colliding_path(a, &colliding, step.start_ns, end) {
-            seen.push("ecmp_collision");
-        }
-        let rest = 1.0 - pause;
-        let mut causes: Vec<Cause> = vec![Cause {
-            kind: "pfc_pause",
-            share: pause,
-        }];
-        if seen.is_empty() {
-            causes.push(Cause {
-                kind: "unexplained",
-                share: rest,
-            });
-        } else {
-            let each = rest / seen.len() as f64;
-            causes.extend(seen.into_iter().map(|kind| Cause { kind, share: each }));
-        }
-        causes.retain(|c| c.share > 1e-6);
-        causes.sort_by(|x, y| y.share.total_cmp(&x.share));
+        let on_path = step_on_colliding_path(a, &colliding, step.start_ns, end);
+        let causes = why::causes(extra, paused_ns as f64 / 1e9, why::evidence(&t, on_path));
         if causes.first().is_some_and(|c| c.kind == "unexplained") {
-            step.straggler = straggler(&a.training.bursts_within(step.start_ns, end), extra);
+            step.straggler = why::straggler(&a.training.bursts_within(step.start_ns, end), extra);
         }
         step.causes = causes;
-    }
-}
-
-/// The priorities that carry the job (bit p: priority p): the configured RoCE priority, or
-/// every priority on a DSCP-only fabric.
-pub fn job_priorities(c: &agent_common::TrafficClasses) -> u8 {
-    if c.roce_priority == agent_common::classes::ANY_PRIORITY {
-        0xFF
-    } else {
-        1u8.checked_shl(u32::from(c.roce_priority)).unwrap_or(0xFF)
     }
 }
 
@@ -147,37 +99,6 @@ fn step_on_colliding_path(
             && e.stats.first_seen_ns < to_ns
             && !a.elephants.contains_key(&e.key)
             && colliding.contains(&model.path(&crate::detect::ecmp::fields(&e.key)))
-    })
-}
-
-/// The host whose burst ended (or started) last, if it was later than the others by a tenth
-/// of the step's extra time (and at least 2 ms, two buckets): with one host, or hosts that
-/// kept together, nobody is named.
-pub fn straggler(
-    bursts: &[crate::pipeline::training::BurstEdges],
-    extra_s: f64,
-) -> Option<crate::detect::rhythm::Straggler> {
-    if bursts.len() < 2 {
-        return None;
-    }
-    let late = |i: usize, f: fn(&crate::pipeline::training::BurstEdges) -> u64| {
-        let others = bursts
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, b)| f(b))
-            .max()
-            .unwrap_or(0);
-        f(&bursts[i]).saturating_sub(others) as f64 / 1e9
-    };
-    let (i, end_late, start_late) = (0..bursts.len())
-        .map(|i| (i, late(i, |b| b.last_ns), late(i, |b| b.first_ns)))
-        .max_by(|x, y| x.1.total_cmp(&y.1).then(x.2.total_cmp(&y.2)))?;
-    let bar = (0.1 * extra_s).max(0.002);
-    (end_late >= bar || start_late >= bar).then(|| crate::detect::rhythm::Straggler {
-        host: bursts[i].src.clone(),
-        started_late_seconds: start_late,
-        ended_late_seconds: end_late,
     })
 }
 

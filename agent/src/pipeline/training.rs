@@ -40,25 +40,7 @@ impl Default for Training {
     }
 }
 
-/// What happened on the RoCE of a span of time that can make a step slow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Trouble {
-    pub packets: u64,
-    /// CE-marked packets.
-    pub ce: u64,
-    /// Loss recovery: PSN gaps, retransmitted packets, NAKs.
-    pub recoveries: u64,
-    /// RoCE packets outside the lossless class.
-    pub lossy: u64,
-}
-
-/// One host's burst within a span: its first and last millisecond with traffic.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BurstEdges {
-    pub src: String,
-    pub first_ns: u64,
-    pub last_ns: u64,
-}
+pub use crate::detect::slow_steps::{BurstEdges, Trouble};
 
 /// The rhythm of one source host.
 #[derive(Clone, Debug, Serialize)]
@@ -109,12 +91,7 @@ impl Training {
     /// Notes one RoCE packet's trouble at `ts_ns` (kept for the last minute).
     pub fn note(&mut self, ts_ns: u64, t: Trouble) {
         let ms = ts_ns / rhythm::BUCKET_NS;
-        let add = |a: &mut Trouble| {
-            a.packets += t.packets;
-            a.ce += t.ce;
-            a.recoveries += t.recoveries;
-            a.lossy += t.lossy;
-        };
+        let add = |a: &mut Trouble| a.add(&t);
         match self.trouble.back_mut() {
             Some((last, acc)) if *last == ms => add(acc),
             Some((last, _)) if *last > ms => {
@@ -146,10 +123,7 @@ impl Training {
         let i = self.trouble.partition_point(|(m, _)| *m < a);
         let mut out = Trouble::default();
         for (_, t) in self.trouble.range(i..).take_while(|(m, _)| *m < b) {
-            out.packets += t.packets;
-            out.ce += t.ce;
-            out.recoveries += t.recoveries;
-            out.lossy += t.lossy;
+            out.add(t);
         }
         out
     }

@@ -34,17 +34,37 @@ pub struct PfcCounter {
     pub origin: Origin,
 }
 
+/// The time one priority was paused, by the NIC's own clock (mlx5 `rx_prio3_pause_duration`,
+/// microseconds): rx, the peer paused this port (its sending on the priority stood still);
+/// tx, this port paused the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PauseDuration {
+    pub priority: u8,
+    pub rx_micros: Option<u64>,
+    pub tx_micros: Option<u64>,
+}
+
 /// Everything one interface's NIC says about pausing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NicPause {
     pub pfc: Vec<PfcCounter>,
-    /// Other pause statistics by the driver's name (durations, storms, link PAUSE).
+    /// Pause time per priority, where the driver counts it.
+    pub durations: Vec<PauseDuration>,
+    /// Other pause statistics by the driver's name (storms, transitions, link PAUSE).
     pub other: Vec<(String, u64)>,
 }
 
 impl NicPause {
     pub fn is_empty(&self) -> bool {
-        self.pfc.is_empty() && self.other.is_empty()
+        self.pfc.is_empty() && self.durations.is_empty() && self.other.is_empty()
+    }
+
+    /// Microseconds the peer paused priority `p` of this port, where the driver counts it.
+    pub fn rx_paused_micros(&self, p: usize) -> Option<u64> {
+        self.durations
+            .iter()
+            .find(|d| usize::from(d.priority) == p)
+            .and_then(|d| d.rx_micros)
     }
 }
 
@@ -57,6 +77,7 @@ pub fn read(iface: &str) -> NicPause {
     if let Ok((names, values)) = ethtool::stats(iface) {
         let e = classify_ethtool(&names, &values);
         n.pfc.extend(e.pfc);
+        n.durations.extend(e.durations);
         n.other.extend(e.other);
     }
     n
@@ -66,9 +87,20 @@ pub fn read(iface: &str) -> NicPause {
 /// statistics; names that are not about pausing are dropped.
 pub fn classify_ethtool(names: &[String], values: &[u64]) -> NicPause {
     let mut by_prio: std::collections::BTreeMap<u8, PfcCounter> = Default::default();
+    let mut durations: std::collections::BTreeMap<u8, PauseDuration> = Default::default();
     let mut other = Vec::new();
     for (name, &v) in names.iter().zip(values) {
-        if let Some((dir, p)) = pfc_stat(name) {
+        if let Some((dir, p)) = duration_stat(name) {
+            let d = durations.entry(p).or_insert(PauseDuration {
+                priority: p,
+                rx_micros: None,
+                tx_micros: None,
+            });
+            match dir {
+                Dir::Rx => d.rx_micros = Some(v),
+                Dir::Tx => d.tx_micros = Some(v),
+            }
+        } else if let Some((dir, p)) = pfc_stat(name) {
             let c = by_prio.entry(p).or_insert(PfcCounter {
                 priority: p,
                 rx: None,
@@ -85,7 +117,24 @@ pub fn classify_ethtool(names: &[String], values: &[u64]) -> NicPause {
     }
     NicPause {
         pfc: by_prio.into_values().collect(),
+        durations: durations.into_values().collect(),
         other,
+    }
+}
+
+/// A per-priority pause duration of a known driver (mlx5: `rx_prio3_pause_duration`, in
+/// microseconds): (direction, priority).
+fn duration_stat(name: &str) -> Option<(Dir, u8)> {
+    let (dir, rest) = if let Some(r) = name.strip_prefix("rx_prio") {
+        (Dir::Rx, r)
+    } else if let Some(r) = name.strip_prefix("tx_prio") {
+        (Dir::Tx, r)
+    } else {
+        return None;
+    };
+    match rest.strip_suffix("_pause_duration")?.parse::<u8>() {
+        Ok(p) if p < 8 => Some((dir, p)),
+        _ => None,
     }
 }
 

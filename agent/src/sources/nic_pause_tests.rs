@@ -48,12 +48,21 @@ fn mlx5_priority_pause_counters_are_pfc_per_priority() {
             },
         ]
     );
+    // rx_prio3_pause_duration is the 6th name, tx_prio3_pause_duration the 8th.
+    assert_eq!(
+        n.durations,
+        vec![PauseDuration {
+            priority: 3,
+            rx_micros: Some(6),
+            tx_micros: Some(8),
+        }]
+    );
+    assert_eq!(n.rx_paused_micros(3), Some(6));
+    assert_eq!(n.rx_paused_micros(4), None);
     let other: Vec<&str> = n.other.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         other,
         [
-            "rx_prio3_pause_duration",
-            "tx_prio3_pause_duration",
             "rx_prio3_pause_transition",
             "tx_pause_storm_warning_events",
             "tx_pause_storm_error_events",

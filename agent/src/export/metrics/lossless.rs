@@ -144,6 +144,20 @@ impl Metrics {
                 }
             }
         }
+        for d in &nic.durations {
+            for (dir, v) in [("rx", d.rx_micros), ("tx", d.tx_micros)] {
+                if let Some(v) = v {
+                    super::follow(
+                        &self.nic_pfc_pause_seconds.with_label_values(&[
+                            iface,
+                            PRIORITY[d.priority as usize % PRIORITIES],
+                            dir,
+                        ]),
+                        v as f64 / 1e6,
+                    );
+                }
+            }
+        }
         for (name, v) in &nic.other {
             super::follow(
                 &self

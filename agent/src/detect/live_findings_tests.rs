@@ -1,0 +1,160 @@
+//! The live engine over hand-made counter samples: the truth is the samples' figures.
+
+use super::*;
+
+const T: f64 = 1_764_547_200.0;
+/// 100 Gb/s.
+const SPEED: u64 = 100_000_000_000;
+
+fn poll<'a>(now_s: f64, s: Sample, slow: Vec<LiveSlowStep>) -> Poll<'a> {
+    Poll {
+        now_s,
+        ifaces: vec![("eth0", Some(s), SPEED)],
+        elephants: Vec::new(),
+        collisions: Vec::new(),
+        storm_s: 0.2,
+        shared_5tuples: (0, None),
+        slow_steps: slow,
+        job_priorities: 0x08,
+    }
+}
+
+/// A 200 ms step at T + 1.5 against a 100 ms period.
+fn step() -> LiveSlowStep {
+    LiveSlowStep {
+        iface: "eth0".into(),
+        index: 1,
+        start_s: T + 1.5,
+        seconds: 0.2,
+        period_s: 0.1,
+    }
+}
+
+/// Samples at T, T + 1, T + 2 with `quanta` of priority 3 paused in the second interval.
+fn run(quanta: u64, roce: u64) -> (LiveFindings, Vec<Finding>) {
+    let mut l = LiveFindings::default();
+    let mut s = Sample {
+        roce: 1_000,
+        rx_packets: 1_000,
+        ..Sample::default()
+    };
+    l.poll(&poll(T, s, vec![]));
+    s.roce += roce;
+    l.poll(&poll(T + 1.0, s, vec![]));
+    s.pfc_quanta[3] += quanta;
+    s.roce += roce;
+    l.poll(&poll(T + 2.0, s, vec![]));
+    let (opened, _) = l.poll(&poll(T + 2.5, s, vec![step()]));
+    (l, opened)
+}
+
+#[test]
+fn a_slow_step_in_an_interval_paused_on_the_job_priority_is_a_pause() {
+    // 20 M quanta of 512 bit times at 100 Gb/s: 102 ms paused, more than the 100 ms extra.
+    let (_, opened) = run(20_000_000, 500);
+    let x = opened
+        .iter()
+        .find(|x| x.kind == "slow_step")
+        .expect("opened");
+    assert_eq!(x.subject, "step 1 on eth0");
+    assert_eq!((x.start_s, x.end_s), (T + 1.5, T + 1.7));
+    let causes = &x.evidence["causes"];
+    assert_eq!(causes[0]["kind"], "pfc_pause", "{causes}");
+    assert!((causes[0]["share"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_slow_step_in_a_clean_interval_is_unexplained() {
+    let (_, opened) = run(0, 500);
+    let x = opened
+        .iter()
+        .find(|x| x.kind == "slow_step")
+        .expect("opened");
+    assert_eq!(x.evidence["causes"][0]["kind"], "unexplained");
+    assert!(x.summary.contains("look at the hosts"), "{}", x.summary);
+}
+
+#[test]
+fn a_slow_step_stays_active_for_a_window_then_closes() {
+    let (mut l, _) = run(0, 500);
+    let s = Sample {
+        roce: 2_000,
+        rx_packets: 1_000,
+        ..Sample::default()
+    };
+    let (_, closed) = l.poll(&poll(T + 2.5 + WINDOW_S - 1.0, s, vec![]));
+    assert!(closed.is_empty(), "{closed:?}");
+    assert_eq!(l.view(T + 11.0).active.len(), 1);
+    let (_, closed) = l.poll(&poll(T + 2.5 + WINDOW_S + 1.0, s, vec![]));
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].kind, "slow_step");
+    assert_eq!(closed[0].end_s, T + 1.7, "an event keeps its own span");
+    assert_eq!(l.opened.get("slow_step"), Some(&1));
+}
+
+#[test]
+fn no_slow_step_no_finding() {
+    let mut l = LiveFindings::default();
+    let s = Sample::default();
+    for k in 0..5 {
+        let (opened, _) = l.poll(&poll(T + k as f64, s, vec![]));
+        assert!(opened.is_empty(), "{opened:?}");
+    }
+}
+
+fn storm_poll<'a>(now_s: f64, s: Sample) -> Poll<'a> {
+    poll(now_s, s, vec![])
+}
+
+/// The NIC's own pause time (mlx5's rx_prio3_pause_duration) paused the whole of every
+/// second from T + 1 on: a storm once that is longer than the threshold.
+#[test]
+fn the_nics_pause_time_makes_a_storm() {
+    let mut l = LiveFindings::default();
+    let mut s = Sample {
+        nic_paused_us: [None, None, None, Some(0), None, None, None, None],
+        ..Sample::default()
+    };
+    l.poll(&storm_poll(T, s));
+    let mut storms = Vec::new();
+    for k in 1..=3 {
+        s.nic_paused_us[3] = Some(k * 1_000_000);
+        let (opened, _) = l.poll(&storm_poll(T + k as f64, s));
+        storms.extend(opened.into_iter().filter(|x| x.kind == "pfc_storm"));
+    }
+    assert_eq!(storms.len(), 1, "{storms:?}");
+    assert_eq!(storms[0].subject, "priority 3 on eth0");
+}
+
+/// Quanta that sum to more than the interval (refreshed XOFFs overlap) while the NIC says
+/// the priority was paused a tenth of it: the NIC's wall time wins, no storm.
+#[test]
+fn the_nics_pause_time_overrides_overlapping_quanta() {
+    let mut l = LiveFindings::default();
+    let mut s = Sample {
+        nic_paused_us: [None, None, None, Some(0), None, None, None, None],
+        ..Sample::default()
+    };
+    l.poll(&storm_poll(T, s));
+    for k in 1..=4u64 {
+        s.nic_paused_us[3] = Some(k * 100_000);
+        s.pfc_quanta[3] = k * 400_000_000; // 2 s of quanta a second at 100 Gb/s
+        let (opened, _) = l.poll(&storm_poll(T + k as f64, s));
+        assert!(opened.iter().all(|x| x.kind != "pfc_storm"), "{opened:?}");
+    }
+}
+
+/// Without the NIC's pause time, the kernel's quanta count.
+#[test]
+fn quanta_alone_make_a_storm_where_the_nic_counts_no_time() {
+    let mut l = LiveFindings::default();
+    let mut s = Sample::default();
+    l.poll(&storm_poll(T, s));
+    let mut storms = 0;
+    for k in 1..=3u64 {
+        s.pfc_quanta[3] = k * 200_000_000; // 1.02 s a second at 100 Gb/s
+        let (opened, _) = l.poll(&storm_poll(T + k as f64, s));
+        storms += opened.iter().filter(|x| x.kind == "pfc_storm").count();
+    }
+    assert_eq!(storms, 1);
+}
