@@ -74,21 +74,26 @@ pub fn hosts_job(senders: &[&str], to: &str, late: Option<&str>) -> Vec<(u64, Ve
 /// `ms` milliseconds from `from_ns`, on source ports that a 4-path CRC-16/XMODEM hash (the
 /// demo's model) puts on `path`: returns the frames.
 pub fn elephants_on(path: u32, from_ns: u64, ms: u64) -> Vec<(u64, Vec<u8>)> {
-    let mut f = Vec::new();
-    for (e, src) in ["10.92.0.1", "10.92.0.2"].into_iter().enumerate() {
-        let (a, b) = (ip(src), ip("10.92.0.9"));
-        let sport = (0xD000u16..)
-            .find(|&p| crate::demo::path_among(v4(src), v4("10.92.0.9"), p, 4) == path)
-            .expect("a port on the path");
-        for k in 0..ms * 10 {
-            let mut d = Roce::new(a, b, sport, 0x600 + e as u32, 0x0A);
+    let mut f = elephant("10.92.0.1", path, from_ns, ms);
+    f.extend(elephant("10.92.0.2", path, from_ns + 1_000, ms));
+    f
+}
+
+/// One elephant from `src` to 10.92.0.9 (as [`elephants_on`]) on `path`.
+pub fn elephant(src: &str, path: u32, from_ns: u64, ms: u64) -> Vec<(u64, Vec<u8>)> {
+    let (a, b) = (ip(src), ip("10.92.0.9"));
+    let sport = (0xD000u16..)
+        .find(|&p| crate::demo::path_among(v4(src), v4("10.92.0.9"), p, 4) == path)
+        .expect("a port on the path");
+    (0..ms * 10)
+        .map(|k| {
+            let mut d = Roce::new(a, b, sport, 0x600 + u32::from(v4(src)[3]), 0x0A);
             d.psn = k as u32;
             d.payload = 1024;
             d.dma_len = 1024;
-            f.push((from_ns + k * 100_000 + e as u64 * 1_000, d.frame()));
-        }
-    }
-    f
+            (from_ns + k * 100_000, d.frame())
+        })
+        .collect()
 }
 
 /// An IPv4 address as bytes.
