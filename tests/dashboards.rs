@@ -248,7 +248,7 @@ const ELSEWHERE: [(&str, &str); 5] = [
     ),
     (
         "RocemonFindingCnpIgnored",
-        "promtool only: the live agent does not judge a sender's reaction to CNPs (analyze does)",
+        "findings_live raises the finding from a paced sender; its alert is unit-tested by promtool",
     ),
 ];
 

@@ -272,3 +272,74 @@ fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
     wait_alert("RocemonFindingLinkDown", "link_down");
     agent.stop_ok();
 }
+
+static PACED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A sender's reaction to CNPs, live: 1,000 packets a second from A to B (and B's ACKs), CNPs
+/// back from the third second on; A keeps its rate, or halves it. Both directions arrive on
+/// the watched interface. Returns the findings once every frame was counted and a few polls
+/// have passed (a burst is judged one poll after it began).
+fn dcqcn_live(prefix: &str, reacts: bool) -> Value {
+    use rocemon_testkit::findings_lab::dcqcn_paced;
+    // One paced sender at a time: two real-time senders on two CPUs stall each other, and a
+    // stalled interval is not the sender's rate.
+    let _one = PACED.lock().unwrap_or_else(|e| e.into_inner());
+    let frames = dcqcn_paced(reacts, 1_000_000, 3_000_000_000, 7_000_000_000);
+    // CNPs: BTH opcode 0x81 (Ethernet 14 + IPv4 20 + UDP 8).
+    let cnps = frames.iter().filter(|(_, f)| f[42] == 0x81).count() as f64;
+    assert!(cnps > 0.0);
+    let pair = VethPair::new(prefix).unwrap();
+    let (ns, ifn) = (&pair.ns_a, &pair.a_if);
+    let mut agent = start(ns, ifn, "xdp");
+    rocemon_testkit::sender::send_paced(&pair.ns_b, &pair.b_if, frames).unwrap();
+    let polls = |b: &str| try_metric_sum(b, "rocemon_poll_duration_seconds_count", &[]);
+    let body = agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(60), |b| {
+            try_metric_sum(b, "rocemon_cnp_packets_total", &[]).unwrap_or(0.0) >= cnps
+        })
+        .unwrap();
+    // Three polls after the last CNP was counted: the judgement (one poll after a burst
+    // began) has been made.
+    let counted = polls(&body).unwrap_or(0.0);
+    agent
+        .wait_metrics(ns, ADDR, Duration::from_secs(60), |b| {
+            polls(b).unwrap_or(0.0) >= counted + 3.0
+        })
+        .unwrap();
+    let f = findings(ns);
+    agent.stop_ok();
+    f
+}
+
+fn all_kinds(f: &Value) -> Vec<String> {
+    let mut k = kinds(&f["active"]);
+    k.extend(kinds(&f["recent"]));
+    k
+}
+
+#[test]
+fn a_sender_that_keeps_its_rate_under_cnps_is_cnp_ignored_live() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let f = dcqcn_live("rcign", false);
+    let x = f["active"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(f["recent"].as_array().unwrap())
+        .find(|x| x["kind"] == "cnp_ignored")
+        .unwrap_or_else(|| panic!("no cnp_ignored: {f:#}"));
+    assert_eq!(x["subject"], "sender 10.90.0.1", "{x:#}");
+    let ratio = x["evidence"]["rate_after_cnps_ratio"].as_f64().unwrap();
+    assert!(ratio > 0.9, "{x:#}");
+}
+
+#[test]
+fn a_sender_that_halves_its_rate_under_cnps_is_no_finding_live() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let f = dcqcn_live("rcreact", true);
+    assert!(!all_kinds(&f).contains(&"cnp_ignored".to_string()), "{f:#}");
+}

@@ -406,8 +406,14 @@ fn poll(
     // seen this poll's metrics never reads an older API view.
     let mut view = api::build(table, &report, config, 1000);
     view.lossless = lossless;
-    view.findings =
-        super::run_findings::update(findings, samples, slow, config, &views, &report, &m);
+    view.findings = super::run_findings::update(
+        findings,
+        samples,
+        slow,
+        config,
+        (table, &views, &report),
+        &m,
+    );
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
     for (iface, t) in ifaces {

@@ -33,8 +33,7 @@ pub fn update(
     samples: Vec<(String, Sample, u64)>,
     slow: Vec<super::run_rhythm::NewSlowStep>,
     config: &Config,
-    views: &[FlowView],
-    report: &EcmpReport,
+    (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
     m: &Metrics,
 ) -> FindingsView {
     let now_s = std::time::SystemTime::now()
@@ -102,6 +101,15 @@ pub fn update(
             report.shared_5tuples.first().map(|t| t.describe()),
         ),
         slow_steps,
+        flows: table
+            .iter()
+            .map(|e| crate::detect::live_reaction::FlowTotals {
+                key: e.key,
+                packets: e.stats.packets,
+                bytes: e.stats.bytes,
+                cnps: e.stats.cnp,
+            })
+            .collect(),
         job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),
     });
     for x in &opened {

@@ -217,11 +217,10 @@ pub fn cnp_ignored(u: &Unreacting<'_>) -> Option<Finding> {
     (u.bursts > 0 && u.ignored == u.bursts).then(|| {
         Finding::new("cnp_ignored", Severity::Warning, u.span, format!("sender {}", u.sender))
             .say(format!(
-                "{} kept sending at {:.0}% of its rate ({} before) in the {} after CNPs began to arrive, in {} burst(s) of CNPs: its NIC's DCQCN reaction point looks off, so the congestion it feeds goes on.",
+                "{} kept sending at {:.0}% of its rate ({} before) after CNPs began to arrive, in {} burst(s) of CNPs: its NIC's DCQCN reaction point looks off, so the congestion it feeds goes on.",
                 u.flow,
                 u.ratio * 100.0,
                 bits_per_second(u.rate_before_bytes_per_second),
-                duration(super::cnp_response::REACTION_WINDOW_NS as f64 / 1e9),
                 u.bursts
             ))
             .with("cnp_bursts", json!(u.bursts))

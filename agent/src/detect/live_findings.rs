@@ -113,6 +113,8 @@ pub struct LiveFindings {
     pub opened: BTreeMap<&'static str, u64>,
     /// Findings of events (a slow step), held active for a window after they were found.
     events: Vec<(Finding, f64)>,
+    /// The senders' reaction to CNPs.
+    reaction: super::live_reaction::LiveReaction,
 }
 
 /// A slow training step found on an interface's ring.
@@ -141,6 +143,8 @@ pub struct Poll<'a> {
     pub shared_5tuples: (usize, Option<String>),
     /// Slow steps found since the last poll.
     pub slow_steps: Vec<LiveSlowStep>,
+    /// Every flow's totals (the senders' reaction to CNPs).
+    pub flows: Vec<super::live_reaction::FlowTotals>,
     /// The priorities that carry the job (bit p: priority p).
     pub job_priorities: u8,
 }
@@ -235,6 +239,26 @@ impl LiveFindings {
                     }
                 }
             }
+        }
+        self.reaction.poll(p.now_s, &p.flows);
+        for (k, j) in &self.reaction.judged {
+            if p.now_s - j.at_s > WINDOW_S || j.bursts == 0 {
+                continue;
+            }
+            let (src, dst) = (
+                agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
+                agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
+            );
+            let name = format!("Flow {src} -> {dst} port {} QP {:#x}", k.sport, k.dest_qp);
+            now.extend(f::cnp_ignored(&f::Unreacting {
+                flow: &name,
+                sender: &src,
+                bursts: j.bursts,
+                ignored: j.ignored,
+                ratio: j.ratio_sum / j.bursts as f64,
+                rate_before_bytes_per_second: j.rate_before,
+                span,
+            }));
         }
         for s in &p.slow_steps {
             let x = self.slow_step(s, p);

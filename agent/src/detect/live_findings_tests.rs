@@ -15,6 +15,7 @@ fn poll<'a>(now_s: f64, s: Sample, slow: Vec<LiveSlowStep>) -> Poll<'a> {
         storm_s: 0.2,
         shared_5tuples: (0, None),
         slow_steps: slow,
+        flows: Vec::new(),
         job_priorities: 0x08,
     }
 }

@@ -8,6 +8,7 @@ pub mod elephant;
 pub mod findings;
 pub mod hash;
 pub mod live_findings;
+pub mod live_reaction;
 pub mod pause;
 pub mod rhythm;
 pub mod slow_steps;

@@ -106,9 +106,19 @@ pub fn v4(s: &str) -> [u8; 4] {
 /// would) and answers every 5th packet with a CNP to A's QP 0x100 (B's ACKs carry it). A
 /// sender that `reacts` halves its rate (every 20 us) from the first CNP on.
 pub fn dcqcn(reacts: bool) -> Vec<(u64, Vec<u8>)> {
+    dcqcn_paced(reacts, 10_000, 10_000_000, 30_000_000)
+}
+
+/// [`dcqcn`] at a packet every `every_ns`, CNPs from `clean_ns` on, `total_ns` long.
+pub fn dcqcn_paced(
+    reacts: bool,
+    every_ns: u64,
+    clean_ns: u64,
+    total_ns: u64,
+) -> Vec<(u64, Vec<u8>)> {
     let mut f = Vec::new();
-    let (mut t, end) = (T0, T0 + 30_000_000);
-    let first_cnp = T0 + 10_000_000;
+    let (mut t, end) = (T0, T0 + total_ns);
+    let first_cnp = T0 + clean_ns;
     let mut k = 0u32;
     while t < end {
         let mut d = Roce::new(ip(A), ip(B), 0xC123, 0x200, 0x0A);
@@ -122,15 +132,18 @@ pub fn dcqcn(reacts: bool) -> Vec<(u64, Vec<u8>)> {
         f.push((t, d.frame()));
         let mut ack = Roce::new(ip(B), ip(A), 0xC123, 0x100, 0x11);
         ack.psn = k;
-        f.push((t + 2_000, ack.frame()));
+        f.push((t + every_ns / 5, ack.frame()));
         if marked {
-            f.push((t + 4_000, Roce::cnp(ip(B), ip(A), 0xC777, 0x100).frame()));
+            f.push((
+                t + every_ns * 2 / 5,
+                Roce::cnp(ip(B), ip(A), 0xC777, 0x100).frame(),
+            ));
         }
         k += 1;
         t += if reacts && t >= first_cnp {
-            20_000
+            2 * every_ns
         } else {
-            10_000
+            every_ns
         };
     }
     f.sort_by_key(|(t, _)| *t);
