@@ -155,7 +155,6 @@ mod tests {
             ip_version: 4,
             hook: 0,
             dest_qp: qp,
-            ..FlowKey::default()
         };
         k.src[0] = src;
         k.dst[0] = dst;
