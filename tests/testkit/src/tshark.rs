@@ -61,6 +61,8 @@ const FIELDS: &[&str] = &[
     "ip.dsfield.dscp",
     "ipv6.tclass.dscp",
     "vlan.priority",
+    // 34: tshark's malformed-packet mark
+    "_ws.malformed",
 ];
 
 /// The traffic class rule the oracle applies (the documented defaults): RoCE on DSCP 26 and,
@@ -131,6 +133,9 @@ pub struct Expected {
     pub lossy_roce: (u64, u64),
     /// CNPs outside DSCP 48.
     pub cnp_out_of_class: u64,
+    /// Mirror encapsulations cut inside their own header (tshark: a malformed GRE, VXLAN or
+    /// ERSPAN header, the last protocol it decoded).
+    pub broken_mirrors: u64,
 }
 
 fn num(s: &str) -> Result<u64> {
@@ -215,6 +220,10 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         }
         e.frames += 1;
         let len = num(c[0])?;
+        let last = c[19].rsplit(':').next().unwrap_or("");
+        if !c[34].is_empty() && matches!(last, "gre" | "vxlan" | "erspan") {
+            e.broken_mirrors += 1;
+        }
         if !c[20].is_empty() {
             mac_control(&mut e, &c[20..31])?;
             continue;
