@@ -74,7 +74,13 @@ fn main() -> Result<()> {
         a.strip_prefix("--fuzz-kernel=")
             .and_then(|v| v.parse::<u64>().ok())
     }) {
-        return fuzz_kernel::fuzz_kernel(secs);
+        return fuzz_kernel::fuzz_kernel(fuzz_kernel::Limit::Seconds(secs));
+    }
+    if let Some(n) = std::env::args().find_map(|a| {
+        a.strip_prefix("--fuzz-kernel-batches=")
+            .and_then(|v| v.parse::<u64>().ok())
+    }) {
+        return fuzz_kernel::fuzz_kernel(fuzz_kernel::Limit::Batches(n));
     }
     if let Some(dir) = std::env::args().find_map(|a| a.strip_prefix("--render=").map(PathBuf::from))
     {

@@ -14,12 +14,20 @@ pub(crate) fn skb_harness_refuses(frame: &[u8]) -> bool {
     }
 }
 
+/// How long the differential runs: for some seconds (`cargo xtask fuzz`), or a number of
+/// batches (`cargo xtask test`: the same seeded frames every run).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Limit {
+    Seconds(u64),
+    Batches(u64),
+}
+
 /// Differential fuzzing of the kernel programs: mutated fixture frames through every program
 /// (XDP, tc ingress, tc egress, the AF_XDP capture program; BPF_PROG_TEST_RUN) for `secs`,
 /// in batches with fresh maps, each batch smaller than the flow map so nothing is evicted:
 /// after each batch the whole counter block, the session map and the flow map of every
 /// program must equal the host's counts of the same frames.
-pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
+pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
     use agent_common::{FlowKey, FlowStats, Outcome};
     use rocemon::sources::tally::Tally;
     use std::collections::BTreeMap;
@@ -32,14 +40,18 @@ pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
         .flat_map(|f| f.records().map(|r| r.2).collect::<Vec<_>>())
         .collect();
     let mut rng = Rng(0xF022);
-    let end = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let end = match limit {
+        Limit::Seconds(secs) => started + Duration::from_secs(secs),
+        Limit::Batches(_) => started + Duration::from_secs(24 * 3600),
+    };
     let (mut runs, mut refused, mut batches, mut flows_compared) = (0u64, 0u64, 0u64, 0usize);
     let comparable = |s: &FlowStats| FlowStats {
         first_seen_ns: 0,
         last_seen_ns: 0,
         ..*s
     };
-    while Instant::now() < end {
+    while Instant::now() < end && !matches!(limit, Limit::Batches(n) if batches >= n) {
         // Fresh maps: one object per program, as the agent has one per interface.
         let mut objects = Vec::new();
         for h in Hook::ALL {
@@ -153,7 +165,8 @@ pub(crate) fn fuzz_kernel(secs: u64) -> Result<()> {
         }
     }
     eprintln!(
-        "fuzz-kernel: {runs} program runs in {batches} batches over {secs} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness); every counter, session and flow ({flows_compared} flows) equal to the host's"
+        "fuzz-kernel: {runs} program runs in {batches} batches over {:.0} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness); every counter, session and flow ({flows_compared} flows) equal to the host's",
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

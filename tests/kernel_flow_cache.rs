@@ -42,12 +42,23 @@ fn slot(frame: &[u8]) -> u32 {
 /// Runs frames through the XDP program and the host's counting, then checks the flows the
 /// agent reads and the counter block against the host's.
 fn run_and_compare(ebpf: &aya::Ebpf, frames: &[Vec<u8>], what: &str) {
+    let host = run(ebpf, frames);
+    compare(ebpf, &host, what);
+}
+
+/// Runs frames through the XDP program and the host's counting.
+fn run(ebpf: &aya::Ebpf, frames: &[Vec<u8>]) -> Tally {
     let mut host = Tally::new(Hook::Xdp, usize::MAX);
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     for f in frames {
         test_run(prog.fd().unwrap(), f, 1).unwrap();
         record_as_kernel(&mut host, f, 0);
     }
+    host
+}
+
+/// The flows the agent reads (a flush first) and the counter block, against the host's.
+fn compare(ebpf: &aya::Ebpf, host: &Tally, what: &str) {
     let (flows, errors) = loader::read_flows(ebpf).unwrap();
     assert_eq!(errors, 0, "{what}: read errors");
     assert_eq!(flows.len(), host.flows.len(), "{what}: flows");
@@ -84,7 +95,31 @@ fn flows_that_share_a_cache_slot_are_counted_exactly() {
         frames.extend([write_only(sport, b), write_only(sport, b + 1)]);
     }
     let ebpf = xdp_object(1024, loader::Switches::default());
-    run_and_compare(&ebpf, &frames, "two flows in one slot");
+    let host = run(&ebpf, &frames);
+    // Before any flush: the last pair (B B) swapped B into the slot and wrote A back, so
+    // the raw map holds all 40 of A's packets, and fewer of B's (its last are in the slot).
+    assert_eq!(
+        raw_flow_packets(&ebpf, 0xC000),
+        40,
+        "A written back by a swap"
+    );
+    assert!(
+        raw_flow_packets(&ebpf, sport) < 40,
+        "B's last packets are in the slot, not yet in the map"
+    );
+    compare(&ebpf, &host, "two flows in one slot");
+}
+
+/// This CPU's packets of the flow with source port `sport` in the raw IPv4 flow map.
+fn raw_flow_packets(ebpf: &aya::Ebpf, sport: u16) -> u64 {
+    let map = ebpf.map(agent_common::MAP_FLOWS4).unwrap();
+    let m: aya::maps::PerCpuHashMap<_, FlowKey4, FlowStats> =
+        aya::maps::PerCpuHashMap::try_from(map).unwrap();
+    m.iter()
+        .map(|r| r.unwrap())
+        .filter(|(k, _)| k.sport == sport)
+        .map(|(_, v)| v.iter().map(|s| s.packets).sum::<u64>())
+        .sum()
 }
 
 /// Many flows (more than the slots hold), with and without the cache: the same flows, the

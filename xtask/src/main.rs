@@ -92,7 +92,10 @@ fn test(allow_skips: bool, args: &[String]) -> Result<()> {
     }
     setup::ebpf_env(&mut c);
     c.args(args);
-    let result = sh(&mut c);
+    let mut result = sh(&mut c);
+    if result.is_ok() && !allow_skips {
+        result = kernel_differential();
+    }
     let skipped = std::fs::read_to_string(&log).unwrap_or_default();
     if skipped.lines().count() > 0 {
         println!(
@@ -104,6 +107,20 @@ fn test(allow_skips: bool, args: &[String]) -> Result<()> {
         }
     }
     result
+}
+
+/// The kernel differential pass of every test run: the same seeded, mutated fixture frames
+/// (five batches of 20,000) through every kernel program and the host's counting; every
+/// counter, session and flow must be equal (`fuzz/kernel_diff.rs`; `cargo xtask fuzz` runs
+/// it for longer, with other seeds' worth of time).
+fn kernel_differential() -> Result<()> {
+    println!("kernel differential: five seeded batches through every program");
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])
+        .arg("--fuzz-kernel-batches=5");
+    setup::ebpf_env(&mut c);
+    sh(&mut c).context("the kernel differential found a difference (above)")
 }
 
 fn main() -> Result<()> {

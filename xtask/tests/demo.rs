@@ -47,11 +47,17 @@ fn after<'a>(out: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {prefix:?} in\n{out}"))
 }
 
-#[test]
-fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
-    if !require_root("the demo (namespaces, BPF)") {
-        return;
-    }
+/// A demo that serves, with its address, its Prometheus' address, its output so far and
+/// the thread reading it; None when one of its ports was taken meanwhile (it said so).
+type Started = (
+    Demo,
+    String,
+    String,
+    Arc<Mutex<String>>,
+    std::thread::JoinHandle<()>,
+);
+
+fn start_demo(_attempt: usize) -> Option<Started> {
     let (addr, prom) = (
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
@@ -61,6 +67,7 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
             .args(["demo", "--duration", "600", "--listen", &addr])
             .args(["--prometheus", "--prometheus-listen", &prom])
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
@@ -74,6 +81,47 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
             }
         })
     };
+    let err = Arc::new(Mutex::new(String::new()));
+    let err_reader = {
+        let (err, stderr) = (err.clone(), demo.0.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                err.lock().unwrap().push_str(&(line + "\n"));
+            }
+        })
+    };
+    // The demo builds rocemon first (a fresh clone: minutes), then serves.
+    let t = Instant::now();
+    while !out.lock().unwrap().contains("demo: rocemon serves") {
+        if let Some(status) = demo.0.try_wait().unwrap() {
+            let _ = reader.join();
+            let _ = err_reader.join();
+            let err = err.lock().unwrap().clone();
+            if err.contains("is taken") {
+                return None;
+            }
+            panic!("the demo exited early ({status}):\n{err}");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1200),
+            "the demo never served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some((demo, addr, prom, out, reader))
+}
+
+#[test]
+fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
+    if !require_root("the demo (namespaces, BPF)") {
+        return;
+    }
+    // Ports the OS had free a moment ago; another process may take one before the demo
+    // binds it, and the demo then exits saying so: start again on others.
+    let (mut demo, addr, prom, out, reader) = (0..5)
+        .find_map(start_demo)
+        .expect("the demo found its ports taken five times");
     // From the host's namespace: /metrics shows every finding.
     let want: [Finding; 6] = [
         ("an elephant", "rocemon_elephant_flows", &[]),
@@ -95,19 +143,6 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
             &[],
         ),
     ];
-    // The demo builds rocemon first (a fresh clone: minutes), then serves.
-    let t = Instant::now();
-    while !out.lock().unwrap().contains("demo: rocemon serves") {
-        assert!(
-            demo.0.try_wait().unwrap().is_none(),
-            "the demo exited early"
-        );
-        assert!(
-            t.elapsed() < Duration::from_secs(1200),
-            "the demo never served"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let t = Instant::now();
     let mut missing: Vec<&str> = want.iter().map(|w| w.0).collect();
     let mut alert = false;

@@ -59,27 +59,24 @@ pub fn pinned_links(dir: &std::path::Path) -> Result<Vec<(String, LinkInfo)>> {
 /// Which of the link ids `ids` the kernel still has (a test's own links, found through its
 /// own agent or pins: other tests running in parallel have links of their own).
 pub fn links_alive(ids: &[u64]) -> Result<Vec<u64>> {
-    // Listing every link races with the links of tests running in parallel: one freed between
-    // bpftool finding its id and reading it fails the whole listing (seen once in CI, the
-    // error in bpftool's JSON on stdout). Such a failure is retried; a lasting one is not.
-    let mut tries = 0;
-    let all = loop {
-        match bpftool_json(&["-j", "link", "show"]) {
-            Ok(all) => break all,
-            Err(_) if tries < 5 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Err(e) => return Err(e),
+    // Each of the test's own ids asked for by itself (listing every link raced with other
+    // tests' links being freed): "No such file or directory" is a link gone, any other
+    // failure is an error.
+    let mut alive = Vec::new();
+    for id in ids {
+        let out = std::process::Command::new("bpftool")
+            .args(["-j", "link", "show", "id", &id.to_string()])
+            .output()
+            .context("run bpftool (install it with `cargo xtask setup`)")?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("bpftool JSON for link {id}"))?;
+        match v["error"].as_str() {
+            None if out.status.success() => alive.push(*id),
+            Some(e) if e.contains("No such file or directory") => {}
+            _ => anyhow::bail!("bpftool link show id {id}: {v}"),
         }
-    };
-    Ok(all
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l["id"].as_u64())
-        .filter(|id| ids.contains(id))
-        .collect())
+    }
+    Ok(alive)
 }
 
 /// Waits up to `timeout` until none of `ids` is left (the kernel frees a link once its last
