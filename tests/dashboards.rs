@@ -170,6 +170,54 @@ fn promtool_checks_and_unit_tests_every_alert() {
     }
 }
 
+/// GitHub's anchor of a Markdown heading: lower case, spaces to dashes, other punctuation
+/// but `-` and `_` dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_links_to_an_entry_of_the_runbook() {
+    let book = std::fs::read_to_string(format!("{DIR}/../docs/runbook.md")).unwrap();
+    let anchors: Vec<String> = book
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(anchor)
+        .collect();
+    let rules = std::fs::read_to_string(format!("{DIR}/rocemon.rules.yml")).unwrap();
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rules).unwrap();
+    let mut alerts = 0;
+    for g in doc["groups"].as_sequence().unwrap() {
+        for r in g["rules"].as_sequence().unwrap() {
+            let Some(name) = r["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let url = r["annotations"]["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+            let (page, frag) = url
+                .split_once('#')
+                .unwrap_or_else(|| panic!("{name}: {url} names no entry"));
+            assert!(page.ends_with("/docs/runbook.md"), "{name}: {url}");
+            assert!(
+                anchors.iter().any(|a| a == frag),
+                "{name}: no heading of docs/runbook.md has the anchor #{frag}"
+            );
+        }
+    }
+    assert!(alerts >= 30, "{alerts} alerts");
+}
+
 fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -228,8 +276,61 @@ fn replay_forever(ns: &str, iface: &str, pcaps: &[PathBuf], pps: Option<u32>) ->
     Killed(c.spawn().expect("tcpreplay"))
 }
 
+/// A thread that moves an RDMA NIC's hardware counters (files under a fake sysfs) every 200
+/// ms, each written whole (a new file renamed over the old) so a read never sees half a
+/// number; stopped when dropped.
+struct NicCounters {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NicCounters {
+    fn start(dir: &Path) -> NicCounters {
+        use std::sync::atomic::Ordering;
+        std::fs::create_dir_all(dir).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (dir, flag) = (dir.to_path_buf(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let per_tick = [
+                ("np_cnp_sent", 4_000u64),
+                ("np_ecn_marked_roce_packets", 1_000),
+                ("out_of_sequence", 20),
+            ];
+            let mut n = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                n += 1;
+                for (name, step) in per_tick {
+                    let tmp = dir.join(format!(".{name}"));
+                    let _ = std::fs::write(&tmp, format!("{}\n", n * step));
+                    let _ = std::fs::rename(&tmp, dir.join(name));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        NicCounters {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for NicCounters {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Alerts this lab does not plant the cause of, and where they are shown to fire instead.
-const ELSEWHERE: [(&str, &str); 5] = [
+const ELSEWHERE: [(&str, &str); 8] = [
+    (
+        "RocemonNicPfcStorm",
+        "promtool only: a veth has neither DCB nor driver PFC counters (the NIC source is tested on recorded answers)",
+    ),
+    ("RocemonInterfaceDown", "findings_live: the watched interface deleted"),
+    ("RocemonSflowDatagramLoss", "findings_live: sFlow datagrams with sequence gaps"),
     (
         "RocemonFindingCnpMissing",
         "findings_live: CE marks into a host that sends no CNP",
@@ -314,6 +415,9 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, v).unwrap();
     }
+    // The RDMA NIC's counters move as a congested NIC's do: CNPs sent 20k/s, ECN-marked RoCE
+    // 5k/s, packets out of sequence 100/s (the NIC alerts).
+    let _nic = NicCounters::start(&sys.join("class/infiniband/mlx5_0/ports/1/hw_counters"));
     let qps: Vec<String> = (0..6)
         .map(|i| {
             format!(
@@ -426,6 +530,32 @@ cm_id_json = {cm:?}
     .unwrap();
     let lossless = rocemon_testkit::lossless::lossless().write(d).unwrap();
     let _t3 = replay_forever(&pair.ns_b, &pair.b_if, &[pfc, lossless], Some(5_000));
+    // RoCE outside the lossless class (DSCP 0) at 500 packets a second, a few percent of the
+    // host's RoCE: the lossy alert counts by rate and share, not one packet.
+    let lossy = whole(
+        "lossy",
+        Format::PcapMicros,
+        (0..100u64)
+            .map(|i| {
+                let mut r = rocemon_testkit::frames::Roce::new(
+                    "10.79.0.1".parse().unwrap(),
+                    "10.79.0.2".parse().unwrap(),
+                    0xC900 + (i % 2) as u16,
+                    0x900 + (i % 2) as u32,
+                    0x0A,
+                );
+                r.psn = (i / 2) as u32;
+                r.payload = 256;
+                r.dma_len = 256;
+                r.dscp = 0;
+                (1_764_460_800_000_000_000 + i * 1000, r.frame())
+            })
+            .collect(),
+        true,
+    )
+    .write(d)
+    .unwrap();
+    let _t5 = replay_forever(&pair.ns_b, &pair.b_if, &[lossy], Some(500));
     // A training job, paced, on its own link: steps of 100 ms, then of 200 ms, a slow step in each part
     // (the rhythm panels, the message sizes, and both training alerts: the period grows
     // against its mean, and the switches stretch steps).

@@ -144,6 +144,74 @@ fn a_deleted_interface_is_link_down_until_it_comes_back() {
     );
 }
 
+/// Waits (generously) until `alerting(name)` lists an alert whose `label` is `value`.
+fn wait_for(alerting: &dyn Fn(&str) -> Vec<Value>, name: &str, label: &str, value: &str) {
+    let t = std::time::Instant::now();
+    loop {
+        if alerting(name).iter().any(|x| x["metric"][label] == value) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{name} with {label}={value} never pending"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A switch sending sFlow datagrams (one counter sample each) ten times a second, with every
+/// other sequence number missing; stopped when dropped.
+struct LossySwitch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LossySwitch {
+    fn start(ns: &str, addr: &str) -> LossySwitch {
+        use rocemon_testkit::sflow::{Datagram, Sample};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, ns, addr) = (stop.clone(), ns.to_string(), addr.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut k = 0u32;
+            while !flag.load(Ordering::Relaxed) {
+                k += 1;
+                let d = Datagram {
+                    agent: "192.0.2.9".parse().unwrap(),
+                    sub_agent: 0,
+                    sequence: 2 * k,
+                    uptime_ms: 100 * k,
+                    samples: vec![Sample::Counters {
+                        expanded: false,
+                        sequence: k,
+                        if_index: 3,
+                        speed: 100_000_000_000,
+                        in_octets: u64::from(k) * 1_000,
+                        out_octets: u64::from(k) * 1_000,
+                        ethernet: false,
+                    }],
+                }
+                .encode();
+                let _ = rocemon_testkit::netns::udp_send_in(&ns, &addr, &[d]);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        LossySwitch {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for LossySwitch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A child process killed (and reaped) on every exit path.
 struct Killed(std::process::Child);
 impl Drop for Killed {
@@ -182,7 +250,8 @@ fn planted() -> Vec<(u64, Vec<u8>)> {
 
 /// The rules' alert per finding kind, in a real Prometheus scraping a live agent: each kind
 /// the live agent raises (planted here; the storm, elephants, collisions and slow steps are
-/// planted in the dashboards' lab) goes pending with its kind, and `link_down` once the
+/// planted in the dashboards' lab) goes pending with its kind; the sFlow loss alert for a
+/// switch that loses half its datagrams; `link_down` and the interface-down alert once the
 /// watched interface is deleted.
 #[test]
 fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
@@ -195,7 +264,29 @@ fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
         .unwrap();
     let pair = VethPair::new("rcfal").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    let agent = start(ns, ifn, "xdp,tc-egress");
+    let sflow = "127.0.0.1:16343";
+    let mut agent = Agent::start(
+        ns,
+        BIN,
+        &[
+            "run",
+            "--iface",
+            ifn,
+            "--hooks",
+            "xdp,tc-egress",
+            "--no-pin",
+            "--listen",
+            ADDR,
+            "--poll-interval-ms",
+            "200",
+            "--sflow-listen",
+            sflow,
+        ],
+    )
+    .unwrap();
+    agent.wait_ready(ns, ADDR).unwrap();
+    // A switch whose every other sFlow datagram is lost on the way, ten a second.
+    let _switch = LossySwitch::start(ns, sflow);
     let rules = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../dashboards/rocemon.rules.yml"
@@ -267,9 +358,12 @@ fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
     ] {
         wait_alert(name, kind);
     }
+    // The sFlow loss alert: half the datagrams of 192.0.2.9.
+    wait_for(&alerting, "RocemonSflowDatagramLoss", "agent", "192.0.2.9");
     drop(replay);
     pair.delete_link().unwrap();
     wait_alert("RocemonFindingLinkDown", "link_down");
+    wait_for(&alerting, "RocemonInterfaceDown", "iface", ifn);
     agent.stop_ok();
 }
 
