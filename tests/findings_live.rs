@@ -159,59 +159,6 @@ fn wait_for(alerting: &dyn Fn(&str) -> Vec<Value>, name: &str, label: &str, valu
     }
 }
 
-/// A switch sending sFlow datagrams (one counter sample each) ten times a second, with every
-/// other sequence number missing; stopped when dropped.
-struct LossySwitch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LossySwitch {
-    fn start(ns: &str, addr: &str) -> LossySwitch {
-        use rocemon_testkit::sflow::{Datagram, Sample};
-        use std::sync::atomic::Ordering;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, ns, addr) = (stop.clone(), ns.to_string(), addr.to_string());
-        let thread = std::thread::spawn(move || {
-            let mut k = 0u32;
-            while !flag.load(Ordering::Relaxed) {
-                k += 1;
-                let d = Datagram {
-                    agent: "192.0.2.9".parse().unwrap(),
-                    sub_agent: 0,
-                    sequence: 2 * k,
-                    uptime_ms: 100 * k,
-                    samples: vec![Sample::Counters {
-                        expanded: false,
-                        sequence: k,
-                        if_index: 3,
-                        speed: 100_000_000_000,
-                        in_octets: u64::from(k) * 1_000,
-                        out_octets: u64::from(k) * 1_000,
-                        ethernet: false,
-                    }],
-                }
-                .encode();
-                let _ = rocemon_testkit::netns::udp_send_in(&ns, &addr, &[d]);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        LossySwitch {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for LossySwitch {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A child process killed (and reaped) on every exit path.
 struct Killed(std::process::Child);
 impl Drop for Killed {
@@ -286,7 +233,7 @@ fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
     .unwrap();
     agent.wait_ready(ns, ADDR).unwrap();
     // A switch whose every other sFlow datagram is lost on the way, ten a second.
-    let _switch = LossySwitch::start(ns, sflow);
+    let _switch = rocemon_testkit::sflow::Switch::start(ns, sflow, "192.0.2.9", true);
     let rules = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../dashboards/rocemon.rules.yml"
