@@ -12,56 +12,13 @@ use rocemon_testkit::training::{self, Job};
 use rocemon_testkit::{require_root, TempDir};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../dashboards");
-
-fn dashboard() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/rocemon.json")).unwrap()).unwrap()
-}
-
-/// Every PromQL expression of the dashboard (panel targets and annotations).
-fn dashboard_exprs() -> Vec<String> {
-    let d = dashboard();
-    let mut out = Vec::new();
-    for p in d["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().into_iter().flatten() {
-            out.push(t["expr"].as_str().unwrap().to_string());
-        }
-    }
-    let annotations = d["annotations"]["list"].as_array().unwrap();
-    assert!(!annotations.is_empty(), "the dashboard marks alerts");
-    for a in annotations {
-        out.push(a["expr"].as_str().unwrap().to_string());
-    }
-    out
-}
-
-/// (kind, name, expr) of every rule: kind "record" or "alert".
-fn rules() -> Vec<(String, String, String)> {
-    let y: serde_yaml_ng::Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(format!("{DIR}/rocemon.rules.yml")).unwrap(),
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    for g in y["groups"].as_sequence().unwrap() {
-        for r in g["rules"].as_sequence().unwrap() {
-            let expr = r["expr"].as_str().unwrap().to_string();
-            if let Some(n) = r["record"].as_str() {
-                out.push(("record".into(), n.to_string(), expr));
-            } else {
-                out.push((
-                    "alert".into(),
-                    r["alert"].as_str().unwrap().to_string(),
-                    expr,
-                ));
-            }
-        }
-    }
-    out
-}
+use rocemon_testkit::dashboards::{
+    dashboard, dashboard_exprs, replay_forever, rules, Killed, NicCounters, DIR,
+};
 
 /// The `rocemon_*` metric names an expression reads (recording-rule names, which contain
 /// `:rocemon_`, are not metric names of the agent).
@@ -170,122 +127,6 @@ fn promtool_checks_and_unit_tests_every_alert() {
     }
 }
 
-/// GitHub's anchor of a Markdown heading: lower case, spaces to dashes, other punctuation
-/// but `-` and `_` dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Panels in grid units: (title, x, y, w, h).
-fn grid() -> Vec<(String, i64, i64, i64, i64)> {
-    dashboard()["panels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            let g = &p["gridPos"];
-            let n = |k: &str| g[k].as_i64().unwrap();
-            (
-                p["title"].as_str().unwrap().to_string(),
-                n("x"),
-                n("y"),
-                n("w"),
-                n("h"),
-            )
-        })
-        .collect()
-}
-
-#[test]
-fn no_two_panels_overlap_and_every_panel_fits_the_grid() {
-    let g = grid();
-    for (i, a) in g.iter().enumerate() {
-        assert!(a.1 >= 0 && a.1 + a.3 <= 24, "{a:?} leaves the 24 columns");
-        for b in &g[i + 1..] {
-            let apart =
-                a.1 + a.3 <= b.1 || b.1 + b.3 <= a.1 || a.2 + a.4 <= b.2 || b.2 + b.4 <= a.2;
-            assert!(apart, "{a:?} and {b:?} overlap");
-        }
-    }
-}
-
-/// A percent panel shows shares: every expression of it is a ratio (a division, a
-/// `_ratio` series, or seconds per second); counts are never percent (one slow step read as
-/// 100%).
-#[test]
-fn percent_panels_show_ratios_only() {
-    for p in dashboard()["panels"].as_array().unwrap() {
-        let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
-        if !unit.starts_with("percent") {
-            continue;
-        }
-        for t in p["targets"].as_array().into_iter().flatten() {
-            let e = t["expr"].as_str().unwrap();
-            let ratio = e.contains('/')
-                || e.contains("_ratio")
-                || (e.contains("rate(") && e.contains("_seconds_total"));
-            assert!(ratio, "{}: {e} is not a ratio under {unit}", p["title"]);
-        }
-    }
-}
-
-#[test]
-fn the_dashboard_filters_by_job_and_hard_codes_none() {
-    let d = dashboard();
-    let vars: Vec<&str> = d["templating"]["list"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
-    assert!(vars.contains(&"job"), "{vars:?}");
-    for e in dashboard_exprs() {
-        assert!(!e.contains("job=\""), "{e} hard-codes a job");
-    }
-}
-
-#[test]
-fn every_alert_links_to_an_entry_of_the_runbook() {
-    let book = std::fs::read_to_string(format!("{DIR}/../docs/runbook.md")).unwrap();
-    let anchors: Vec<String> = book
-        .lines()
-        .filter_map(|l| l.strip_prefix("## "))
-        .map(anchor)
-        .collect();
-    let rules = std::fs::read_to_string(format!("{DIR}/rocemon.rules.yml")).unwrap();
-    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rules).unwrap();
-    let mut alerts = 0;
-    for g in doc["groups"].as_sequence().unwrap() {
-        for r in g["rules"].as_sequence().unwrap() {
-            let Some(name) = r["alert"].as_str() else {
-                continue;
-            };
-            alerts += 1;
-            let url = r["annotations"]["runbook_url"]
-                .as_str()
-                .unwrap_or_else(|| panic!("{name} has no runbook_url"));
-            let (page, frag) = url
-                .split_once('#')
-                .unwrap_or_else(|| panic!("{name}: {url} names no entry"));
-            assert!(page.ends_with("/docs/runbook.md"), "{name}: {url}");
-            assert!(
-                anchors.iter().any(|a| a == frag),
-                "{name}: no heading of docs/runbook.md has the anchor #{frag}"
-            );
-        }
-    }
-    assert!(alerts >= 30, "{alerts} alerts");
-}
-
 fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -295,14 +136,6 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A capture heavy in CNPs (nine per data packet) and CE marks (every data packet), for the
@@ -333,64 +166,6 @@ fn storm(dir: &Path) -> PathBuf {
 
 /// tcpreplay in a loop from namespace `ns`, out of `iface`, until dropped: at `pps` frames per
 /// second, or at the captures' own pace.
-fn replay_forever(ns: &str, iface: &str, pcaps: &[PathBuf], pps: Option<u32>) -> Killed {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, "tcpreplay", "-q", "--loop=0"])
-        .args(pps.map(|p| format!("--pps={p}")))
-        .args(["-i", iface])
-        .args(pcaps)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    Killed(c.spawn().expect("tcpreplay"))
-}
-
-/// A thread that moves an RDMA NIC's hardware counters (files under a fake sysfs) every 200
-/// ms, each written whole (a new file renamed over the old) so a read never sees half a
-/// number; stopped when dropped.
-struct NicCounters {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl NicCounters {
-    fn start(dir: &Path) -> NicCounters {
-        use std::sync::atomic::Ordering;
-        std::fs::create_dir_all(dir).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (dir, flag) = (dir.to_path_buf(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let per_tick = [
-                ("np_cnp_sent", 4_000u64),
-                ("np_ecn_marked_roce_packets", 1_000),
-                ("out_of_sequence", 20),
-            ];
-            let mut n = 0u64;
-            while !flag.load(Ordering::Relaxed) {
-                n += 1;
-                for (name, step) in per_tick {
-                    let tmp = dir.join(format!(".{name}"));
-                    let _ = std::fs::write(&tmp, format!("{}\n", n * step));
-                    let _ = std::fs::rename(&tmp, dir.join(name));
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        NicCounters {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for NicCounters {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Alerts this lab does not plant the cause of, and where they are shown to fire instead.
 const ELSEWHERE: [(&str, &str); 7] = [
     (

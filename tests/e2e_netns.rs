@@ -3,6 +3,7 @@
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
 use rocemon_testkit::bpf_links::{link_details, wait_links_gone};
+use rocemon_testkit::e2e::api_flows;
 use rocemon_testkit::netns::{
     http_get_in, metric_labels, metric_sum, run_args, try_metric_sum, Agent, VethPair,
 };
@@ -54,31 +55,7 @@ fn hook_fixtures() -> &'static (Vec<std::path::PathBuf>, tshark::Expected) {
         ] {
             assert!(fx.replayable);
             let p = fx.write(&dir).unwrap();
-            let e = tshark::expected(&p).unwrap();
-            expected.frames += e.frames;
-            expected.roce_packets += e.roce_packets;
-            expected.roce_bytes += e.roce_bytes;
-            expected.cnp += e.cnp;
-            for i in 0..4 {
-                expected.ecn[i] += e.ecn[i];
-            }
-            for (op, (n, b)) in e.opcodes {
-                let x = expected.opcodes.entry(op).or_default();
-                x.0 += n;
-                x.1 += b;
-            }
-            for (k, f) in e.flows {
-                let x = expected.flows.entry(k).or_default();
-                x.packets += f.packets;
-                x.bytes += f.bytes;
-                x.ecn_ce += f.ecn_ce;
-                x.cnp += f.cnp;
-            }
-            for (k, n) in e.sessions {
-                *expected.sessions.entry(k).or_default() += n;
-            }
-            expected.port_4791_without_bth += e.port_4791_without_bth;
-            expected.broken_mirrors += e.broken_mirrors;
+            expected.add(tshark::expected(&p).unwrap());
             sent.push(p);
         }
         (sent, expected)
@@ -152,79 +129,6 @@ fn counts_equal_tshark_afxdp_auto_xdp_skb() {
     });
 }
 
-/// Frames sent to an AF_XDP socket before waiting for it to take them: under its ring's
-/// 2,048, so nothing can be dropped for want of room, however slow the machine.
-const AFXDP_CHUNK: usize = 1_000;
-
-/// The captures in chunks of at most [`AFXDP_CHUNK`] frames (editcap, Wireshark's own
-/// splitter), each with what its AF_XDP socket must take (tshark: RoCE, port 4791 without a
-/// BTH, mirror encapsulations cut in their header).
-fn afxdp_chunks(
-    sent: &[std::path::PathBuf],
-    dir: &std::path::Path,
-) -> Vec<(std::path::PathBuf, u64)> {
-    let mut out = Vec::new();
-    for (i, p) in sent.iter().enumerate() {
-        let stem = dir.join(format!("chunk{i}.pcap"));
-        let ok = std::process::Command::new("editcap")
-            .args(["-F", "pcap", "-c", &AFXDP_CHUNK.to_string()])
-            .arg(p)
-            .arg(&stem)
-            .status()
-            .expect("editcap (Debian package wireshark-common, with tshark)");
-        assert!(ok.success(), "editcap {}", p.display());
-        let mut parts: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|x| {
-                x.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&format!("chunk{i}_")))
-            })
-            .collect();
-        parts.sort();
-        for part in parts {
-            let e = tshark::expected(&part).unwrap();
-            out.push((
-                part,
-                e.roce_packets + e.port_4791_without_bth + e.broken_mirrors,
-            ));
-        }
-    }
-    out
-}
-
-/// Per flow, from the agent's JSON API, the flows seen at `hook`: packets, bytes, CE marks
-/// and CNPs, keyed as tshark's.
-fn api_flows(ns: &str, hook: &str) -> BTreeMap<(String, String, u16, u32), tshark::FlowExpect> {
-    let (status, flows_json) = http_get_in(ns, ADDR, "/api/v1/flows").unwrap();
-    assert_eq!(status, 200);
-    let doc: serde_json::Value = serde_json::from_str(&flows_json).unwrap();
-    doc["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["hook"] == hook)
-        .map(|f| {
-            let n = |k: &str| f[k].as_u64().unwrap();
-            (
-                (
-                    f["src"].as_str().unwrap().to_string(),
-                    f["dst"].as_str().unwrap().to_string(),
-                    n("sport") as u16,
-                    n("dest_qp") as u32,
-                ),
-                tshark::FlowExpect {
-                    packets: n("packets"),
-                    bytes: n("bytes"),
-                    ecn_ce: n("ecn_ce"),
-                    cnp: n("cnp"),
-                },
-            )
-        })
-        .collect()
-}
-
 /// One hook: the real agent on a veth, every fixture replayed, `/metrics` equal to tshark,
 /// nothing attached after SIGTERM.
 fn hook_case(c: Case) {
@@ -294,7 +198,7 @@ fn hook_case(c: Case) {
     if c.hook_label == "afxdp" {
         // Chunk by chunk, each taken by the socket before the next is sent: the ring never
         // holds more than a chunk, whatever the machine's load (its speed is the bench's).
-        let chunks = afxdp_chunks(sent, tmp.path());
+        let chunks = rocemon_testkit::e2e::afxdp_chunks(sent, tmp.path());
         let mut taken = 0;
         for (part, captured) in chunks {
             pair.replay_from_b(&part).unwrap();
@@ -405,7 +309,7 @@ fn hook_case(c: Case) {
     // their own pace): wait for it to hold every flow, then compare.
     let t = Instant::now();
     let got = loop {
-        let got = api_flows(ns, c.hook_label);
+        let got = api_flows(ns, ADDR, c.hook_label);
         if got == expected.flows || t.elapsed() > Duration::from_secs(10) {
             break got;
         }
@@ -607,7 +511,7 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     // API to hold them all, then compare with tshark's).
     let t = Instant::now();
     let got = loop {
-        let got = api_flows(ns, "afxdp");
+        let got = api_flows(ns, ADDR, "afxdp");
         if got == e.flows || t.elapsed() > Duration::from_secs(20) {
             break got;
         }

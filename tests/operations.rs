@@ -437,7 +437,10 @@ fn the_shipped_systemd_unit_verifies_and_rates_ok() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in: {text}"));
     eprintln!("systemd-analyze security: exposure {score}");
-    assert!(score <= 2.1, "exposure {score} (README quotes 2.1): {text}");
+    assert!(
+        score <= 2.1,
+        "exposure {score} (docs/deploy.md quotes 2.1): {text}"
+    );
     // The AF_XDP drop-in verifies with the unit.
     let dropin = dir.path().join("rocemon.service.d");
     std::fs::create_dir_all(&dropin).unwrap();

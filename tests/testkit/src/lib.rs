@@ -10,7 +10,9 @@
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
 pub mod bpf_links;
+pub mod dashboards;
 pub mod demo;
+pub mod e2e;
 pub mod ecmp_lab;
 pub mod findings_lab;
 pub mod fixture;
@@ -121,7 +123,7 @@ pub fn require_tshark() {
 
 /// The parse outcomes whose frames the AF_XDP capture program hands to its sockets, by name:
 /// RoCE, RoCE cut in its extension headers or BTH, and broken mirror encapsulations. Written
-/// out here, from the README's contract, not taken from the program's own decision.
+/// out here, from the user guide's contract (docs/guide.md), not taken from the program's own decision.
 pub const AFXDP_CAPTURED_OUTCOMES: [&str; 6] = [
     "roce",
     "roce_ext_truncated",

@@ -138,6 +138,37 @@ pub struct Expected {
     pub broken_mirrors: u64,
 }
 
+impl Expected {
+    /// Adds another capture's sums (several captures replayed one after the other): the
+    /// totals, opcodes, flows, sessions, frames without a BTH and broken mirrors.
+    pub fn add(&mut self, e: Expected) {
+        self.frames += e.frames;
+        self.roce_packets += e.roce_packets;
+        self.roce_bytes += e.roce_bytes;
+        self.cnp += e.cnp;
+        for i in 0..4 {
+            self.ecn[i] += e.ecn[i];
+        }
+        for (op, (n, b)) in e.opcodes {
+            let x = self.opcodes.entry(op).or_default();
+            x.0 += n;
+            x.1 += b;
+        }
+        for (k, f) in e.flows {
+            let x = self.flows.entry(k).or_default();
+            x.packets += f.packets;
+            x.bytes += f.bytes;
+            x.ecn_ce += f.ecn_ce;
+            x.cnp += f.cnp;
+        }
+        for (k, n) in e.sessions {
+            *self.sessions.entry(k).or_default() += n;
+        }
+        self.port_4791_without_bth += e.port_4791_without_bth;
+        self.broken_mirrors += e.broken_mirrors;
+    }
+}
+
 fn num(s: &str) -> Result<u64> {
     let s = s.trim();
     if let Some(h) = s.strip_prefix("0x") {
