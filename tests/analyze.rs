@@ -472,3 +472,34 @@ fn a_one_millisecond_capture_shows_its_heavy_writers_as_elephants() {
     sports.sort_unstable();
     assert_eq!(sports, [0xC000, 0xC001, 0xC002], "{}", j["elephants"]);
 }
+
+/// In one millisecond, a flow of 25 CNPs and a flow of 20 WRITEs of 4 KiB have mean rates far
+/// above a 1 Mb/s threshold, but neither is large in the capture (under 32 packets): no
+/// elephant.
+#[test]
+fn a_few_packets_in_a_short_capture_are_no_elephant() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    use rocemon_testkit::frames::Roce;
+    let dir = TempDir::new("rocemon-short-mice").unwrap();
+    let (a, b) = ("10.81.0.1".parse().unwrap(), "10.81.0.2".parse().unwrap());
+    let t0 = 1_764_460_800_000_000_000u64;
+    let mut frames = Vec::new();
+    for i in 0..25u64 {
+        frames.push((t0 + i * 40_000, Roce::cnp(b, a, 0xC777, 0x100).frame()));
+    }
+    for i in 0..20u64 {
+        let mut r = Roce::new(a, b, 0xC001, 0x101, 0x0A);
+        r.payload = 4096;
+        r.dma_len = 4096;
+        r.psn = i as u32;
+        frames.push((t0 + i * 50_000 + 1, r.frame()));
+    }
+    frames.sort_by_key(|f| f.0);
+    let p = whole("short-mice", Format::PcapNanos, frames, true)
+        .write(dir.path())
+        .unwrap();
+    // A threshold every one of them passes by mean rate (1 Mb/s).
+    let j = analyze_json_with(&p, &["--elephant-bps", "1M"]);
+    assert!(j["duration_seconds"].as_f64().unwrap() < 0.002);
+    assert_eq!(j["elephants"], serde_json::json!([]), "{}", j["elephants"]);
+}

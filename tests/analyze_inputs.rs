@@ -84,7 +84,7 @@ fn a_fifo_says_it_waits_for_a_writer() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("waiting for a writer"), "{err}");
-    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = report(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(j, analyze_json(&src));
 }
 
@@ -115,6 +115,16 @@ fn analyze_io(args: &[&str], stdin: Option<Vec<u8>>) -> (Option<i32>, String, St
     )
 }
 
+/// The JSON report of an output, without the inputs' names (they differ between equal reads;
+/// `the_json_names_its_schema_version_and_inputs` checks them).
+fn report(out: &str) -> Value {
+    let mut j: Value = serde_json::from_str(out).expect("JSON output");
+    if let Some(o) = j.as_object_mut() {
+        o.remove("inputs");
+    }
+    j
+}
+
 fn many_flows_file(dir: &std::path::Path) -> (std::path::PathBuf, Value) {
     let p = fixtures::many_flows().write(dir).unwrap();
     let j = analyze_json(&p);
@@ -127,7 +137,7 @@ fn standard_input_gives_the_same_report() {
     let (p, want) = many_flows_file(dir.path());
     let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&p).unwrap()));
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+    assert_eq!(report(&out), want);
 }
 
 fn compressed_gives_the_same_report(ext: &str, compress: fn(&[u8]) -> Vec<u8>) {
@@ -139,11 +149,7 @@ fn compressed_gives_the_same_report(ext: &str, compress: fn(&[u8]) -> Vec<u8>) {
     // Compressed through standard input too.
     let (code, out, err) = analyze_io(&["--format", "json", "-"], Some(std::fs::read(&z).unwrap()));
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(
-        serde_json::from_str::<Value>(&out).unwrap(),
-        want,
-        "{ext} on stdin"
-    );
+    assert_eq!(report(&out), want, "{ext} on stdin");
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -200,7 +206,7 @@ fn several_files_are_one_capture_in_timestamp_order() {
         None,
     );
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), want);
+    assert_eq!(report(&out), want);
 }
 
 /// A corrupt compressed stream: exit 2, the compression and the decoder's words named, and
@@ -411,4 +417,65 @@ fn garbage_on_an_open_pipe_is_refused_at_once() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("not a pcap or pcapng file"), "{err}");
+}
+
+/// `-r FILE`, as tshark and tcpdump take a capture, reads it like a plain argument.
+#[test]
+fn dash_r_reads_a_capture_like_a_plain_argument() {
+    let dir = TempDir::new("rocemon-dash-r").unwrap();
+    let (p, want) = many_flows_file(dir.path());
+    let got = rocemon_testkit::analyze_json(
+        env!("CARGO_BIN_EXE_rocemon"),
+        &["-r", p.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(got, want);
+}
+
+/// One flow at 87.8 Mb/s (1,098-byte frames every 100 us, by the generator) for 1.5 s:
+/// an elephant above a 50 Mb/s threshold, not above 100 Mb/s, written in bits or in bytes.
+#[test]
+fn the_elephant_threshold_takes_bits_per_second_with_suffixes() {
+    use rocemon_testkit::findings_lab::{elephant, T0};
+    use rocemon_testkit::fixtures::{whole, Format};
+    let dir = TempDir::new("rocemon-rate-flag").unwrap();
+    let frames = elephant("10.92.0.1", 0, T0, 1_500);
+    let bits = frames[0].1.len() as f64 * 8.0 * 10_000.0;
+    assert!((bits - 87.84e6).abs() < 1e3, "{bits}");
+    let p = whole("one-flow", Format::PcapNanos, frames, false)
+        .write(dir.path())
+        .unwrap();
+    let elephants = |rate: &str| {
+        let j = rocemon_testkit::analyze_json(
+            env!("CARGO_BIN_EXE_rocemon"),
+            &["--elephant-bps", rate],
+            &[&p],
+        );
+        j["elephants"].as_array().unwrap().len()
+    };
+    assert_eq!(elephants("50M"), 1, "50 Mb/s");
+    assert_eq!(
+        elephants("50000000"),
+        1,
+        "a plain number is bits per second"
+    );
+    assert_eq!(elephants("100Mbit"), 0, "100 Mb/s");
+    assert_eq!(elephants("12.5MB"), 0, "12.5 MB/s is 100 Mb/s");
+    assert_eq!(elephants("6.25MB/s"), 1, "6.25 MB/s is 50 Mb/s");
+}
+
+/// The JSON says its layout's version and the captures it read, as named.
+#[test]
+fn the_json_names_its_schema_version_and_inputs() {
+    let dir = TempDir::new("rocemon-json-inputs").unwrap();
+    let (p, _) = many_flows_file(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--format", "json", "--no-progress"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["inputs"], serde_json::json!([p.display().to_string()]));
 }

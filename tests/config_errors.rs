@@ -125,7 +125,7 @@ fn analyze_tick_zero() {
 fn analyze_elephant_threshold_zero() {
     assert_usage_error(
         &rocemon(&["analyze", "--elephant-bps", "0", "/dev/null"]),
-        "elephant.threshold_bytes_per_second must be above 0",
+        "a rate must be above 0",
     );
 }
 
@@ -293,6 +293,8 @@ command_errors! {
         => "--password-file /nonexistent/pw";
     top_user_without_password: ["top", "--addr", "127.0.0.1:1", "--user", "u"]
         => "--user needs a password: --password-file FILE or ROCEMON_PASSWORD";
+    top_nobody_listening: ["top", "--addr", "127.0.0.1:1", "--iterations", "1"]
+        => "cannot reach rocemon at http://127.0.0.1:1";
 }
 
 file_errors! {
@@ -370,5 +372,13 @@ fn afxdp_on_an_interface_with_too_many_queues_is_refused() {
         String::from_utf8_lossy(&out.stderr).contains("ethtool -L"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn analyze_elephant_threshold_not_a_rate() {
+    assert_usage_error(
+        &rocemon(&["analyze", "--elephant-bps", "fast", "/dev/null"]),
+        "write bits per second as 1G, 100Mbit",
     );
 }

@@ -76,6 +76,13 @@ fn ce_marks_without_cnps_open_congestion_and_cnp_missing_then_close() {
     let pair = VethPair::new("rcfind").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
     let mut agent = start(ns, ifn, "xdp,tc-egress");
+    // Alive at once; ready once the first poll is made.
+    assert_eq!(http_get_in(ns, ADDR, "/healthz").unwrap().0, 200);
+    let t = std::time::Instant::now();
+    while http_get_in(ns, ADDR, "/readyz").unwrap().0 != 200 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(kinds(&findings(ns)["active"]), Vec::<String>::new());
     pair.replay_from_b(&pcap).unwrap();
     let f = wait_findings(ns, "congestion and cnp_missing open", |f| {

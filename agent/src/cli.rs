@@ -102,8 +102,8 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// Flows to show.
-    #[arg(long, default_value_t = 20)]
+    /// Flows to show (the API's ?limit=; --top is the same, as in analyze).
+    #[arg(long, visible_alias = "top", default_value_t = 20)]
     pub limit: usize,
     /// Stop after this many refreshes (0: until Ctrl-C).
     #[arg(long, default_value_t = 0)]
@@ -146,8 +146,9 @@ pub struct RunArgs {
     /// Print a one-line summary to stderr every N seconds (0: never).
     #[arg(long, value_name = "SECONDS")]
     pub summary_every: Option<u64>,
-    /// Elephant entry threshold in bytes per second (overrides elephant.threshold_bytes_per_second).
-    #[arg(long, value_name = "BYTES_PER_SECOND")]
+    /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
+    /// (overrides elephant.threshold_bytes_per_second; default 100Mbit).
+    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Root of the sysfs tree for RDMA NIC counters.
     #[arg(long, value_name = "DIR")]
@@ -230,13 +231,17 @@ pub struct AnalyzeArgs {
     /// Capture files (pcap or pcapng; Ethernet, Linux cooked SLL or SLL2), plain or gzip,
     /// zstd or xz compressed; `-` reads standard input. Several files are one capture, merged
     /// in timestamp order.
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(required_unless_present = "read", value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// A capture file, as tshark and tcpdump take it (the same as naming it).
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    pub read: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
-    /// How many flows the table shows (JSON always lists every flow).
-    #[arg(long, default_value_t = 10)]
+    /// How many flows the table shows (JSON always lists every flow); --limit is the same,
+    /// as in `rocemon top` and the API's ?limit=.
+    #[arg(long, visible_alias = "limit", default_value_t = 10)]
     pub top: usize,
     /// Also write the report as one self-contained HTML page (charts, opens offline).
     #[arg(long, value_name = "FILE")]
@@ -247,8 +252,9 @@ pub struct AnalyzeArgs {
     /// Configuration file: its [elephant], [ecmp] and rate_window_seconds settings apply.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Elephant entry threshold in bytes per second.
-    #[arg(long, value_name = "BYTES_PER_SECOND")]
+    /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
+    /// (default 100Mbit, or the configuration file's).
+    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Capture-time interval between rate and detector ticks, in milliseconds.
     #[arg(long, default_value_t = 1000)]

@@ -83,7 +83,10 @@ fn run(args: RunArgs) -> Result<()> {
     })
 }
 
-fn analyze(args: AnalyzeArgs) -> Result<()> {
+fn analyze(mut args: AnalyzeArgs) -> Result<()> {
+    // `-r FILE` (tshark's and tcpdump's habit) names a capture like a plain argument.
+    let read = std::mem::take(&mut args.read);
+    args.files.extend(read);
     use std::os::unix::fs::FileTypeExt;
     let mut opts = rocemon::cmd::analyze::AnalyzeOptions::default();
     if let Some(path) = &args.config {
@@ -112,8 +115,8 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
         .into());
     }
     opts.pfc_storm_ns = (args.pfc_storm_seconds * 1e9) as u64;
-    if let Some(bps) = args.elephant_bps {
-        opts.elephant.threshold_bytes_per_second = bps;
+    if let Some(bits) = args.elephant_bps {
+        opts.elephant.threshold_bytes_per_second = bits / 8.0;
         opts.elephant.validate().map_err(UsageError::BadConfig)?;
     }
     if args.tick_ms == 0 {
@@ -209,11 +212,15 @@ fn analyze(args: AnalyzeArgs) -> Result<()> {
                 .join(", ")
         );
     }
-    let report = rocemon::export::report::build(&a);
+    let mut report = rocemon::export::report::build(&a);
+    report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
-        let inputs: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
-        let page =
-            rocemon::export::report_html::render(&report, &a.timeline, &inputs, args.top.max(20));
+        let page = rocemon::export::report_html::render(
+            &report,
+            &a.timeline,
+            &report.inputs,
+            args.top.max(20),
+        );
         std::fs::write(path, page)
             .with_context(|| format!("write the HTML report {}", path.display()))?;
         log::info!("wrote the HTML report {}", path.display());

@@ -383,10 +383,10 @@ fn poll(
         );
         match ev.transition {
             Transition::Started => log::info!(
-                "elephant started on {iface}: {src} -> {dst} sport {} qp 0x{:x} at {}/s",
+                "elephant started on {iface}: {src} -> {dst} sport {} qp 0x{:x} at {}",
                 ev.key.sport,
                 ev.key.dest_qp,
-                human_bytes(ev.rate_bytes)
+                crate::detect::findings::bits_per_second(ev.rate_bytes)
             ),
             Transition::Ended => log::info!(
                 "elephant ended on {iface}: {src} -> {dst} sport {} qp 0x{:x}",
@@ -481,11 +481,11 @@ fn summary_line(probes: &[Option<Attachment>], table: &FlowTable) -> String {
         .first()
         .map(|e| {
             format!(
-                "top flow {} -> {} qp 0x{:x} at {}/s",
+                "top flow {} -> {} qp 0x{:x} at {}",
                 e.src(),
                 e.dst(),
                 e.key.dest_qp,
-                human_bytes(e.rate_bytes)
+                crate::detect::findings::bits_per_second(e.rate_bytes)
             )
         })
         .unwrap_or_else(|| "no flows yet".into());

@@ -25,9 +25,29 @@ fn get(agent: &ureq::Agent, url: &str, auth: Option<&str>) -> Result<Value> {
             "{url} wants credentials: pass --user and --password-file (or ROCEMON_PASSWORD)"
         ))
         .into()),
-        Err(e) => Err(e).with_context(|| {
-            format!("cannot reach rocemon at {url}; is `rocemon run` listening there? (set --addr)")
-        }),
+        // Nobody there is the user's to fix (the address): exit 2 like every usage error.
+        Err(e) => Err(UsageError::BadConfig(format!(
+            "cannot reach rocemon at {url} ({e}); is `rocemon run` listening there? (set --addr)"
+        ))
+        .into()),
+    }
+}
+
+/// `host` with rocemon's port (9442) where it names none (`localhost`, `[::1]`): not the
+/// URL's default port 80, where no rocemon listens.
+fn with_port(host: &str) -> String {
+    let named = match host.rsplit_once(':') {
+        Some((h, p)) => {
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (!h.contains(':') || h.ends_with(']'))
+        }
+        None => false,
+    };
+    if named {
+        host.to_string()
+    } else {
+        format!("{host}:9442")
     }
 }
 
@@ -40,7 +60,11 @@ fn client(args: &TopArgs) -> Result<(String, ureq::Agent, Option<String>)> {
         .trim_start_matches("https://")
         .trim_start_matches("http://")
         .trim_end_matches('/');
-    let base = format!("{}://{host}", if https { "https" } else { "http" });
+    let base = format!(
+        "{}://{}",
+        if https { "https" } else { "http" },
+        with_port(host)
+    );
     let mut b = ureq::AgentBuilder::new().timeout(Duration::from_secs(5));
     if let Some(ca) = &args.ca_file {
         use rustls_pki_types::pem::PemObject;
@@ -118,17 +142,7 @@ pub fn render(d: &Docs, color: bool) -> String {
     let _ = writeln!(
         s,
         "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9} {:>7} {:>5} {:>6} {:>5}",
-        "",
-        "IFACE",
-        "SRC -> DST",
-        "SPORT",
-        "DEST_QP",
-        "RATE/s",
-        "PKT/s",
-        "CE",
-        "CNP",
-        "GAPS",
-        "NAKS"
+        "", "IFACE", "SRC -> DST", "SPORT", "DEST_QP", "RATE", "PKT/s", "CE", "CNP", "GAPS", "NAKS"
     );
     for f in flows["flows"].as_array().into_iter().flatten() {
         let elephant = f["elephant"].as_bool().unwrap_or(false);
@@ -148,7 +162,7 @@ pub fn render(d: &Docs, color: bool) -> String {
             ),
             n(&f["sport"]),
             format!("0x{:x}", n(&f["dest_qp"]) as u64),
-            human_bytes(n(&f["rate_bytes_per_second"])),
+            crate::detect::findings::bits_per_second(n(&f["rate_bytes_per_second"])),
             n(&f["rate_packets_per_second"]),
             n(&f["ecn_ce"]),
             n(&f["cnp"]),
@@ -408,6 +422,20 @@ pub fn run(args: TopArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_without_a_port_gets_rocemons() {
+        for (addr, want) in [
+            ("localhost", "localhost:9442"),
+            ("localhost:9500", "localhost:9500"),
+            ("10.0.0.1", "10.0.0.1:9442"),
+            ("10.0.0.1:80", "10.0.0.1:80"),
+            ("[::1]", "[::1]:9442"),
+            ("[::1]:9443", "[::1]:9443"),
+        ] {
+            assert_eq!(with_port(addr), want, "{addr}");
+        }
+    }
 
     #[test]
     fn renders_elephants_and_collisions() {

@@ -24,6 +24,7 @@ mod sflow;
 use sflow::sflow_settings;
 pub use sflow::{sflow_groups, sflow_limits};
 mod summary;
+pub mod units;
 
 use memory::host_memory_bytes;
 pub use memory::{possible_cpus, FlowMapSizes};
@@ -334,8 +335,8 @@ impl Config {
             }
         }
         let summary = args.summary_every.or(file.summary_every).unwrap_or(0);
-        if let Some(bps) = args.elephant_bps {
-            elephant.threshold_bytes_per_second = bps;
+        if let Some(bits) = args.elephant_bps {
+            elephant.threshold_bytes_per_second = bits / 8.0;
             elephant.validate().map_err(bad)?;
         }
         ecmp.validate(Some(&ifaces)).map_err(bad)?;

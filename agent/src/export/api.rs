@@ -121,6 +121,8 @@ pub struct ApiView {
     pub training: TrainingDoc,
     /// Active and recently closed findings (`/api/v1/findings`).
     pub findings: crate::detect::live_findings::FindingsView,
+    /// A poll has been made (`/readyz`).
+    pub ready: bool,
 }
 
 /// The training rhythm of every watched interface (`/api/v1/training`), as last detected.
@@ -205,5 +207,6 @@ pub fn build(
         sflow: None,
         training: TrainingDoc::default(),
         findings: Default::default(),
+        ready: true,
     }
 }

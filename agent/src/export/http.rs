@@ -114,8 +114,29 @@ async fn findings(State(s): State<Shared>) -> Response {
     }
 }
 
+/// Liveness: the agent serves, and its state is not poisoned by a panic.
+async fn healthz(State(s): State<Shared>) -> Response {
+    match (s.metrics.lock(), s.api.lock()) {
+        (Ok(_), Ok(_)) => (StatusCode::OK, "ok\n").into_response(),
+        _ => internal("a lock is poisoned; restart the agent"),
+    }
+}
+
+/// Readiness: the first poll of the counters has been made (its figures are being served).
+async fn readyz(State(s): State<Shared>) -> Response {
+    match s.api.lock() {
+        Ok(api) if api.ready => (StatusCode::OK, "ready\n").into_response(),
+        Ok(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: no poll of the counters yet\n",
+        )
+            .into_response(),
+        Err(_) => internal("api lock poisoned"),
+    }
+}
+
 async fn index() -> &'static str {
-    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n/api/v1/findings  what the counts mean: active and recently closed findings (JSON)\n"
+    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n/api/v1/findings  what the counts mean: active and recently closed findings (JSON)\n/healthz       200 while the agent serves\n/readyz        200 once the first poll is made, 503 before\n"
 }
 
 /// Basic authentication state: the users, the `Authorization` values already verified and
@@ -305,6 +326,8 @@ fn app(shared: Shared, web: &WebSettings) -> Router {
         .route("/api/v1/sflow", get(sflow))
         .route("/api/v1/training", get(training))
         .route("/api/v1/findings", get(findings))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/", get(index))
         .with_state(shared)
         // The last layer runs first: credentials are checked before a request takes one of
@@ -532,6 +555,25 @@ mod tests {
         assert!(!check_basic(&users, &dummy, &h("p:no")));
         assert!(!check_basic(&users, &dummy, &h("q:pw")));
         assert!(!check_basic(&users, &dummy, "Bearer x"));
+    }
+
+    fn shared() -> Shared {
+        Shared {
+            metrics: Arc::new(Mutex::new(Metrics::new().unwrap())),
+            api: Arc::new(Mutex::new(ApiView::default())),
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_first_poll_and_healthz_does_not() {
+        let s = shared();
+        assert_eq!(healthz(State(s.clone())).await.status(), StatusCode::OK);
+        assert_eq!(
+            readyz(State(s.clone())).await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.api.lock().unwrap().ready = true;
+        assert_eq!(readyz(State(s)).await.status(), StatusCode::OK);
     }
 
     #[test]

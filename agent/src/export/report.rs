@@ -12,8 +12,16 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// The version of `analyze --format json`'s layout: raised when a field changes meaning or
+/// goes away (new fields do not raise it).
+pub const SCHEMA_VERSION: u32 = 1;
+
 #[derive(Serialize, Debug)]
 pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The captures read, as named on the command line (`-` for standard input).
+    pub inputs: Vec<String>,
     pub frames: u64,
     pub bytes: u64,
     pub duration_seconds: f64,
@@ -274,6 +282,8 @@ pub fn build(a: &Analysis) -> Report {
         })
         .collect();
     let mut r = Report {
+        schema_version: SCHEMA_VERSION,
+        inputs: Vec::new(),
         frames: c.frames,
         bytes: c.frame_bytes,
         duration_seconds: a.duration_seconds(),
@@ -489,13 +499,13 @@ pub fn table(r: &Report, top: usize) -> String {
                 .unwrap_or_else(|| "end".into());
             let _ = writeln!(
                 s,
-                "  {} -> {} sport {} qp 0x{:x}: {:.1} s .. {end}, peak {}/s",
+                "  {} -> {} sport {} qp 0x{:x}: {:.1} s .. {end}, peak {}",
                 e.src,
                 e.dst,
                 e.sport,
                 e.dest_qp,
                 p.started_s,
-                human_bytes(p.peak_bytes_per_second)
+                crate::detect::findings::bits_per_second(p.peak_bytes_per_second)
             );
         }
     }
@@ -547,7 +557,16 @@ pub fn table(r: &Report, top: usize) -> String {
     let _ = writeln!(
         s,
         "{:<42} {:>6} {:>8} {:>10} {:>12} {:>12} {:>7} {:>5} {:>5} {:>5}",
-        "SRC -> DST", "SPORT", "DEST_QP", "PACKETS", "BYTES", "MEAN/s", "CE", "CNP", "GAPS", "NAKS"
+        "SRC -> DST",
+        "SPORT",
+        "DEST_QP",
+        "PACKETS",
+        "BYTES",
+        "MEAN RATE",
+        "CE",
+        "CNP",
+        "GAPS",
+        "NAKS"
     );
     for f in r.flows.iter().take(top) {
         let _ = writeln!(
@@ -558,7 +577,7 @@ pub fn table(r: &Report, top: usize) -> String {
             format!("0x{:x}", f.dest_qp),
             f.packets,
             f.bytes,
-            human_bytes(f.mean_bytes_per_second),
+            crate::detect::findings::bits_per_second(f.mean_bytes_per_second),
             f.ecn_ce,
             f.cnp,
             f.psn_gaps,

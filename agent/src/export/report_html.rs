@@ -4,7 +4,7 @@
 //! CE share and CNP rate over time, elephants on a timeline, top flows, ECMP, PSN/NAK health,
 //! parse outcomes. Every number comes from the same [`Report`] the JSON output prints.
 
-use crate::export::report::{human_bytes, Report};
+use crate::export::report::Report;
 use crate::pipeline::timeline::{Bucket, Timeline};
 use agent_common::opcode::OpClass;
 use std::fmt::Write as _;
@@ -161,7 +161,7 @@ fn duration(s: f64) -> String {
 
 fn axis_label(max: f64, unit: &str) -> String {
     match unit {
-        "B/s" => format!("{}/s", human_bytes(max)),
+        "b/s" => crate::detect::findings::bits_per_second(max / 8.0),
         "" => format!("{max:.3}"),
         _ if max >= 1e6 => format!("{:.1} M{unit}", max / 1e6),
         _ if max >= 1e3 => format!("{:.1} k{unit}", max / 1e3),
@@ -273,7 +273,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
                 c.name(),
                 COLORS[*c as usize],
                 b.iter()
-                    .map(|x| x.bytes_by_class[*c as usize] as f64 / dt)
+                    .map(|x| x.bytes_by_class[*c as usize] as f64 * 8.0 / dt)
                     .collect::<Vec<f64>>(),
             )
         })
@@ -304,17 +304,17 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         .collect();
     let caption = if slow.is_empty() {
         format!(
-            "bytes per second by operation class ({} buckets)",
+            "bits per second by operation class ({} buckets)",
             duration(dt)
         )
     } else {
         format!(
-            "bytes per second by operation class ({} buckets); slow training steps shaded red",
+            "bits per second by operation class ({} buckets); slow training steps shaded red",
             duration(dt)
         )
     };
     s.push_str(&with_spans(
-        line_chart(&caption, "B/s", dt, &series),
+        line_chart(&caption, "b/s", dt, &series),
         b.len(),
         dt,
         &slow,
@@ -396,10 +396,12 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
                 let w = ((end - p.started_s) / span * (W - 310.0)).max(2.0);
                 let _ = write!(
                     s,
-                    r##"<rect x="{x:.1}" y="{y}" width="{w:.1}" height="14" fill="#e15759"><title>{:.3} s to {:.3} s, peak {}/s</title></rect>"##,
+                    r##"<rect x="{x:.1}" y="{y}" width="{w:.1}" height="14" fill="#e15759"><title>{:.3} s to {:.3} s, peak {}</title></rect>"##,
                     p.started_s,
                     end,
-                    esc(&human_bytes(p.peak_bytes_per_second))
+                    esc(&crate::detect::findings::bits_per_second(
+                        p.peak_bytes_per_second
+                    ))
                 );
             }
         }
@@ -420,7 +422,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
                 format!("0x{:x}", f.dest_qp),
                 f.packets.to_string(),
                 f.bytes.to_string(),
-                format!("{}/s", human_bytes(f.mean_bytes_per_second)),
+                crate::detect::findings::bits_per_second(f.mean_bytes_per_second),
                 f.ecn_ce.to_string(),
                 f.cnp.to_string(),
                 f.psn_gaps.to_string(),

@@ -285,17 +285,23 @@ impl FlowSide {
 
     /// A capture shorter than the elephant minimum duration cannot show a rate sustained that
     /// long, so none would ever qualify. Its elephants are the flows whose mean rate over the
-    /// whole capture reaches the entry threshold: an elephant period from its first to its last
-    /// packet. Longer captures use the detector as live mode does.
+    /// whole capture reaches the entry threshold and that are large in it: at least
+    /// [`SHORT_CAPTURE_MIN_PACKETS`] packets and [`SHORT_CAPTURE_MIN_SHARE`] of its bytes (in a
+    /// capture of a millisecond any flow has a high mean rate; 25 packets are no elephant). An
+    /// elephant period runs from its first to its last packet. Longer captures use the
+    /// detector as live mode does.
     fn short_capture_elephants(&mut self, first: u64, last: u64) {
         let span = last.saturating_sub(first) as f64 / 1e9;
         if span <= 0.0 || span >= self.opts.elephant.min_duration_seconds {
             return;
         }
         let enter = self.opts.elephant.enter_bps(None);
+        let total: u64 = self.flows.iter().map(|e| e.stats.bytes).sum();
         for e in self.flows.iter() {
             let mean = e.stats.bytes as f64 / span;
-            if mean < enter || self.elephants.contains_key(&e.key) {
+            let large = e.stats.packets >= SHORT_CAPTURE_MIN_PACKETS
+                && e.stats.bytes as f64 >= SHORT_CAPTURE_MIN_SHARE * total as f64;
+            if mean < enter || !large || self.elephants.contains_key(&e.key) {
                 continue;
             }
             let at = |ns: u64| ns.saturating_sub(first) as f64 / 1e9;
@@ -311,6 +317,11 @@ impl FlowSide {
         }
     }
 }
+
+/// A flow of a capture shorter than the elephant minimum duration needs this many packets,
+/// and this share of the capture's RoCE bytes, to be an elephant.
+pub const SHORT_CAPTURE_MIN_PACKETS: u64 = 32;
+pub const SHORT_CAPTURE_MIN_SHARE: f64 = 0.05;
 
 /// Where the flow side runs: here, or on its own thread behind a channel of step batches.
 pub enum Runner {
