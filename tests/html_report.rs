@@ -31,6 +31,18 @@ fn chromium(dir: &Path, extra: &[&str], page: &Path) -> std::process::Output {
         .expect("chromium is not installed: run `cargo xtask setup` (Debian package chromium)")
 }
 
+/// A count with thousands separated, written here from the rule (13,382,400).
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    d.chars()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let sep = i > 0 && (d.len() - i) % 3 == 0;
+            sep.then_some(',').into_iter().chain(std::iter::once(c))
+        })
+        .collect()
+}
+
 #[test]
 fn the_html_report_renders_offline_with_tsharks_numbers() {
     rocemon_testkit::require_tshark();
@@ -94,8 +106,36 @@ fn the_html_report_renders_offline_with_tsharks_numbers() {
         ("CNPs", want.cnp),
         ("ECN CE", want.ecn[3]),
     ] {
-        let cell = format!("<td>{what}</td><td>{v}</td>");
+        let cell = format!("<td>{what}</td><td>{}</td>", thousands(v));
         assert!(dom.contains(&cell), "{what} = {v} (tshark) not in the page");
+    }
+    // Bytes as a person reads them, the exact number on hover.
+    assert!(
+        dom.contains(&format!(
+            r#"<td>RoCE bytes</td><td><span title="{} bytes">"#,
+            thousands(want.roce_bytes)
+        )),
+        "RoCE bytes {} (tshark) on hover",
+        want.roce_bytes
+    );
+    // A page for any screen; every chart with ticks on both axes; no chart says there is no
+    // traffic where there is.
+    assert!(dom.contains(r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#));
+    let charts: Vec<&str> = dom.split("<svg viewBox").skip(1).collect();
+    assert!(charts.len() >= 3, "{} charts", charts.len());
+    for c in charts.iter().filter(|c| c.contains("<polyline")) {
+        let c = &c[..c.find("</svg>").unwrap()];
+        assert_eq!(c.matches("class=\"ax tick y\"").count(), 5, "y ticks: {c}");
+        assert_eq!(c.matches("class=\"ax tick x\"").count(), 5, "x ticks: {c}");
+    }
+    assert!(want.roce_packets > 0);
+    assert!(!dom.contains("no RoCE traffic"), "RoCE is in the capture");
+    if want.ecn[3] > 0 {
+        assert!(
+            !dom.contains("no CE marks"),
+            "{} CE marks (tshark)",
+            want.ecn[3]
+        );
     }
     assert!(
         dom.contains(&format!("of {} flows", want.flows.len())),
@@ -200,4 +240,52 @@ fn the_report_shows_the_lossless_training_and_sflow_sections() {
     }
     assert_eq!(j["training"]["slow_steps"], 1, "{}", j["training"]);
     assert!(!html.contains("<script"));
+}
+
+/// The charts' time is seconds from the capture's first frame, not from the first RoCE packet:
+/// a PFC frame at 0 s, RoCE from 1 s to 1.5 s, so the first tick of the throughput chart says
+/// 1.000 s and its last 1.500 s (the generator's times).
+#[test]
+fn the_time_axis_counts_from_the_captures_first_frame() {
+    use rocemon_testkit::fixtures::{whole, Format};
+    use rocemon_testkit::frames::{self, Roce};
+    let dir = TempDir::new("rocemon-html-axis").unwrap();
+    let t0 = 1_764_460_800_000_000_000u64;
+    let mut f = vec![(t0, frames::pfc(0x08, [0, 0, 0, 10, 0, 0, 0, 0]))];
+    for k in 0..=500u64 {
+        let mut r = Roce::new(
+            "10.82.0.1".parse().unwrap(),
+            "10.82.0.2".parse().unwrap(),
+            0xC100,
+            0x100,
+            0x0A,
+        );
+        r.psn = k as u32;
+        r.payload = 512;
+        r.dma_len = 512;
+        f.push((t0 + 1_000_000_000 + k * 1_000_000, r.frame()));
+    }
+    let p = whole("late-roce", Format::PcapNanos, f, false)
+        .write(dir.path())
+        .unwrap();
+    let page = dir.path().join("axis.html");
+    rocemon_testkit::analyze_json(BIN, &["--html", page.to_str().unwrap()], &[&p]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let chart = html
+        .split("<svg viewBox")
+        .find(|c| c.contains("aria-label=\"bits per second by operation class"))
+        .expect("the throughput chart");
+    let ticks: Vec<&str> = chart
+        .split("class=\"ax tick x\"")
+        .skip(1)
+        .map(|t| &t[t.find('>').unwrap() + 1..t.find('<').unwrap()])
+        .collect();
+    assert_eq!(ticks.first(), Some(&"1.000 s"), "{ticks:?}");
+    let last = ticks
+        .last()
+        .unwrap()
+        .trim_end_matches(" s")
+        .parse::<f64>()
+        .unwrap();
+    assert!((last - 1.5).abs() < 0.01, "{ticks:?}");
 }

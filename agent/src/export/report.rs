@@ -22,6 +22,9 @@ pub struct Report {
     pub schema_version: u32,
     /// The captures read, as named on the command line (`-` for standard input).
     pub inputs: Vec<String>,
+    /// The capture's first frame (ns since the epoch): where the HTML charts' time starts.
+    #[serde(skip)]
+    pub first_ts_ns: u64,
     pub frames: u64,
     pub bytes: u64,
     pub duration_seconds: f64,
@@ -284,6 +287,7 @@ pub fn build(a: &Analysis) -> Report {
     let mut r = Report {
         schema_version: SCHEMA_VERSION,
         inputs: Vec::new(),
+        first_ts_ns: a.first_ts_ns.unwrap_or(0),
         frames: c.frames,
         bytes: c.frame_bytes,
         duration_seconds: a.duration_seconds(),

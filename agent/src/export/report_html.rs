@@ -48,13 +48,24 @@ const W: f64 = 900.0;
 const H: f64 = 220.0;
 const PAD: f64 = 84.0;
 
-/// A line chart: `series` of (name, colour, values per bucket), y from 0 to the maximum.
-pub(crate) fn line_chart(
-    title: &str,
-    unit: &str,
-    dt: f64,
-    series: &[(&str, &str, Vec<f64>)],
-) -> String {
+/// What a line chart shows besides its series.
+pub(crate) struct Axes<'a> {
+    pub title: &'a str,
+    /// The y unit: `b/s` (bits per second), `%` (values in percent), `/s`, or "" (a share).
+    pub unit: &'a str,
+    /// Seconds per bucket, and the first bucket's time from the capture's first frame.
+    pub dt: f64,
+    pub t0: f64,
+    /// What an all-zero chart says (e.g. "no CE marks in this capture").
+    pub empty: &'a str,
+}
+
+/// Ticks on each axis (and gridlines across).
+const TICKS: usize = 4;
+
+/// A line chart: `series` of (name, colour, values per bucket), y from 0 to the maximum, with
+/// ticks, gridlines and labels on both axes (time from the capture's first frame).
+pub(crate) fn line_chart(a: &Axes<'_>, series: &[(&str, &str, Vec<f64>)]) -> String {
     let n = series.iter().map(|s| s.2.len()).max().unwrap_or(0);
     let max = series
         .iter()
@@ -63,24 +74,51 @@ pub(crate) fn line_chart(
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<figure><figcaption>{}</figcaption><svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}">"#,
-        esc(title),
-        esc(title)
+        r#"<figure><figcaption>{}</figcaption><svg viewBox="0 0 {W} {H}" width="100%" preserveAspectRatio="xMinYMin meet" role="img" aria-label="{}">"#,
+        esc(a.title),
+        esc(a.title)
     );
     let (x0, y0, x1, y1) = (PAD, H - 24.0, W - 8.0, 8.0);
     let _ = write!(
         svg,
         r##"<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#888"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#888"/>"##
     );
-    let _ = write!(
-        svg,
-        r#"<text x="2" y="{}" class="ax">{}</text><text x="2" y="{}" class="ax">0</text><text x="{x1}" y="{}" class="ax" text-anchor="end">{:.3} s</text>"#,
-        y1 + 10.0,
-        esc(&axis_label(max, unit)),
-        y0,
-        H - 6.0,
-        n as f64 * dt
-    );
+    // The y axis: 0 to the maximum in TICKS steps, each with a gridline and its value.
+    let top = if max > 0.0 { max } else { 1.0 };
+    for k in 0..=TICKS {
+        let v = top * k as f64 / TICKS as f64;
+        let y = y0 - (y0 - y1) * k as f64 / TICKS as f64;
+        if k > 0 {
+            let _ = write!(
+                svg,
+                r##"<line x1="{x0}" y1="{y:.1}" x2="{x1}" y2="{y:.1}" stroke="#e4e4e4"/>"##
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{:.1}" class="ax tick y" text-anchor="end">{}</text>"#,
+            x0 - 4.0,
+            y + 4.0,
+            esc(&axis_label(v, a.unit))
+        );
+    }
+    // The x axis: time from the capture's first frame.
+    let span = n as f64 * a.dt;
+    for k in 0..=TICKS {
+        let x = x0 + (x1 - x0) * k as f64 / TICKS as f64;
+        let anchor = match k {
+            0 => "start",
+            TICKS => "end",
+            _ => "middle",
+        };
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{}" stroke="#888"/><text x="{x:.1}" y="{}" class="ax tick x" text-anchor="{anchor}">{}</text>"##,
+            y0 + 4.0,
+            H - 6.0,
+            seconds(a.t0 + span * k as f64 / TICKS as f64)
+        );
+    }
     if n > 0 && max > 0.0 {
         let sx = (x1 - x0) / (n.max(2) - 1) as f64;
         for (name, colour, values) in series {
@@ -104,9 +142,10 @@ pub(crate) fn line_chart(
     } else {
         let _ = write!(
             svg,
-            r#"<text x="{}" y="{}" class="ax">no RoCE traffic</text>"#,
-            W / 2.0 - 40.0,
-            H / 2.0
+            r#"<text x="{}" y="{}" class="ax" text-anchor="middle">{}</text>"#,
+            (x0 + x1) / 2.0,
+            H / 2.0,
+            esc(a.empty)
         );
     }
     svg.push_str("</svg><div class=\"legend\">");
@@ -119,6 +158,41 @@ pub(crate) fn line_chart(
     }
     svg.push_str("</div></figure>");
     svg
+}
+
+/// A count as a person reads it: thousands separated (13,382,400).
+pub(crate) fn count(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Bytes as a person reads them (13.4 MB), the exact number on hover. The cell is HTML.
+pub(crate) fn bytes(n: u64) -> String {
+    format!(
+        r#"<span title="{} bytes">{}</span>"#,
+        count(n),
+        crate::export::report::human_bytes(n as f64)
+    )
+}
+
+/// A time on the x axis: seconds, with the precision the span needs.
+fn seconds(t: f64) -> String {
+    if t == 0.0 {
+        "0 s".into()
+    } else if t < 0.01 {
+        format!("{:.2} ms", t * 1e3)
+    } else if t < 10.0 {
+        format!("{t:.3} s")
+    } else {
+        format!("{t:.1} s")
+    }
 }
 
 /// Shades time spans `(from_s, to_s, label)` on a [`line_chart`] of `n` buckets of `dt`
@@ -162,6 +236,7 @@ fn duration(s: f64) -> String {
 fn axis_label(max: f64, unit: &str) -> String {
     match unit {
         "b/s" => crate::detect::findings::bits_per_second(max / 8.0),
+        "%" => format!("{max:.1}%"),
         "" => format!("{max:.3}"),
         _ if max >= 1e6 => format!("{:.1} M{unit}", max / 1e6),
         _ if max >= 1e3 => format!("{:.1} k{unit}", max / 1e3),
@@ -170,6 +245,16 @@ fn axis_label(max: f64, unit: &str) -> String {
 }
 
 pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let escaped: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| esc(c)).collect())
+        .collect();
+    table_html(head, &escaped)
+}
+
+/// A table whose cells are HTML already (numbers rocemon formatted, with their exact value
+/// on hover).
+pub(crate) fn table_html(head: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = String::from("<table><thead><tr>");
     for h in head {
         let _ = write!(t, "<th>{}</th>", esc(h));
@@ -178,7 +263,7 @@ pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     for r in rows {
         t.push_str("<tr>");
         for c in r {
-            let _ = write!(t, "<td>{}</td>", esc(c));
+            let _ = write!(t, "<td>{c}</td>");
         }
         t.push_str("</tr>");
     }
@@ -226,7 +311,7 @@ pub fn render(report: &Report, timeline: &Timeline, inputs: &[String], top: usiz
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rocemon report: {}</title><style>
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>rocemon report: {}</title><style>
 body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:980px}}
 h1{{font-size:22px}}h2{{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}}
 table{{border-collapse:collapse;margin:8px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}}
@@ -234,6 +319,9 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
 .ax{{font-size:11px;fill:#555}}figure{{margin:8px 0}}figcaption{{font-weight:600}}
 .legend span{{margin-right:14px;font-size:12px}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
 .kpi td:last-child{{font-weight:600}}
+table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:auto}}
+@media (max-width:600px){{body{{margin:8px;font-size:13px}}td,th{{padding:2px 5px}}}}
+@media print{{body{{max-width:none}}table{{display:table}}}}
 </style></head><body>"#,
         esc(&inputs.join(", "))
     );
@@ -247,23 +335,23 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
     s.push_str("<h2>Totals</h2>");
     let kpi = |k: &str, v: String| vec![k.to_string(), v];
     let mut totals = vec![
-        kpi("frames", r.frames.to_string()),
-        kpi("bytes", r.bytes.to_string()),
-        kpi("RoCE packets", r.roce.packets.to_string()),
-        kpi("RoCE bytes", r.roce.bytes.to_string()),
-        kpi("CNPs", r.roce.cnp.to_string()),
-        kpi("ECN CE", r.roce.ecn.ce.to_string()),
-        kpi("BECN", r.roce.becn.to_string()),
-        kpi("flows", r.flows.len().to_string()),
-        kpi("elephants", r.elephants.len().to_string()),
+        kpi("frames", count(r.frames)),
+        kpi("bytes", bytes(r.bytes)),
+        kpi("RoCE packets", count(r.roce.packets)),
+        kpi("RoCE bytes", bytes(r.roce.bytes)),
+        kpi("CNPs", count(r.roce.cnp)),
+        kpi("ECN CE", count(r.roce.ecn.ce)),
+        kpi("BECN", count(r.roce.becn)),
+        kpi("flows", count(r.flows.len() as u64)),
+        kpi("elephants", count(r.elephants.len() as u64)),
     ];
     if r.flows_evicted.flows > 0 {
         totals.push(kpi(
             "flows that left the table",
-            r.flows_evicted.flows.to_string(),
+            count(r.flows_evicted.flows),
         ));
     }
-    s.push_str(&table(&["", "count"], &totals).replace("<table>", "<table class=\"kpi\">"));
+    s.push_str(&table_html(&["", "count"], &totals).replace("<table>", "<table class=\"kpi\">"));
 
     // Throughput by operation class.
     let series: Vec<(&str, &str, Vec<f64>)> = OpClass::ALL
@@ -313,8 +401,24 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
             duration(dt)
         )
     };
+    // Charts start at the first RoCE packet; their time axis says seconds from the capture's
+    // first frame.
+    let start = t0.saturating_sub(r.first_ts_ns) as f64 / 1e9;
+    let axes = |title: &'static str, unit: &'static str, empty: &'static str| Axes {
+        title,
+        unit,
+        dt,
+        t0: start,
+        empty,
+    };
     s.push_str(&with_spans(
-        line_chart(&caption, "b/s", dt, &series),
+        line_chart(
+            &Axes {
+                title: &caption,
+                ..axes("", "b/s", "no RoCE traffic")
+            },
+            &series,
+        ),
         b.len(),
         dt,
         &slow,
@@ -326,21 +430,21 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
             if x.packets == 0 {
                 0.0
             } else {
-                x.ce as f64 / x.packets as f64
+                x.ce as f64 * 100.0 / x.packets as f64
             }
         })
         .collect();
     s.push_str(&line_chart(
-        "share of RoCE packets marked ECN CE",
-        "",
-        dt,
+        &axes(
+            "share of RoCE packets marked ECN CE",
+            "%",
+            "no CE marks in this capture",
+        ),
         &[("CE share", "#e15759", ce)],
     ));
     let cnp: Vec<f64> = b.iter().map(|x| x.cnp as f64 / dt).collect();
     s.push_str(&line_chart(
-        "CNPs per second",
-        "/s",
-        dt,
+        &axes("CNPs per second", "/s", "no CNPs in this capture"),
         &[("CNPs", "#f28e2b", cnp)],
     ));
     // Pause time per priority over the same buckets: the union of its pause intervals.
@@ -352,7 +456,7 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
                 COLORS[p % COLORS.len()],
                 r.paused_over_time
                     .iter()
-                    .map(|x| x[p])
+                    .map(|x| x[p] * 100.0)
                     .collect::<Vec<f64>>(),
             )
         })
@@ -360,9 +464,11 @@ th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
         .collect();
     if !paused.is_empty() {
         s.push_str(&line_chart(
-            "share of the time each priority was paused (PFC)",
-            "",
-            dt,
+            &axes(
+                "share of the time each priority was paused (PFC)",
+                "%",
+                "no pause",
+            ),
             &paused,
         ));
     }

@@ -35,10 +35,17 @@ fn training(r: &Report, s: &mut String) {
             ));
             let secs: Vec<f64> = t.steps.iter().map(|x| x.seconds * 1e3).collect();
             // One point per step, a period apart on the time axis.
+            let first = t.steps.first().map_or(0.0, |x| {
+                x.start_ns.saturating_sub(r.first_ts_ns) as f64 / 1e9
+            });
             s.push_str(&line_chart(
-                "Step durations",
-                "ms",
-                p,
+                &super::report_html::Axes {
+                    title: "Step durations",
+                    unit: "ms",
+                    dt: p,
+                    t0: first,
+                    empty: "no steps",
+                },
                 &[("step", "#4472c4", secs)],
             ));
         }
