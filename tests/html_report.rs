@@ -37,7 +37,7 @@ fn thousands(n: u64) -> String {
     d.chars()
         .enumerate()
         .flat_map(|(i, c)| {
-            let sep = i > 0 && (d.len() - i) % 3 == 0;
+            let sep = i > 0 && (d.len() - i).is_multiple_of(3);
             sep.then_some(',').into_iter().chain(std::iter::once(c))
         })
         .collect()
