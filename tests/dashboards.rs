@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 use rocemon_testkit::dashboards::{
-    dashboard, dashboard_exprs, replay_forever, rules, Killed, NicCounters, DIR,
+    dashboard, dashboard_exprs, nic_counters, replay_forever, rules, Killed, DIR,
 };
 
 /// The `rocemon_*` metric names an expression reads (recording-rule names, which contain
@@ -259,11 +259,10 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
     }
     // The RDMA NIC's counters move as a congested NIC's do: CNPs sent 20k/s, ECN-marked RoCE
     // 5k/s, packets out of sequence 100/s (the NIC alerts).
-    let _nic = NicCounters::start(&sys.join("class/infiniband/mlx5_0/ports/1/hw_counters"));
+    let _nic = nic_counters(&sys.join("class/infiniband/mlx5_0/ports/1/hw_counters"));
     // A switch exporting sFlow to the host agent, every other datagram lost on the way (the
     // switch panels and the sFlow loss alert).
-    let _switch =
-        rocemon_testkit::sflow::Switch::start(&pair.ns_a, "127.0.0.1:16343", "192.0.2.7", true);
+    let _switch = rocemon_testkit::sflow::switch(&pair.ns_a, "127.0.0.1:16343", "192.0.2.7", true);
     let qps: Vec<String> = (0..6)
         .map(|i| {
             format!(

@@ -15,20 +15,17 @@ fn ip(s: &str) -> IpAddr {
 
 /// `rocemon analyze --format json` of `frames` (time, bytes) with `args`.
 fn analyze(name: &'static str, frames: Vec<(u64, Vec<u8>)>, args: &[&str]) -> Value {
-    let dir = TempDir::new("rocemon-findings").unwrap();
-    let p = whole(name, Format::PcapNanos, frames, false)
-        .write(dir.path())
-        .unwrap();
-    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), args, &[&p])
+    rocemon_testkit::findings_lab::analyze_frames(
+        env!("CARGO_BIN_EXE_rocemon"),
+        name,
+        frames,
+        args,
+        None,
+    )
 }
 
 fn findings<'a>(j: &'a Value, kind: &str) -> Vec<&'a Value> {
-    j["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
+    rocemon_testkit::findings_lab::findings_of(j, kind)
 }
 
 fn kinds(j: &Value) -> Vec<String> {

@@ -2,38 +2,26 @@
 //! and connections sharing a 5-tuple. The paths come from the test's own CRC-16/XMODEM (the
 //! testkit's, written from the algorithm), the rates and QPs from the generator.
 
+use rocemon_testkit::demo;
 use rocemon_testkit::findings_lab::{elephant, elephants_on, v4, A, B, T0};
-use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::Roce;
-use rocemon_testkit::{demo, TempDir};
 use serde_json::Value;
 
 /// Elephants on a 4-path CRC-16/XMODEM hash, entering at once above 2 MB/s.
 const CONFIG: &str = "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n\n[elephant]\nthreshold_bytes_per_second = 2000000\nmin_duration_seconds = 0\n";
 
 fn analyze(name: &'static str, frames: Vec<(u64, Vec<u8>)>) -> Value {
-    let dir = TempDir::new("rocemon-findings-ecmp").unwrap();
-    let mut frames = frames;
-    frames.sort_by_key(|(t, _)| *t);
-    let p = whole(name, Format::PcapNanos, frames, false)
-        .write(dir.path())
-        .unwrap();
-    let c = dir.path().join("rocemon.toml");
-    std::fs::write(&c, CONFIG).unwrap();
-    rocemon_testkit::analyze_json(
+    rocemon_testkit::findings_lab::analyze_frames(
         env!("CARGO_BIN_EXE_rocemon"),
-        &["--config", c.to_str().unwrap()],
-        &[&p],
+        name,
+        frames,
+        &[],
+        Some(CONFIG),
     )
 }
 
 fn findings<'a>(j: &'a Value, kind: &str) -> Vec<&'a Value> {
-    j["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
+    rocemon_testkit::findings_lab::findings_of(j, kind)
 }
 
 #[test]

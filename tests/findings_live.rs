@@ -240,7 +240,7 @@ fn each_live_finding_kind_raises_its_alert_in_a_real_prometheus() {
     .unwrap();
     agent.wait_ready(ns, ADDR).unwrap();
     // A switch whose every other sFlow datagram is lost on the way, ten a second.
-    let _switch = rocemon_testkit::sflow::Switch::start(ns, sflow, "192.0.2.9", true);
+    let _switch = rocemon_testkit::sflow::switch(ns, sflow, "192.0.2.9", true);
     let rules = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../dashboards/rocemon.rules.yml"

@@ -4,7 +4,6 @@
 //! capture that raises it and one that must not.
 
 use rocemon_testkit::findings_lab::{dcqcn, elephants_on, hosts_job, v4};
-use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::{self, Roce};
 use rocemon_testkit::{demo, training, TempDir};
 use serde_json::Value;
@@ -21,28 +20,17 @@ fn analyze(
     args: &[&str],
     config: Option<&str>,
 ) -> Value {
-    let dir = TempDir::new("rocemon-steps").unwrap();
-    let p = whole(name, Format::PcapNanos, frames, false)
-        .write(dir.path())
-        .unwrap();
-    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    if let Some(text) = config {
-        let c = dir.path().join("rocemon.toml");
-        std::fs::write(&c, text).unwrap();
-        all.push("--config".into());
-        all.push(c.display().to_string());
-    }
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    rocemon_testkit::analyze_json(env!("CARGO_BIN_EXE_rocemon"), &all, &[&p])
+    rocemon_testkit::findings_lab::analyze_frames(
+        env!("CARGO_BIN_EXE_rocemon"),
+        name,
+        frames,
+        args,
+        config,
+    )
 }
 
 fn findings<'a>(j: &'a Value, kind: &str) -> Vec<&'a Value> {
-    j["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .collect()
+    rocemon_testkit::findings_lab::findings_of(j, kind)
 }
 
 /// The job of `training::frames`: 100 ms steps, 20 ms bursts; `slow` makes the 7th step
@@ -329,22 +317,12 @@ fn a_sender_that_halves_its_rate_on_cnps_is_no_finding() {
 #[test]
 fn the_html_report_marks_the_slow_step_on_the_timeline() {
     let dir = TempDir::new("rocemon-steps-html").unwrap();
-    let p = whole("slow-html", Format::PcapNanos, job_frames(true), false)
-        .write(dir.path())
-        .unwrap();
-    let html = dir.path().join("report.html");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--html"])
-        .arg(&html)
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let page = rocemon_testkit::findings_lab::html_of(
+        env!("CARGO_BIN_EXE_rocemon"),
+        dir.path(),
+        "slow-html",
+        job_frames(true),
     );
-    let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(
         page.matches(r#"<rect class="slow-step""#).count(),
         1,
@@ -362,17 +340,11 @@ fn the_html_report_marks_the_slow_step_on_the_timeline() {
 #[test]
 fn the_html_report_of_steps_on_time_shades_nothing() {
     let dir = TempDir::new("rocemon-steps-html-ok").unwrap();
-    let p = whole("ontime-html", Format::PcapNanos, job_frames(false), false)
-        .write(dir.path())
-        .unwrap();
-    let html = dir.path().join("report.html");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
-        .args(["analyze", "--html"])
-        .arg(&html)
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let page = std::fs::read_to_string(&html).unwrap();
+    let page = rocemon_testkit::findings_lab::html_of(
+        env!("CARGO_BIN_EXE_rocemon"),
+        dir.path(),
+        "ontime-html",
+        job_frames(false),
+    );
     assert!(!page.contains("slow-step"));
 }

@@ -148,7 +148,7 @@ pub struct RunArgs {
     pub summary_every: Option<u64>,
     /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
     /// (overrides elephant.threshold_bytes_per_second; default 100Mbit).
-    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Root of the sysfs tree for RDMA NIC counters.
     #[arg(long, value_name = "DIR")]
@@ -254,7 +254,7 @@ pub struct AnalyzeArgs {
     pub config: Option<PathBuf>,
     /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
     /// (default 100Mbit, or the configuration file's).
-    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Capture-time interval between rate and detector ticks, in milliseconds.
     #[arg(long, default_value_t = 1000)]

@@ -17,9 +17,10 @@
 //!
 //! Imports run one way, left to right; `cmd/` sits on top, `cli`/`config` beside it.
 //!
-//! - [`cli`]: raw flags and their value types; [`config`]: one validated [`config::Config`]
-//!   ([`classes`]: its `[classes]` section); [`error`]: errors users can fix (exit status 2);
-//!   [`bpf_sys`]: bpf(2) for the commands aya does not wrap.
+//! - [`cli`]: raw flags and their value types ([`units`]: rates as people write them);
+//!   [`config`]: one validated [`config::Config`] ([`classes`]: its `[classes]` section);
+//!   [`error`]: errors users can fix (exit status 2); [`bpf_sys`]: bpf(2) for the commands
+//!   aya does not wrap.
 //! - [`kernel`]: load the object ([`kernel::loader`]), attach XDP/tc per interface, fall
 //!   back, clean up a refused start ([`kernel::attach`]), detach on drop; whether the links
 //!   still run on their device ([`kernel::liveness`]); pins ([`kernel::pins`]).
@@ -31,8 +32,9 @@
 //! - [`pipeline`]: the flow table ([`pipeline::flows`]: rates, ticks); a capture's views over
 //!   time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and message sizes).
 //! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
-//!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing
-//!   ([`detect::cnp_response`]), and the findings that say what it all means
+//!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing and
+//!   the senders' answer ([`detect::cnp_response`]; live: [`detect::live_reaction`]), why a
+//!   step was slow ([`detect::slow_steps`]), and the findings that say what it all means
 //!   ([`detect::findings`]; live, over a window: [`detect::live_findings`]).
 //! - [`export`]: the metric catalog ([`export::metrics`]), `/metrics` and `/api/v1/*`
 //!   ([`export::http`], [`export::api`]), the `analyze` reports.
@@ -54,4 +56,5 @@ pub mod logging;
 pub mod pipeline;
 pub mod sflow;
 pub mod sources;
+pub mod units;
 pub mod web;

@@ -24,7 +24,6 @@ mod sflow;
 use sflow::sflow_settings;
 pub use sflow::{sflow_groups, sflow_limits};
 mod summary;
-pub mod units;
 
 use memory::host_memory_bytes;
 pub use memory::{possible_cpus, FlowMapSizes};

@@ -8,6 +8,7 @@ pub mod named;
 pub mod report;
 pub mod report_findings;
 pub mod report_html;
+pub mod report_html_charts;
 pub mod report_html_views;
 pub mod report_lossless;
 pub mod report_training;

@@ -2,7 +2,7 @@
 //! sizes, and the switches' view (sFlow): only what the capture has.
 
 use crate::export::report::{human_bytes, Report};
-use crate::export::report_html::{line_chart, table};
+use crate::export::report_html_charts::{line_chart, table};
 use std::fmt::Write as _;
 
 fn kpi(k: &str, v: String) -> Vec<String> {
@@ -39,7 +39,7 @@ fn training(r: &Report, s: &mut String) {
                 x.start_ns.saturating_sub(r.first_ts_ns) as f64 / 1e9
             });
             s.push_str(&line_chart(
-                &super::report_html::Axes {
+                &super::report_html_charts::Axes {
                     title: "Step durations",
                     unit: "ms",
                     dt: p,
@@ -184,7 +184,7 @@ fn lossless(r: &Report, s: &mut String) {
     let _ = write!(
         s,
         "<p>Lossy RoCE (outside {}): {} packets, {}; CNPs out of class: {}.</p>",
-        crate::export::report_html::esc(&l.expected),
+        crate::export::report_html_charts::esc(&l.expected),
         l.packets,
         human_bytes(l.bytes as f64),
         l.cnp_out_of_class
@@ -240,7 +240,7 @@ fn sflow(r: &Report, s: &mut String) {
             let _ = write!(
                 s,
                 "<p>Switch group {}: {}</p>",
-                crate::export::report_html::esc(&g.name),
+                crate::export::report_html_charts::esc(&g.name),
                 if g.collision { "COLLISION" } else { "balanced" }
             );
             s.push_str(&table(&["uplink", "flows", "elephants", ""], &rows));

@@ -93,46 +93,19 @@ pub fn replay_forever(ns: &str, iface: &str, pcaps: &[PathBuf], pps: Option<u32>
 /// A thread that moves an RDMA NIC's hardware counters (files under a fake sysfs) every 200
 /// ms, each written whole (a new file renamed over the old) so a read never sees half a
 /// number; stopped when dropped.
-pub struct NicCounters {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl NicCounters {
-    pub fn start(dir: &Path) -> NicCounters {
-        use std::sync::atomic::Ordering;
-        std::fs::create_dir_all(dir).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (dir, flag) = (dir.to_path_buf(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let per_tick = [
-                ("np_cnp_sent", 4_000u64),
-                ("np_ecn_marked_roce_packets", 1_000),
-                ("out_of_sequence", 20),
-            ];
-            let mut n = 0u64;
-            while !flag.load(Ordering::Relaxed) {
-                n += 1;
-                for (name, step) in per_tick {
-                    let tmp = dir.join(format!(".{name}"));
-                    let _ = std::fs::write(&tmp, format!("{}\n", n * step));
-                    let _ = std::fs::rename(&tmp, dir.join(name));
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        });
-        NicCounters {
-            stop,
-            thread: Some(thread),
+pub fn nic_counters(dir: &Path) -> crate::Ticker {
+    std::fs::create_dir_all(dir).unwrap();
+    let dir = dir.to_path_buf();
+    let per_tick = [
+        ("np_cnp_sent", 4_000u64),
+        ("np_ecn_marked_roce_packets", 1_000),
+        ("out_of_sequence", 20),
+    ];
+    crate::Ticker::start(Duration::from_millis(200), move |n| {
+        for (name, step) in per_tick {
+            let tmp = dir.join(format!(".{name}"));
+            let _ = std::fs::write(&tmp, format!("{}\n", n * step));
+            let _ = std::fs::rename(&tmp, dir.join(name));
         }
-    }
-}
-
-impl Drop for NicCounters {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    })
 }

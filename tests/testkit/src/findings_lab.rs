@@ -149,3 +149,61 @@ pub fn dcqcn_paced(
     f.sort_by_key(|(t, _)| *t);
     f
 }
+
+/// The findings of `kind` in an analyze JSON report.
+pub fn findings_of<'a>(j: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    j["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+/// `rocemon analyze --html` of `frames` (a capture written in `dir`): the page.
+pub fn html_of(
+    bin: &str,
+    dir: &std::path::Path,
+    name: &'static str,
+    frames: Vec<(u64, Vec<u8>)>,
+) -> String {
+    use crate::fixtures::{whole, Format};
+    let p = whole(name, Format::PcapNanos, frames, false)
+        .write(dir)
+        .expect("write the capture");
+    let html = dir.join(format!("{name}.html"));
+    let out = std::process::Command::new(bin)
+        .args(["analyze", "--no-progress", "--html"])
+        .arg(&html)
+        .arg(&p)
+        .output()
+        .expect("run rocemon");
+    crate::assert_ok(&out, "rocemon analyze --html");
+    std::fs::read_to_string(&html).expect("the page")
+}
+
+/// `rocemon analyze --format json` of `frames` (sorted here) with `args`, and with a
+/// configuration file of `config`'s text when given.
+pub fn analyze_frames(
+    bin: &str,
+    name: &'static str,
+    mut frames: Vec<(u64, Vec<u8>)>,
+    args: &[&str],
+    config: Option<&str>,
+) -> serde_json::Value {
+    use crate::fixtures::{whole, Format};
+    let dir = crate::TempDir::new("rocemon-lab").expect("a temporary directory");
+    frames.sort_by_key(|(t, _)| *t);
+    let p = whole(name, Format::PcapNanos, frames, false)
+        .write(dir.path())
+        .expect("write the capture");
+    let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Some(text) = config {
+        let c = dir.path().join("rocemon.toml");
+        std::fs::write(&c, text).expect("write the configuration");
+        all.push("--config".into());
+        all.push(c.display().to_string());
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    crate::analyze_json(bin, &all, &[&p])
+}

@@ -161,3 +161,42 @@ pub fn analyze_json(bin: &str, args: &[&str], files: &[&std::path::Path]) -> ser
     }
     j
 }
+
+/// A thread that runs `tick(n)` (n = 1, 2, ...) every `period` until dropped (then it is
+/// stopped and joined): a device whose counters move, a switch that exports.
+pub struct Ticker {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    pub fn start(
+        period: std::time::Duration,
+        mut tick: impl FnMut(u64) + Send + 'static,
+    ) -> Ticker {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut n = 0;
+            while !flag.load(Ordering::Relaxed) {
+                n += 1;
+                tick(n);
+                std::thread::sleep(period);
+            }
+        });
+        Ticker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -298,78 +298,52 @@ pub fn pmacct(
 /// A switch sending sFlow datagrams ten times a second from `agent`: each with a counter
 /// sample of port 3 and a flow sample of a RoCE WRITE on it (1 in 1,000); with `lossy`,
 /// every other sequence number is missing (lost on the way). Stopped when dropped.
-pub struct Switch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Switch {
-    pub fn start(ns: &str, collector: &str, agent: &str, lossy: bool) -> Switch {
-        use std::sync::atomic::Ordering;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, ns, addr) = (stop.clone(), ns.to_string(), collector.to_string());
-        let agent: IpAddr = agent.parse().expect("agent address");
-        let thread = std::thread::spawn(move || {
-            let mut roce = crate::frames::Roce::new(
-                "10.95.0.1".parse().expect("address"),
-                "10.95.0.2".parse().expect("address"),
-                0xC950,
-                0x950,
-                0x0A,
-            );
-            roce.payload = 1024;
-            roce.dma_len = 1024;
-            let frame = roce.frame();
-            let mut k = 0u32;
-            while !flag.load(Ordering::Relaxed) {
-                k += 1;
-                let d = Datagram {
-                    agent,
-                    sub_agent: 0,
-                    sequence: if lossy { 2 * k } else { k },
-                    uptime_ms: 100 * k,
-                    samples: vec![
-                        Sample::Counters {
-                            expanded: false,
-                            sequence: k,
-                            if_index: 3,
-                            speed: 100_000_000_000,
-                            in_octets: u64::from(k) * 1_000_000,
-                            out_octets: u64::from(k) * 1_000_000,
-                            ethernet: false,
-                        },
-                        Sample::Flow {
-                            expanded: false,
-                            sequence: k,
-                            source_index: 3,
-                            sampling_rate: 1_000,
-                            sample_pool: k * 1_000,
-                            drops: 0,
-                            input: 3,
-                            output: 4,
-                            frame_length: frame.len() as u32 + 4,
-                            header: frame[..frame.len().min(128)].to_vec(),
-                            switch: false,
-                        },
-                    ],
-                }
-                .encode();
-                let _ = crate::netns::udp_send_in(&ns, &addr, &[d]);
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        });
-        Switch {
-            stop,
-            thread: Some(thread),
+pub fn switch(ns: &str, collector: &str, agent: &str, lossy: bool) -> crate::Ticker {
+    let (ns, addr) = (ns.to_string(), collector.to_string());
+    let agent: IpAddr = agent.parse().expect("agent address");
+    let mut roce = crate::frames::Roce::new(
+        "10.95.0.1".parse().expect("address"),
+        "10.95.0.2".parse().expect("address"),
+        0xC950,
+        0x950,
+        0x0A,
+    );
+    roce.payload = 1024;
+    roce.dma_len = 1024;
+    let frame = roce.frame();
+    crate::Ticker::start(Duration::from_millis(100), move |n| {
+        let k = n as u32;
+        let d = Datagram {
+            agent,
+            sub_agent: 0,
+            sequence: if lossy { 2 * k } else { k },
+            uptime_ms: 100 * k,
+            samples: vec![
+                Sample::Counters {
+                    expanded: false,
+                    sequence: k,
+                    if_index: 3,
+                    speed: 100_000_000_000,
+                    in_octets: n * 1_000_000,
+                    out_octets: n * 1_000_000,
+                    ethernet: false,
+                },
+                Sample::Flow {
+                    expanded: false,
+                    sequence: k,
+                    source_index: 3,
+                    sampling_rate: 1_000,
+                    sample_pool: k * 1_000,
+                    drops: 0,
+                    input: 3,
+                    output: 4,
+                    frame_length: frame.len() as u32 + 4,
+                    header: frame[..frame.len().min(128)].to_vec(),
+                    switch: false,
+                },
+            ],
         }
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+        .encode();
+        let _ = crate::netns::udp_send_in(&ns, &addr, &[d]);
+    })
 }
