@@ -69,21 +69,43 @@ fn a_fifo_says_it_waits_for_a_writer() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--format", "json"])
         .arg(&fifo)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The writer: the rc_ipv4 fixture through the FIFO.
+    // Its standard error, line by line, as it comes.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // The writer comes once rocemon said it waits for one: the rc_ipv4 fixture.
     let src = fixtures::rc_ipv4().write(dir.path()).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    loop {
+        let said = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("rocemon never said it waits for a writer");
+        if said.contains("waiting for a writer") {
+            break;
+        }
+    }
     std::fs::write(&fifo, std::fs::read(&src).unwrap()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = reader.join().unwrap();
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("waiting for a writer"), "{err}");
     let j = report(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(j, analyze_json(&src));
 }
