@@ -69,7 +69,7 @@ const ACTS: [Act; 5] = [
     },
     Act {
         at: 3,
-        what: "two heavy writers start (RDMA WRITE, about 11 MB/s each)",
+        what: "two heavy writers start (RDMA WRITE, about 90 Mb/s each)",
         link: FABRIC,
         round: demo::writers,
         pps: Some(20_000),
@@ -385,11 +385,11 @@ impl Findings {
                 .filter(|f| f["elephant"] == true)
                 .map(|f| {
                     format!(
-                        "{} -> {} sport {} at {:.1} MB/s",
+                        "{} -> {} sport {} at {:.1} Mb/s",
                         f["src"].as_str().unwrap_or("?"),
                         f["dst"].as_str().unwrap_or("?"),
                         f["sport"],
-                        f["rate_bytes_per_second"].as_f64().unwrap_or(0.0) / 1e6
+                        f["rate_bytes_per_second"].as_f64().unwrap_or(0.0) * 8.0 / 1e6
                     )
                 })
                 .collect();
