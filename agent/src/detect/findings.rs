@@ -101,6 +101,11 @@ pub fn sort(f: &mut [Finding]) {
     });
 }
 
+/// A flow as a person names it: `src -> dst port S QP 0xQ`.
+pub fn flow_name(src: &str, dst: &str, sport: u16, qp: u32) -> String {
+    format!("{src} -> {dst} port {sport} QP {qp:#x}")
+}
+
 /// A rate in bits per second as a person reads it.
 pub fn bits_per_second(bytes_per_second: f64) -> String {
     let b = bytes_per_second * 8.0;

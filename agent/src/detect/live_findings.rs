@@ -249,7 +249,7 @@ impl LiveFindings {
                 agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
                 agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
             );
-            let name = format!("Flow {src} -> {dst} port {} QP {:#x}", k.sport, k.dest_qp);
+            let name = format!("Flow {}", f::flow_name(&src, &dst, k.sport, k.dest_qp));
             now.extend(f::cnp_ignored(&f::Unreacting {
                 flow: &name,
                 sender: &src,

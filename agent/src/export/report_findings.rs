@@ -181,10 +181,7 @@ fn naks(fl: &super::report::Flow) -> u64 {
     fl.naks.values().sum::<u64>() + fl.rnr_naks
 }
 
-/// A flow as a person names it: `src -> dst port S QP 0xQ`.
-pub fn flow_name(src: &str, dst: &str, sport: u16, qp: u32) -> String {
-    format!("{src} -> {dst} port {sport} QP {qp:#x}")
-}
+pub use crate::detect::findings::flow_name;
 
 /// The table's FINDINGS section, first: one line per finding, most serious first.
 pub fn table(s: &mut String, findings: &[Finding]) {

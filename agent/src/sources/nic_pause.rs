@@ -125,14 +125,12 @@ pub fn classify_ethtool(names: &[String], values: &[u64]) -> NicPause {
 /// A per-priority pause duration of a known driver (mlx5: `rx_prio3_pause_duration`, in
 /// microseconds): (direction, priority).
 fn duration_stat(name: &str) -> Option<(Dir, u8)> {
-    let (dir, rest) = if let Some(r) = name.strip_prefix("rx_prio") {
-        (Dir::Rx, r)
-    } else if let Some(r) = name.strip_prefix("tx_prio") {
-        (Dir::Tx, r)
-    } else {
-        return None;
-    };
-    match rest.strip_suffix("_pause_duration")?.parse::<u8>() {
+    let (dir, rest) = direction(name)?;
+    match rest
+        .strip_prefix("prio")?
+        .strip_suffix("_pause_duration")?
+        .parse::<u8>()
+    {
         Ok(p) if p < 8 => Some((dir, p)),
         _ => None,
     }
@@ -143,15 +141,18 @@ enum Dir {
     Tx,
 }
 
+/// A driver statistic's direction (`rx_`, `tx_`) and the rest of its name.
+fn direction(name: &str) -> Option<(Dir, &str)> {
+    if let Some(r) = name.strip_prefix("rx_") {
+        Some((Dir::Rx, r))
+    } else {
+        name.strip_prefix("tx_").map(|r| (Dir::Tx, r))
+    }
+}
+
 /// A per-priority PFC frame counter of a known driver: (direction, priority).
 fn pfc_stat(name: &str) -> Option<(Dir, u8)> {
-    let (dir, rest) = if let Some(r) = name.strip_prefix("rx_") {
-        (Dir::Rx, r)
-    } else if let Some(r) = name.strip_prefix("tx_") {
-        (Dir::Tx, r)
-    } else {
-        return None;
-    };
+    let (dir, rest) = direction(name)?;
     // mlx5: rx_prio3_pause; bnxt: rx_pfc_ena_frames_pri3; ice: rx_priority_3_xoff.nic
     let digit = rest
         .strip_prefix("prio")
