@@ -105,9 +105,12 @@ pub struct TopArgs {
     /// Flows to show (the API's ?limit=; --top is the same, as in analyze).
     #[arg(long, visible_alias = "top", default_value_t = 20)]
     pub limit: usize,
-    /// Stop after this many refreshes (0: until Ctrl-C).
+    /// Stop after this many refreshes (0: until Ctrl-C or `q`).
     #[arg(long, default_value_t = 0)]
     pub iterations: u64,
+    /// Print one plain screen and exit (for scripts; also what a pipe gets each refresh).
+    #[arg(long)]
+    pub once: bool,
 }
 
 #[derive(Args, Debug, Default)]

@@ -7,7 +7,8 @@ use std::process::Command;
 /// Debian packages: LLVM 22 for bpf-linker; iproute2, tshark, tcpreplay, bpftool, ping, curl
 /// and openssl for tests; prometheus (with promtool) for the rules and the scrape test; systemd
 /// for `systemd-analyze` (the unit is checked, never started); pmacct, the real sFlow exporter
-/// of the sFlow collector's tests.
+/// of the sFlow collector's tests; chromium, the browser the HTML report's test drives; tmux,
+/// the terminal `rocemon top`'s test draws in.
 const APT: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -25,6 +26,7 @@ const APT: &[&str] = &[
     "chromium",
     "time",
     "pmacct",
+    "tmux",
 ];
 /// The Debian root that `tests/systemd.rs` boots with systemd-nspawn (kept between runs).
 pub const TEST_ROOT: &str = "/var/cache/rocemon/debian-bookworm";

@@ -1,4 +1,5 @@
-//! The commands that wire the pipeline: `rocemon run` ([`run`], [`run_links`], [`run_reload`], [`run_rhythm`]), `rocemon analyze` ([`analyze`]) and `rocemon top` ([`top`]).
+//! The commands that wire the pipeline: `rocemon run` ([`run`], [`run_links`], [`run_reload`], [`run_rhythm`]), `rocemon analyze` ([`analyze`]) and `rocemon top` ([`top`]: [`top_rows`] read from the API, drawn by [`top_tui`] or
+//! [`top_plain`]).
 
 pub mod analyze;
 pub mod run;
@@ -7,3 +8,6 @@ pub mod run_links;
 pub mod run_reload;
 pub mod run_rhythm;
 pub mod top;
+pub mod top_plain;
+pub mod top_rows;
+pub mod top_tui;

@@ -24,6 +24,9 @@ pub struct Sample {
     pub rx_packets: u64,
     pub rx_ce: u64,
     pub rx_cnp: u64,
+    /// RoCE frame bytes received (ingress hooks) and sent (egress hooks).
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
     /// Sent (tc egress): CNPs, and whether an egress hook counts at all.
     pub tx_cnp: u64,
     pub egress: bool,
@@ -46,7 +49,9 @@ impl Sample {
             self.rx_packets += roce.saturating_sub(c.cnp_packets);
             self.rx_ce += c.ecn_packets[3];
             self.rx_cnp += c.cnp_packets;
+            self.rx_bytes += c.roce_bytes();
         } else {
+            self.tx_bytes += c.roce_bytes();
             self.tx_cnp += c.cnp_packets;
             self.egress = true;
         }
@@ -60,12 +65,14 @@ impl Sample {
         }
     }
 
-    fn minus(&self, o: &Sample) -> Sample {
+    pub fn minus(&self, o: &Sample) -> Sample {
         let d = |a: u64, b: u64| a.saturating_sub(b);
         Sample {
             rx_packets: d(self.rx_packets, o.rx_packets),
             rx_ce: d(self.rx_ce, o.rx_ce),
             rx_cnp: d(self.rx_cnp, o.rx_cnp),
+            rx_bytes: d(self.rx_bytes, o.rx_bytes),
+            tx_bytes: d(self.tx_bytes, o.tx_bytes),
             tx_cnp: d(self.tx_cnp, o.tx_cnp),
             egress: self.egress,
             psn_gaps: d(self.psn_gaps, o.psn_gaps),
@@ -115,6 +122,8 @@ pub struct LiveFindings {
     events: Vec<(Finding, f64)>,
     /// The senders' reaction to CNPs.
     reaction: super::live_reaction::LiveReaction,
+    /// The host's rates over the last poll.
+    pub totals: super::live_totals::Totals,
 }
 
 /// A slow training step found on an interface's ring.
@@ -154,6 +163,7 @@ impl LiveFindings {
     pub fn poll(&mut self, p: &Poll<'_>) -> (Vec<Finding>, Vec<Finding>) {
         let mut now: Vec<Finding> = Vec::new();
         let span = (p.now_s - WINDOW_S, p.now_s);
+        let mut totals = super::live_totals::Totals::default();
         for (iface, sample, speed) in &p.ifaces {
             let Some(s) = sample else {
                 self.history.remove(*iface);
@@ -218,6 +228,7 @@ impl LiveFindings {
                 let dt = p.now_s - tp;
                 let name = iface.to_string();
                 let delta = s.minus(&ps);
+                totals.add(&delta, dt, *speed);
                 for prio in 0..PRIORITIES {
                     let key = (name.clone(), prio);
                     if dt > 0.0 && delta.paused_seconds(prio, *speed) >= 0.9 * dt {
@@ -277,7 +288,10 @@ impl LiveFindings {
             p.shared_5tuples.1.as_deref(),
             (p.now_s, p.now_s),
         ));
-        self.settle(now, p.now_s)
+        let settled = self.settle(now, p.now_s);
+        totals.findings_active = self.open.len();
+        self.totals = totals;
+        settled
     }
 
     /// A slow step and its causes ([`super::slow_steps`]) from the interface's counters

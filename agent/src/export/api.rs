@@ -121,8 +121,30 @@ pub struct ApiView {
     pub training: TrainingDoc,
     /// Active and recently closed findings (`/api/v1/findings`).
     pub findings: crate::detect::live_findings::FindingsView,
+    /// The host at a glance (`/api/v1/summary`).
+    pub summary: Summary,
     /// A poll has been made (`/readyz`).
     pub ready: bool,
+}
+
+/// The host at a glance (`/api/v1/summary`): the last poll's rates and shares, the flows and
+/// elephants held, the active findings.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    #[serde(flatten)]
+    pub totals: crate::detect::live_totals::Totals,
+    pub flows: usize,
+    pub elephants: usize,
+}
+
+impl Summary {
+    pub fn new(totals: &crate::detect::live_totals::Totals, flows: &FlowsDoc) -> Summary {
+        Summary {
+            totals: totals.clone(),
+            flows: flows.flows_total,
+            elephants: flows.elephants_total,
+        }
+    }
 }
 
 /// The training rhythm of every watched interface (`/api/v1/training`), as last detected.
@@ -207,6 +229,7 @@ pub fn build(
         sflow: None,
         training: TrainingDoc::default(),
         findings: Default::default(),
+        summary: Summary::default(),
         ready: true,
     }
 }

@@ -114,6 +114,13 @@ async fn findings(State(s): State<Shared>) -> Response {
     }
 }
 
+async fn summary(State(s): State<Shared>) -> Response {
+    match s.api.lock() {
+        Ok(api) => Json(api.summary.clone()).into_response(),
+        Err(_) => internal("api lock poisoned"),
+    }
+}
+
 /// Liveness: the agent serves, and its state is not poisoned by a panic.
 async fn healthz(State(s): State<Shared>) -> Response {
     match (s.metrics.lock(), s.api.lock()) {
@@ -136,7 +143,7 @@ async fn readyz(State(s): State<Shared>) -> Response {
 }
 
 async fn index() -> &'static str {
-    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n/api/v1/findings  what the counts mean: active and recently closed findings (JSON)\n/healthz       200 while the agent serves\n/readyz        200 once the first poll is made, 503 before\n"
+    "rocemon: RoCEv2 telemetry.\n/metrics       Prometheus metrics\n/api/v1/flows  top flows (JSON; ?limit=N)\n/api/v1/ecmp   ECMP groups, predicted paths, shared 5-tuples (JSON)\n/api/v1/lossless  PFC, PAUSE, RoCE by DSCP and priority, lossy RoCE, NIC pause counters (JSON)\n/api/v1/sflow  the sFlow collector: agents, samples, estimates, switch ports, flows (JSON)\n/api/v1/training  the training rhythm per interface: step period, duty, slow steps, last steps (JSON)\n/api/v1/findings  what the counts mean: active and recently closed findings (JSON)\n/api/v1/summary  the host at a glance: RoCE bits/s, CE share, CNPs/s, paused share, findings (JSON)\n/healthz       200 while the agent serves\n/readyz        200 once the first poll is made, 503 before\n"
 }
 
 /// Basic authentication state: the users, the `Authorization` values already verified and
@@ -326,6 +333,7 @@ fn app(shared: Shared, web: &WebSettings) -> Router {
         .route("/api/v1/sflow", get(sflow))
         .route("/api/v1/training", get(training))
         .route("/api/v1/findings", get(findings))
+        .route("/api/v1/summary", get(summary))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/", get(index))

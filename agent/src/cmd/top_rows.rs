@@ -1,0 +1,283 @@
+//! What `rocemon top` shows, read once from the agent's API documents, for both of its
+//! outputs (the plain text of `--once` and pipes, [`super::top_plain`]; the terminal UI,
+//! [`super::top_tui`]): the header's totals, the flow rows and their sort orders.
+
+use crate::detect::findings::bits_per_second;
+use serde_json::Value;
+
+/// The agent's API documents one screen shows (Null: the agent has no such document: an
+/// older agent, or no sFlow collector).
+#[derive(Clone, Debug, Default)]
+pub struct Docs {
+    pub flows: Value,
+    pub ecmp: Value,
+    pub lossless: Value,
+    pub sflow: Value,
+    pub training: Value,
+    pub summary: Value,
+    pub findings: Value,
+}
+
+/// A number of a JSON document (0 where absent).
+pub fn n(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// What the agent holds: flows, elephants, active findings.
+pub fn counts_line(d: &Docs) -> String {
+    let findings = match d.summary["findings_active"].as_f64() {
+        Some(f) => format!(", {f} findings"),
+        None => String::new(),
+    };
+    format!(
+        "{} flows, {} elephants{findings}",
+        n(&d.flows["flows_total"]),
+        n(&d.flows["elephants_total"])
+    )
+}
+
+/// What the host's RoCE does now, summed over its interfaces (fits 80 columns).
+pub fn rates_line(d: &Docs) -> String {
+    let s = &d.summary;
+    if !s.is_object() || n(&s["interfaces"]) == 0.0 {
+        return "rates after the agent's second poll".into();
+    }
+    let ce = match s["ce_ratio"].as_f64() {
+        Some(r) => format!("{:.1}%", r * 100.0),
+        None => "-".into(),
+    };
+    format!(
+        "RoCE rx {}  tx {}  CE {ce}  CNP {:.0}/s  PFC paused {:.0}%",
+        bits_per_second(n(&s["rx_bits_per_second"]) / 8.0),
+        bits_per_second(n(&s["tx_bits_per_second"]) / 8.0),
+        n(&s["cnp_per_second"]),
+        n(&s["pfc_paused_ratio"]) * 100.0,
+    )
+}
+
+/// One flow of `/api/v1/flows`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlowRow {
+    pub elephant: bool,
+    pub iface: String,
+    pub src: String,
+    pub dst: String,
+    pub sport: u64,
+    pub dest_qp: u64,
+    pub bits_per_second: f64,
+    pub packets_per_second: f64,
+    pub ce: u64,
+    pub cnp: u64,
+    pub gaps: u64,
+    pub naks: u64,
+}
+
+impl FlowRow {
+    pub fn of(f: &Value) -> FlowRow {
+        let naks: f64 = f["naks"]
+            .as_object()
+            .map(|o| o.values().map(n).sum())
+            .unwrap_or(0.0)
+            + n(&f["rnr_naks"]);
+        FlowRow {
+            elephant: f["elephant"].as_bool().unwrap_or(false),
+            iface: f["iface"].as_str().unwrap_or("?").to_string(),
+            src: f["src"].as_str().unwrap_or("?").to_string(),
+            dst: f["dst"].as_str().unwrap_or("?").to_string(),
+            sport: n(&f["sport"]) as u64,
+            dest_qp: n(&f["dest_qp"]) as u64,
+            bits_per_second: n(&f["rate_bytes_per_second"]) * 8.0,
+            packets_per_second: n(&f["rate_packets_per_second"]),
+            ce: n(&f["ecn_ce"]) as u64,
+            cnp: n(&f["cnp"]) as u64,
+            gaps: n(&f["psn_gaps"]) as u64,
+            naks: naks as u64,
+        }
+    }
+
+    /// Source and destination: IPv6 addresses in brackets so the arrow stays readable.
+    pub fn path(&self) -> String {
+        let a = |s: &str| {
+            if s.contains(':') {
+                format!("[{s}]")
+            } else {
+                s.to_string()
+            }
+        };
+        format!("{} -> {}", a(&self.src), a(&self.dst))
+    }
+
+    pub fn qp(&self) -> String {
+        format!("0x{:06x}", self.dest_qp)
+    }
+
+    pub fn rate(&self) -> String {
+        bits_per_second(self.bits_per_second / 8.0)
+    }
+}
+
+/// The flows of a document, in the agent's order (by smoothed rate).
+pub fn flow_rows(d: &Docs) -> Vec<FlowRow> {
+    d.flows["flows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(FlowRow::of)
+        .collect()
+}
+
+/// The flow table's sort keys, in the order the `s` key steps through them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sort {
+    #[default]
+    Rate,
+    Packets,
+    Ce,
+    Cnp,
+    Gaps,
+    Naks,
+    Iface,
+}
+
+impl Sort {
+    pub const ALL: [Sort; 7] = [
+        Sort::Rate,
+        Sort::Packets,
+        Sort::Ce,
+        Sort::Cnp,
+        Sort::Gaps,
+        Sort::Naks,
+        Sort::Iface,
+    ];
+
+    pub fn next(self) -> Sort {
+        let i = Sort::ALL.iter().position(|s| *s == self).unwrap_or(0);
+        Sort::ALL[(i + 1) % Sort::ALL.len()]
+    }
+
+    /// The column's heading (with its unit).
+    pub fn heading(self) -> &'static str {
+        match self {
+            Sort::Rate => "RATE b/s",
+            Sort::Packets => "PKT/s",
+            Sort::Ce => "CE pkts",
+            Sort::Cnp => "CNP pkts",
+            Sort::Gaps => "PSN GAPS",
+            Sort::Naks => "NAKS",
+            Sort::Iface => "IFACE",
+        }
+    }
+
+    /// Sorts `rows`: numbers highest first, interfaces by name (`reverse` turns either).
+    pub fn apply(self, rows: &mut [FlowRow], reverse: bool) {
+        let num = |r: &FlowRow| match self {
+            Sort::Rate => r.bits_per_second,
+            Sort::Packets => r.packets_per_second,
+            Sort::Ce => r.ce as f64,
+            Sort::Cnp => r.cnp as f64,
+            Sort::Gaps => r.gaps as f64,
+            Sort::Naks => r.naks as f64,
+            Sort::Iface => 0.0,
+        };
+        rows.sort_by(|a, b| {
+            let o = match self {
+                Sort::Iface => a.iface.cmp(&b.iface),
+                _ => num(b).total_cmp(&num(a)),
+            };
+            if reverse {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(iface: &str, bps: f64, ce: u64) -> FlowRow {
+        FlowRow {
+            iface: iface.into(),
+            bits_per_second: bps,
+            ce,
+            ..FlowRow::default()
+        }
+    }
+
+    #[test]
+    fn sorts_numbers_highest_first() {
+        let mut r = vec![row("a", 1.0, 5), row("b", 3.0, 1), row("c", 2.0, 9)];
+        Sort::Rate.apply(&mut r, false);
+        assert_eq!(
+            r.iter().map(|r| r.iface.as_str()).collect::<String>(),
+            "bca"
+        );
+        Sort::Ce.apply(&mut r, false);
+        assert_eq!(
+            r.iter().map(|r| r.iface.as_str()).collect::<String>(),
+            "cab"
+        );
+    }
+
+    #[test]
+    fn reverse_turns_the_order() {
+        let mut r = vec![row("b", 1.0, 0), row("a", 3.0, 0), row("c", 2.0, 0)];
+        Sort::Iface.apply(&mut r, false);
+        assert_eq!(
+            r.iter().map(|r| r.iface.as_str()).collect::<String>(),
+            "abc"
+        );
+        Sort::Iface.apply(&mut r, true);
+        assert_eq!(
+            r.iter().map(|r| r.iface.as_str()).collect::<String>(),
+            "cba"
+        );
+    }
+
+    #[test]
+    fn the_sort_key_cycles_through_every_column() {
+        let mut s = Sort::Rate;
+        for _ in 0..Sort::ALL.len() {
+            s = s.next();
+        }
+        assert_eq!(s, Sort::Rate);
+    }
+
+    #[test]
+    fn ipv6_ends_are_bracketed() {
+        let r = FlowRow {
+            src: "fd00::1".into(),
+            dst: "10.0.0.2".into(),
+            ..FlowRow::default()
+        };
+        assert_eq!(r.path(), "[fd00::1] -> 10.0.0.2");
+    }
+
+    #[test]
+    fn the_header_says_the_totals_with_units() {
+        let d = Docs {
+            flows: serde_json::json!({"flows_total": 3, "elephants_total": 1}),
+            summary: serde_json::json!({"interfaces": 1, "rx_bits_per_second": 2.5e9,
+                "tx_bits_per_second": 1e6, "ce_ratio": 0.031, "cnp_per_second": 120.0,
+                "pfc_paused_ratio": 0.25, "findings_active": 2}),
+            ..Docs::default()
+        };
+        assert_eq!(
+            rates_line(&d),
+            "RoCE rx 2.5 Gb/s  tx 1.0 Mb/s  CE 3.1%  CNP 120/s  PFC paused 25%"
+        );
+        assert_eq!(counts_line(&d), "3 flows, 1 elephants, 2 findings");
+    }
+
+    #[test]
+    fn before_two_polls_the_header_says_so() {
+        let d = Docs {
+            flows: serde_json::json!({"flows_total": 0, "elephants_total": 0}),
+            summary: serde_json::json!({"interfaces": 0}),
+            ..Docs::default()
+        };
+        assert!(rates_line(&d).contains("after the agent's second poll"));
+    }
+}

@@ -1,0 +1,232 @@
+//! `rocemon top` as a person sees it: the terminal UI in a real terminal (tmux), against a
+//! live agent on one end of a veth pair that receives RoCE (IPv4 and IPv6 flows with CE
+//! marks and CNPs, replayed in a loop). At 80x24 and after a resize to 200x50: the header with
+//! the totals, the tabs, the flow table with its units, the keys on the last line, every line
+//! within the width; keys sort, switch views and quit. What the screen shows is checked
+//! against the agent's own API at the same time (the rendering is the subject here; the
+//! counts are checked against tshark elsewhere).
+
+use rocemon_testkit::fixture::Fixture;
+use rocemon_testkit::netns::{http_get_in, run_args, Agent, VethPair};
+use rocemon_testkit::{fixtures, may_run, TempDir};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const ADDR: &str = "127.0.0.1:9442";
+/// The flows `top` asks for (`--limit`).
+const LIMIT: usize = 30;
+
+/// A tmux server of the test's own (its own socket), killed on every way out.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new() -> Tmux {
+        Tmux {
+            socket: format!("rocemon-top-{}", rocemon_testkit::netns::unique_tag()),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    /// The pane's text, one string per row.
+    fn screen(&self) -> Vec<String> {
+        let out = self.cmd(&["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn format(&self, f: &str) -> String {
+        let out = self.cmd(&["display-message", "-p", "-t", "top", f]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Waits (generously) until the screen satisfies `ok`; panics with the last screen.
+    fn wait(&self, what: &str, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let t = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{what}: not on the screen after 60 s:\n{}",
+                s.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+/// A replay that loops until dropped.
+struct Replay(Child);
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn api(ns: &str, path: &str) -> serde_json::Value {
+    let (status, body) = http_get_in(ns, ADDR, path).expect("GET");
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+fn fits(s: &[String], width: usize, height: usize) {
+    assert_eq!(s.len(), height, "rows:\n{}", s.join("\n"));
+    for l in s {
+        assert!(
+            l.chars().count() <= width,
+            "a line wider than {width}: {l:?}"
+        );
+    }
+}
+
+#[test]
+fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let has_tmux = Command::new("tmux").arg("-V").output().is_ok();
+    if !may_run(has_tmux, "tmux is not installed (cargo xtask setup)") {
+        return;
+    }
+    let dir = TempDir::new("rocemon-top-tui").unwrap();
+    let files: Vec<String> = [fixtures::rc_ipv4(), fixtures::mixed_ipv6_vlan()]
+        .iter()
+        .map(|f: &Fixture| f.write(dir.path()).unwrap().display().to_string())
+        .collect();
+    let pair = VethPair::new("rt").unwrap();
+    let mut agent = Agent::start(&pair.ns_a, BIN, &run_args(&pair.a_if, ADDR, "200")).unwrap();
+    agent.wait_ready(&pair.ns_a, ADDR).unwrap();
+    let mut replay = vec!["netns", "exec", &pair.ns_b, "tcpreplay", "-q"];
+    replay.extend(["--loop", "0", "--pps", "400", "-i", &pair.b_if]);
+    replay.extend(files.iter().map(String::as_str));
+    let _replay = Replay(
+        Command::new("ip")
+            .args(&replay)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start tcpreplay"),
+    );
+
+    let tmux = Tmux::new();
+    let top = format!(
+        "ip netns exec {} {BIN} top --addr {ADDR} --interval 0.5 --limit {LIMIT}",
+        pair.ns_a
+    );
+    let out = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        &top,
+    ]);
+    assert!(out.status.success(), "tmux: {out:?}");
+    tmux.cmd(&["set-option", "-t", "top", "remain-on-exit", "on"]);
+
+    // 80x24: the header's totals once the agent has rates, an IPv6 flow, the keys.
+    let s = tmux.wait("totals, an IPv6 flow and the keys at 80x24", |s| {
+        s.len() == 24
+            && s[1].contains("RoCE rx")
+            && !s[1].contains("rx 0.0 b/s")
+            && s.iter().any(|l| l.contains("[fd"))
+            && s[23].starts_with("q quit")
+    });
+    fits(&s, 80, 24);
+    assert!(s[0].starts_with("rocemon top"), "{}", s.join("\n"));
+    assert!(
+        s[2].contains("1 Flows") && s[2].contains("6 Switches"),
+        "{s:#?}"
+    );
+    assert!(
+        s[3].contains("RATE b/s") && s[3].contains("PKT/s") && s[3].contains("CE pkts"),
+        "units in the column names: {s:#?}"
+    );
+    let flows = api(&pair.ns_a, "/api/v1/flows");
+    let total = flows["flows_total"].as_u64().unwrap();
+    assert!(total > 0);
+    assert!(
+        s[0].contains(&format!("{total} flows")),
+        "the header's flow count is the agent's ({total}): {s:#?}"
+    );
+    // As many flow rows as asked for and held, where the body has room (24 rows: 4 above,
+    // 1 below).
+    let rows = s[4..23].iter().filter(|l| l.contains(" -> ")).count();
+    assert_eq!(rows, (total as usize).min(LIMIT).min(19), "{s:#?}");
+
+    // 200x50: more columns, more rows, the keys still on the last line.
+    tmux.cmd(&["resize-window", "-t", "top", "-x", "200", "-y", "50"]);
+    let s = tmux.wait("the wide columns at 200x50", |s| {
+        s.len() == 50 && s[3].contains("SPORT") && s[3].contains("PSN GAPS")
+    });
+    fits(&s, 200, 50);
+    assert!(s[49].starts_with("q quit"), "{s:#?}");
+    let rows = s[4..49].iter().filter(|l| l.contains(" -> ")).count();
+    assert_eq!(rows, (total as usize).min(LIMIT).min(45), "{s:#?}");
+
+    // Keys: sort by the next column, another view, quit.
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    tmux.wait("sorted by packets", |s| {
+        s.last().is_some_and(|l| l.contains("sort: PKT/s")) && s[3].contains("PKT/s ↓")
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "4"]);
+    tmux.wait("the lossless view", |s| {
+        s.iter()
+            .any(|l| l.starts_with("LOSSLESS ") || l.contains("Nothing to show"))
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let t = Instant::now();
+    while tmux.format("#{pane_dead}") != "1" {
+        assert!(t.elapsed() < Duration::from_secs(30), "q did not quit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(tmux.format("#{pane_dead_status}"), "0", "top's exit status");
+    let _ = agent.stop_ok();
+}
+
+#[test]
+fn once_prints_one_plain_screen_for_scripts() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let pair = VethPair::new("ro").unwrap();
+    let mut agent = Agent::start(&pair.ns_a, BIN, &run_args(&pair.a_if, ADDR, "200")).unwrap();
+    agent.wait_ready(&pair.ns_a, ADDR).unwrap();
+    let out = pair
+        .exec(&pair.ns_a, BIN, &["top", "--addr", ADDR, "--once"])
+        .unwrap();
+    rocemon_testkit::assert_ok(&out, "top --once");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("rocemon top: "), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no escapes in plain output: {text:?}"
+    );
+    assert!(text.contains("RATE b/s"), "{text}");
+    let _ = agent.stop_ok();
+}
