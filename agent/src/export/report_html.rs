@@ -10,7 +10,8 @@ use agent_common::opcode::OpClass;
 use std::fmt::Write as _;
 
 pub(crate) use super::report_html_charts::{
-    bytes, count, duration, esc, line_chart, table, table_html, with_spans, Axes, W,
+    bytes, count, duration, esc, line_chart, rate, table, table_html, with_spans, Axes,
+    SORT_SCRIPT, W,
 };
 
 const COLORS: [&str; OpClass::COUNT] = [
@@ -49,7 +50,15 @@ fn findings(s: &mut String, findings: &[crate::detect::findings::Finding]) {
             Severity::Warning => "#b26a00",
             Severity::Info => "#555",
         };
-        let evidence: Vec<String> = f.evidence.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        // Fractions to four decimals: evidence for a person, not a float dump.
+        let evidence: Vec<String> = f
+            .evidence
+            .iter()
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if v.is_f64() && x.fract() != 0.0 => format!("{k} {x:.4}"),
+                _ => format!("{k} {v}"),
+            })
+            .collect();
         let _ = write!(
             s,
             "<tr><td style=\"color:{colour};font-weight:600\">{}</td><td><a href=\"{}\">{}</a></td><td>{:.3} - {:.3}</td><td style=\"text-align:left\">{}</td><td style=\"text-align:left;font-size:12px\">{}</td></tr>",
@@ -77,21 +86,21 @@ pub fn render(report: &Report, timeline: &Timeline, inputs: &[String], top: usiz
 body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:980px}}
 h1{{font-size:22px}}h2{{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}}
 table{{border-collapse:collapse;margin:8px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}}
-th{{background:#f6f6f6}}td:first-child,th:first-child{{text-align:left}}
+th{{background:#f6f6f6}}table.sortable th{{cursor:pointer;white-space:nowrap}}th[aria-sort=ascending]::after{{content:" \25B2"}}th[aria-sort=descending]::after{{content:" \25BC"}}td:first-child,th:first-child{{text-align:left}}
 .ax{{font-size:11px;fill:#555}}figure{{margin:8px 0}}figcaption{{font-weight:600}}
 .legend span{{margin-right:14px;font-size:12px}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
-.kpi td:last-child{{font-weight:600}}
+.kpi td:last-child{{font-weight:600}}table.findings th,table.findings td{{text-align:left}}
 table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:auto}}
-@media (max-width:600px){{body{{margin:8px;font-size:13px}}td,th{{padding:2px 5px}}}}
+@media (max-width:600px){{body{{margin:8px;font-size:13px}}td,th{{padding:2px 5px}}table.findings tr:first-child{{display:none}}table.findings,table.findings tr,table.findings td{{display:block;text-align:left!important}}table.findings tr{{border-bottom:1px solid #ccc;padding:4px 0}}table.findings td{{border:0}}}}
 @media print{{body{{max-width:none}}table{{display:table}}}}
 </style></head><body>"#,
         esc(&inputs.join(", "))
     );
     let _ = write!(
         s,
-        "<h1>rocemon report</h1><p>{} over {:.6} s</p>",
+        "<h1>rocemon report</h1><p>{} over {}</p>",
         esc(&inputs.join(", ")),
-        r.duration_seconds
+        crate::detect::findings::duration(r.duration_seconds)
     );
     findings(&mut s, &r.findings);
     s.push_str("<h2>Totals</h2>");
@@ -113,7 +122,10 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
             count(r.flows_evicted.flows),
         ));
     }
-    s.push_str(&table_html(&["", "count"], &totals).replace("<table>", "<table class=\"kpi\">"));
+    s.push_str(
+        &table_html(&["", "count"], &totals)
+            .replace("<table class=\"sortable\">", "<table class=\"kpi\">"),
+    );
 
     // Throughput by operation class.
     let series: Vec<(&str, &str, Vec<f64>)> = OpClass::ALL
@@ -285,19 +297,19 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
         .take(n)
         .map(|f| {
             vec![
-                format!("{} → {}", f.src, f.dst),
+                esc(&format!("{} → {}", f.src, f.dst)),
                 f.sport.to_string(),
                 format!("0x{:x}", f.dest_qp),
-                f.packets.to_string(),
-                f.bytes.to_string(),
-                crate::detect::findings::bits_per_second(f.mean_bytes_per_second),
-                f.ecn_ce.to_string(),
-                f.cnp.to_string(),
-                f.psn_gaps.to_string(),
+                count(f.packets),
+                bytes(f.bytes),
+                rate(f.mean_bytes_per_second),
+                count(f.ecn_ce),
+                count(f.cnp),
+                count(f.psn_gaps),
             ]
         })
         .collect();
-    s.push_str(&table(
+    s.push_str(&table_html(
         &[
             "flow",
             "sport",
@@ -373,7 +385,9 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
             .map(|(k, v)| kpi(&format!("malformed: {k}"), v.to_string())),
     );
     s.push_str(&table(&["outcome", "frames"], &rows));
-    s.push_str("<p>Made by rocemon analyze.</p></body></html>\n");
+    s.push_str("<p>Made by rocemon analyze.</p>");
+    s.push_str(SORT_SCRIPT);
+    s.push_str("</body></html>\n");
     s
 }
 

@@ -157,6 +157,53 @@ pub(crate) fn bytes(n: u64) -> String {
     )
 }
 
+/// A network rate in bits per second as a person reads it (12.3 Mb/s), the exact number on
+/// hover. The cell is HTML.
+pub(crate) fn rate(bytes_per_second: f64) -> String {
+    format!(
+        r#"<span title="{} b/s">{}</span>"#,
+        count((bytes_per_second * 8.0).round() as u64),
+        crate::detect::findings::bits_per_second(bytes_per_second)
+    )
+}
+
+/// Makes every `table.sortable` sortable by a click (or Enter) on a column heading: numbers by
+/// value (a cell's exact value on hover where it has one, so 1.2 GB sorts above 900 MB; hex
+/// QPs by value), text by the reader's collation; a second click reverses. Inline, so the page
+/// stays one file with no network access.
+pub(crate) const SORT_SCRIPT: &str = r#"<script>
+(function(){
+function key(c){
+  var t=c.querySelector('[title]'), s=(t?t.getAttribute('title'):c.textContent).trim();
+  if(/^0x[0-9a-f]+$/i.test(s)) return parseInt(s,16);
+  var m=s.replace(/,/g,'').match(/^-?\d+(\.\d+)?(e[+-]?\d+)?/i);
+  return m?parseFloat(m[0]):s.toLowerCase();
+}
+function cmp(a,b){
+  if(typeof a==='number'&&typeof b==='number') return a-b;
+  if(typeof a==='number') return -1;
+  if(typeof b==='number') return 1;
+  return a.localeCompare(b);
+}
+document.querySelectorAll('table.sortable').forEach(function(t){
+  var hs=t.tHead?t.tHead.rows[0].cells:[];
+  Array.prototype.forEach.call(hs,function(th,i){
+    th.tabIndex=0;th.title='sort by this column';
+    function go(){
+      var asc=th.getAttribute('aria-sort')!=='ascending';
+      Array.prototype.forEach.call(hs,function(h){h.removeAttribute('aria-sort');});
+      th.setAttribute('aria-sort',asc?'ascending':'descending');
+      var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows);
+      rows.sort(function(x,y){var d=cmp(key(x.cells[i]),key(y.cells[i]));return asc?d:-d;});
+      rows.forEach(function(r){b.appendChild(r);});
+    }
+    th.addEventListener('click',go);
+    th.addEventListener('keydown',function(e){if(e.key==='Enter')go();});
+  });
+});
+})();
+</script>"#;
+
 /// A time on the x axis: seconds, with the precision the span needs.
 fn seconds(t: f64) -> String {
     if t == 0.0 {
@@ -230,7 +277,7 @@ pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
 /// A table whose cells are HTML already (numbers rocemon formatted, with their exact value
 /// on hover).
 pub(crate) fn table_html(head: &[&str], rows: &[Vec<String>]) -> String {
-    let mut t = String::from("<table><thead><tr>");
+    let mut t = String::from("<table class=\"sortable\"><thead><tr>");
     for h in head {
         let _ = write!(t, "<th>{}</th>", esc(h));
     }
