@@ -46,11 +46,6 @@ impl Tmux {
             .collect()
     }
 
-    fn format(&self, f: &str) -> String {
-        let out = self.cmd(&["display-message", "-p", "-t", "top", f]);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
     /// Waits (generously) until the screen satisfies `ok`; panics with the last screen.
     fn wait(&self, what: &str, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
         let t = Instant::now();
@@ -115,6 +110,10 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
         .iter()
         .map(|f: &Fixture| f.write(dir.path()).unwrap().display().to_string())
         .collect();
+    let started_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let pair = VethPair::new("rt").unwrap();
     let mut agent = Agent::start(&pair.ns_a, BIN, &run_args(&pair.a_if, ADDR, "200")).unwrap();
     agent.wait_ready(&pair.ns_a, ADDR).unwrap();
@@ -131,9 +130,12 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     );
 
     let tmux = Tmux::new();
+    // top's exit status lands in a file when it ends.
+    let status = dir.path().join("status");
     let top = format!(
-        "ip netns exec {} {BIN} top --addr {ADDR} --interval 0.5 --limit {LIMIT}",
-        pair.ns_a
+        "ip netns exec {} {BIN} top --addr {ADDR} --interval 0.5 --limit {LIMIT}; echo $? > {}",
+        pair.ns_a,
+        status.display()
     );
     let out = tmux.cmd(&[
         "new-session",
@@ -147,7 +149,6 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
         &top,
     ]);
     assert!(out.status.success(), "tmux: {out:?}");
-    tmux.cmd(&["set-option", "-t", "top", "remain-on-exit", "on"]);
 
     // 80x24: the header's totals once the agent has rates, an IPv6 flow, the keys.
     let s = tmux.wait("totals, an IPv6 flow and the keys at 80x24", |s| {
@@ -170,6 +171,24 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     let flows = api(&pair.ns_a, "/api/v1/flows");
     let total = flows["flows_total"].as_u64().unwrap();
     assert!(total > 0);
+    // The API's times are Unix time (the kernel's clock is since boot) and its QPs are also
+    // written in hex, as the metrics' labels.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    for f in flows["flows"].as_array().unwrap() {
+        let first = f["first_seen_ns"].as_u64().unwrap();
+        assert!(
+            first >= started_ns && first <= now_ns + 1_000_000_000,
+            "first seen {first} not between the test's start {started_ns} and now {now_ns}"
+        );
+        let qp = f["dest_qp"].as_u64().unwrap();
+        assert_eq!(f["dest_qp_hex"], format!("0x{qp:x}"));
+    }
+    let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
+    let empty: Vec<&str> = metrics.lines().filter(|l| l.contains("=\"\"")).collect();
+    assert!(empty.is_empty(), "series with an empty label: {empty:#?}");
     assert!(
         s[0].contains(&format!("{total} flows")),
         "the header's flow count is the agent's ({total}): {s:#?}"
@@ -201,11 +220,15 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     });
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
     let t = Instant::now();
-    while tmux.format("#{pane_dead}") != "1" {
+    let code = loop {
+        match std::fs::read_to_string(&status) {
+            Ok(s) if s.ends_with('\n') => break s,
+            _ => {}
+        }
         assert!(t.elapsed() < Duration::from_secs(30), "q did not quit");
         std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(tmux.format("#{pane_dead_status}"), "0", "top's exit status");
+    };
+    assert_eq!(code.trim(), "0", "top's exit status");
     let _ = agent.stop_ok();
 }
 

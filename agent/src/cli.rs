@@ -118,25 +118,28 @@ pub struct RunArgs {
     /// Interface to watch (repeat for several).
     #[arg(long = "iface", short = 'i', value_name = "IF")]
     pub ifaces: Vec<String>,
-    /// XDP attach mode: auto tries native (driver) mode and falls back to skb (generic).
+    /// XDP attach mode: auto tries native (driver) mode and falls back to skb (generic)
+    /// (default: auto).
     #[arg(long, value_enum)]
     pub xdp_mode: Option<XdpModeArg>,
-    /// Hooks to attach, comma-separated: xdp, tc-ingress, tc-egress.
+    /// Hooks to attach, comma-separated: xdp, tc-ingress, tc-egress (default: xdp,tc-egress;
+    /// none with --capture afxdp).
     #[arg(long, value_delimiter = ',')]
     pub hooks: Option<Vec<String>>,
-    /// Address for the HTTP endpoint (/metrics).
+    /// Address for the HTTP endpoint (/metrics) (default: 127.0.0.1:9442).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// TOML configuration file; flags given on the command line override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Per-flow metric series are exported for this many flows with the highest rates.
+    /// Per-flow metric series are exported for this many flows with the highest rates
+    /// (default: 20).
     #[arg(long, value_name = "K")]
     pub top_k: Option<usize>,
-    /// How often the kernel maps are read, in milliseconds.
+    /// How often the kernel maps are read, in milliseconds (default: 1000).
     #[arg(long, value_name = "MS")]
     pub poll_interval_ms: Option<u64>,
-    /// Entries of each kernel flow map, IPv4 and IPv6 (per interface).
+    /// Entries of each kernel flow map, IPv4 and IPv6 (per interface) (default: 16384).
     #[arg(long, value_name = "N")]
     pub flow_map_entries: Option<u32>,
     /// Entries of the IPv4 flow map alone (default: --flow-map-entries).
@@ -146,21 +149,22 @@ pub struct RunArgs {
     /// without IPv6 saves its memory).
     #[arg(long, value_name = "N")]
     pub flow_map_entries_ipv6: Option<u32>,
-    /// Print a one-line summary to stderr every N seconds (0: never).
+    /// Print a one-line summary to stderr every N seconds (0: never) (default: 0).
     #[arg(long, value_name = "SECONDS")]
     pub summary_every: Option<u64>,
     /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
-    /// (overrides elephant.threshold_bytes_per_second; default 100Mbit).
+    /// (overrides elephant.threshold_bytes_per_second) (default: 100Mbit).
     #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
     pub elephant_bps: Option<f64>,
-    /// Root of the sysfs tree for RDMA NIC counters.
+    /// Root of the sysfs tree for RDMA NIC counters (default: /sys).
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,
     /// Where RoCE frames are counted: maps (in the kernel) or afxdp (RoCE and mirror frames
-    /// are redirected to AF_XDP sockets and counted in userspace; for mirror collectors).
+    /// are redirected to AF_XDP sockets and counted in userspace; for mirror collectors)
+    /// (default: maps).
     #[arg(long, value_enum)]
     pub capture: Option<CaptureArg>,
-    /// AF_XDP socket mode: auto tries zero-copy and falls back to copy.
+    /// AF_XDP socket mode: auto tries zero-copy and falls back to copy (default: auto).
     #[arg(long, value_enum)]
     pub afxdp_mode: Option<crate::sources::afxdp::BindMode>,
     /// Do not pin maps and links: the programs detach and the counts end when rocemon exits.
@@ -186,16 +190,17 @@ pub struct RunArgs {
     /// cache in front of them (same counts; about 60 ns more per packet where the cache hits).
     #[arg(long)]
     pub no_flow_cache: bool,
-    /// The bpffs directory for pinned maps and links (default /sys/fs/bpf/rocemon).
+    /// The bpffs directory for pinned maps and links (default: /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// Web configuration file (Prometheus exporter style: tls_server_config, basic_auth_users).
     #[arg(long, value_name = "FILE")]
     pub web_config: Option<PathBuf>,
-    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides it).
+    /// Log level: error, warn, info, debug, trace (RUST_LOG overrides it) (default: info).
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Log format: auto (journal under systemd, else text), text, journal, json.
+    /// Log format: auto (journal under systemd, else text), text, journal, json (default:
+    /// auto).
     #[arg(long, value_enum)]
     pub log_format: Option<crate::logging::LogFormat>,
     /// Receive sFlow v5 from switches on this address (IP, or IP:PORT; port 6343 by default),

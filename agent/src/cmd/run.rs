@@ -404,7 +404,8 @@ fn poll(
     m.set_ecmp(&report, config.top_k);
     // The API view of this poll is in place before the metrics lock goes: a client that has
     // seen this poll's metrics never reads an older API view.
-    let mut view = api::build(table, &report, config, 1000);
+    let to_unix = crate::sources::maps::monotonic_to_unix_ns();
+    let mut view = api::build(table, &report, config, 1000, to_unix);
     view.lossless = lossless;
     view.findings = super::run_findings::update(
         findings,

@@ -108,7 +108,7 @@ impl FlowRow {
     }
 
     pub fn qp(&self) -> String {
-        format!("0x{:06x}", self.dest_qp)
+        format!("0x{:x}", self.dest_qp)
     }
 
     pub fn rate(&self) -> String {

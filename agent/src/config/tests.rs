@@ -209,3 +209,83 @@ paths = 4
         .to_string();
     assert!(e.contains("md5"), "{e}");
 }
+
+/// The `(default: X)` that `rocemon run --help` says for `flag` (its long name).
+fn help_default(flag: &str) -> String {
+    use clap::CommandFactory;
+    let cmd = crate::cli::Cli::command();
+    let run = cmd.find_subcommand("run").expect("run");
+    let arg = run
+        .get_arguments()
+        .find(|a| a.get_long() == Some(flag))
+        .unwrap_or_else(|| panic!("--{flag}"));
+    let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+    let at = help
+        .find("(default: ")
+        .unwrap_or_else(|| panic!("--{flag} says no default: {help}"));
+    let rest = &help[at + "(default: ".len()..];
+    rest[..rest.find(')').unwrap_or(rest.len())].to_string()
+}
+
+/// What `run --help` says is what an empty configuration gets (so the two cannot drift).
+#[test]
+fn run_help_says_the_defaults_a_configuration_gets() {
+    let c = Config::merge(FileConfig::default(), &args(&["eth0"])).unwrap();
+    let hooks: Vec<String> = c.hooks.iter().map(|h| h.name().replace('_', "-")).collect();
+    assert_eq!(
+        help_default("hooks").split(';').next(),
+        Some(hooks.join(",").as_str())
+    );
+    assert_eq!(help_default("listen"), c.listen.to_string());
+    assert_eq!(help_default("top-k"), c.top_k.to_string());
+    assert_eq!(
+        help_default("poll-interval-ms"),
+        c.poll_interval.as_millis().to_string()
+    );
+    assert_eq!(
+        help_default("flow-map-entries"),
+        c.flow_maps.ipv4.to_string()
+    );
+    assert_eq!(c.flow_maps.ipv4, c.flow_maps.ipv6);
+    assert_eq!(help_default("summary-every"), "0");
+    assert_eq!(c.summary_every, None);
+    assert_eq!(
+        crate::units::parse_rate(&help_default("elephant-bps")).unwrap() / 8.0,
+        c.elephant.threshold_bytes_per_second
+    );
+    assert_eq!(
+        help_default("sysfs-root"),
+        c.sysfs_root.display().to_string()
+    );
+    assert_eq!(help_default("pin-dir"), c.pin_dir.display().to_string());
+    assert_eq!(help_default("capture"), "maps");
+    assert!(c.afxdp.is_none());
+    assert_eq!(help_default("xdp-mode"), "auto");
+    assert_eq!(c.xdp_mode, XdpMode::Auto);
+    assert_eq!(help_default("log-format"), "auto");
+    assert_eq!(c.log_format, LogFormat::Auto);
+    assert_eq!(help_default("log-level"), "info");
+    assert_eq!(c.log_level, None, "None is info (main.rs)");
+}
+
+/// Every option of every subcommand that takes one value and has no fixed default says what
+/// happens without it, or is a file or address only given when wanted.
+#[test]
+fn every_run_option_with_a_value_says_its_default() {
+    use clap::CommandFactory;
+    let cmd = crate::cli::Cli::command();
+    let run = cmd.find_subcommand("run").expect("run");
+    // Given only when wanted: nothing happens without them.
+    let optional = ["config", "web-config", "sflow-listen", "iface"];
+    for a in run.get_arguments() {
+        let Some(long) = a.get_long() else { continue };
+        if !a.get_action().takes_values() || optional.contains(&long) {
+            continue;
+        }
+        let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+        assert!(
+            !a.get_default_values().is_empty() || help.contains("default"),
+            "--{long} says no default: {help}"
+        );
+    }
+}

@@ -182,12 +182,15 @@ impl TrainingDoc {
     }
 }
 
-/// Builds the API view from the flow table and the ECMP report (at most `limit` flows).
+/// Builds the API view from the flow table and the ECMP report (at most `limit` flows); the
+/// flows' first and last seen become Unix time by adding `to_unix_ns` (the live tables keep
+/// the kernel's monotonic clock).
 pub fn build(
     table: &FlowTable,
     ecmp_report: &EcmpReport,
     config: &Config,
     limit: usize,
+    to_unix_ns: u64,
 ) -> ApiView {
     let model = config.ecmp.hash.as_ref();
     let top = table.top_k(limit);
@@ -209,7 +212,7 @@ pub fn build(
                 iface,
                 direction: hook.direction(),
                 hook: hook.name(),
-                flow: Flow::from_entry(e),
+                flow: Flow::from_entry(e).shifted(to_unix_ns),
                 rate_packets_per_second: e.rate_packets,
                 group,
                 predicted_path: model.map(|m| m.path(&ecmp::fields(&e.key))),

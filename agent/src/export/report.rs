@@ -144,11 +144,14 @@ pub struct Flow {
     pub sport: u16,
     pub dport: u16,
     pub dest_qp: u32,
+    /// The destination QP as people and the metrics' labels write it (0x12).
+    pub dest_qp_hex: String,
     pub packets: u64,
     pub bytes: u64,
     pub ecn_ce: u64,
     pub cnp: u64,
     pub becn: u64,
+    /// Unix time, nanoseconds (live and offline).
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
     /// Smoothed current rate (live) or at the end of the capture (analyze).
@@ -193,6 +196,13 @@ pub fn naks(counts: &[u64; NAK_SLOTS]) -> Naks {
 }
 
 impl Flow {
+    /// The flow with its times moved by `ns` (the live tables' monotonic clock to Unix time).
+    pub fn shifted(mut self, ns: u64) -> Flow {
+        self.first_seen_ns += ns;
+        self.last_seen_ns += ns;
+        self
+    }
+
     pub fn from_entry(e: &FlowEntry) -> Flow {
         Flow {
             ip_version: e.key.ip_version,
@@ -201,6 +211,7 @@ impl Flow {
             sport: e.key.sport,
             dport: ROCEV2_UDP_PORT,
             dest_qp: e.key.dest_qp,
+            dest_qp_hex: format!("0x{:x}", e.key.dest_qp),
             packets: e.stats.packets,
             bytes: e.stats.bytes,
             ecn_ce: e.stats.ecn_ce,

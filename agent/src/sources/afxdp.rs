@@ -388,15 +388,7 @@ fn open_socket_with(
     })
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec; CLOCK_MONOTONIC is the kernel programs' clock too.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use super::maps::monotonic_ns;
 
 type Opened = Result<(RawFd, &'static str), String>;
 

@@ -191,15 +191,29 @@ fn merged(values: &[FlowStats], held: &[(usize, FlowStats)]) -> FlowStats {
     s
 }
 
-/// The kernel's monotonic clock in milliseconds (`bpf_ktime_get_ns` reads the same clock).
-pub fn monotonic_ms() -> u64 {
+/// The kernel's monotonic clock in nanoseconds (`bpf_ktime_get_ns` reads the same clock).
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: a valid timespec to write into.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The kernel's monotonic clock in milliseconds.
+pub fn monotonic_ms() -> u64 {
+    monotonic_ns() / 1_000_000
+}
+
+/// What to add to a time of the kernel's monotonic clock (a flow's first and last seen) to
+/// make it Unix time, nanoseconds: the API says times since the epoch, as `analyze` does.
+pub fn monotonic_to_unix_ns() -> u64 {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    unix.saturating_sub(monotonic_ns())
 }
 
 /// The resolution of the kernel's coarse monotonic clock (`bpf_ktime_get_coarse_ns` reads the

@@ -43,9 +43,9 @@ pub struct Metrics {
     flow_rate_packets: GaugeVec,
     flow_evictions: IntCounterVec,
     flow_elephant: GaugeVec,
-    flow_psn_gaps: GaugeVec,
-    flow_retransmits: GaugeVec,
-    flow_naks: GaugeVec,
+    flow_psn_gaps: IntCounterVec,
+    flow_retransmits: IntCounterVec,
+    flow_naks: IntCounterVec,
     psn_gaps: IntCounterVec,
     retransmits: IntCounterVec,
     naks: IntCounterVec,
@@ -285,9 +285,9 @@ impl Metrics {
             flow_rate_packets: gauge(&r, "rocemon_flow_rate_packets_per_second", "Smoothed packets per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
             flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows the kernel LRU flow map evicted (created minus still held).", &["iface"])?,
             flow_elephant: gauge(&r, "rocemon_flow_elephant", "1 when a top-K flow is an elephant, else 0.", FLOW)?,
-            flow_psn_gaps: gauge(&r, "rocemon_flow_psn_gaps", "Packets missing from a top-K flow's request sequence so far.", FLOW)?,
-            flow_retransmits: gauge(&r, "rocemon_flow_retransmits", "Retransmitted requests of a top-K flow so far.", FLOW)?,
-            flow_naks: gauge(&r, "rocemon_flow_naks", "NAKs (all codes, and RNR NAKs) received on a top-K flow so far.", FLOW)?,
+            flow_psn_gaps: counter(&r, "rocemon_flow_psn_gaps_total", "Packets missing from a top-K flow's request sequence since the flow was first seen (the series starts again when the flow re-enters the top K).", FLOW)?,
+            flow_retransmits: counter(&r, "rocemon_flow_retransmits_total", "Retransmitted requests of a top-K flow since it was first seen.", FLOW)?,
+            flow_naks: counter(&r, "rocemon_flow_naks_total", "NAKs (all codes, and RNR NAKs) received on a top-K flow since it was first seen.", FLOW)?,
             psn_gaps: counter(&r, "rocemon_psn_gaps_total", "Packets missing from RC/UC/XRC request sequences (PSN gaps).", HOOK)?,
             retransmits: counter(&r, "rocemon_retransmitted_packets_total", "Requests whose PSN was seen again (retransmissions).", HOOK)?,
             naks: counter(&r, "rocemon_naks_total", "NAKs by code (psn_sequence_error, invalid_request, remote_access_error, remote_operational_error, invalid_rd_request, reserved).", &with("code"))?,
@@ -382,10 +382,24 @@ impl Metrics {
         })
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The Prometheus text exposition of every metric. A label a series does not have (an
+    /// sFlow port's rhythm has no `iface`, an interface's no `agent`) is left out rather than
+    /// written empty: the same series to Prometheus, and no `iface=""` for a person.
     pub fn encode(&self) -> Result<String> {
+        let mut families = self.registry.gather();
+        for f in &mut families {
+            for m in f.mut_metric() {
+                let labels = m.take_label();
+                m.set_label(
+                    labels
+                        .into_iter()
+                        .filter(|l| !l.value().is_empty())
+                        .collect(),
+                );
+            }
+        }
         let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        TextEncoder::new().encode(&families, &mut buf)?;
         Ok(String::from_utf8(buf)?)
     }
 }

@@ -289,11 +289,13 @@ impl Metrics {
             &self.flow_rate_bytes,
             &self.flow_rate_packets,
             &self.flow_elephant,
-            &self.flow_psn_gaps,
-            &self.flow_retransmits,
-            &self.flow_naks,
         ] {
             g.reset();
+        }
+        // The flows' running totals as counters: set by resetting and adding the total (a
+        // flow that leaves the top K loses its series; back in, it starts from its total).
+        for c in [&self.flow_psn_gaps, &self.flow_retransmits, &self.flow_naks] {
+            c.reset();
         }
         for e in table.exported(top_k) {
             let hook = Hook::ALL
@@ -313,12 +315,12 @@ impl Metrics {
                 .set(e.elephant.elephant as u8 as f64);
             self.flow_psn_gaps
                 .with_label_values(&l)
-                .set(e.stats.psn_gaps as f64);
+                .inc_by(e.stats.psn_gaps);
             self.flow_retransmits
                 .with_label_values(&l)
-                .set(e.stats.retransmits as f64);
+                .inc_by(e.stats.retransmits);
             let naks: u64 = e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks;
-            self.flow_naks.with_label_values(&l).set(naks as f64);
+            self.flow_naks.with_label_values(&l).inc_by(naks);
         }
     }
 
