@@ -44,3 +44,90 @@ fn no_rust_file_is_over_600_lines() {
     }
     assert!(long.is_empty(), "over 600 lines: {long:?}");
 }
+
+/// No circle between files either: two files that import each other are one concern split
+/// wrongly (or a shared part that wants a file of its own).
+#[test]
+fn no_import_cycle_between_files() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cycles = Vec::new();
+    for krate in ["agent", "agent-common", "agent-ebpf", "xtask"] {
+        cycles.extend(file_cycles(&root.join(krate).join("src")));
+    }
+    assert!(
+        cycles.is_empty(),
+        "import cycles between files:\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// Every cycle between the files of one crate's `src/`.
+fn file_cycles(src: &std::path::Path) -> Vec<String> {
+    let g = layers::file_graph(src);
+    assert!(g.len() > 3, "{}: {g:#?}", src.display());
+    let mut cycles = Vec::new();
+    let mut g2 = g.clone();
+    // Every cycle, not only the first: remove an edge of each found and look again.
+    while let Some(c) = layers::cycle(&g2) {
+        cycles.push(format!("{}: {}", src.display(), c.join(" -> ")));
+        if let Some(deps) = g2.get_mut(&c[c.len() - 2]) {
+            deps.remove(&c[c.len() - 1]);
+        }
+    }
+    cycles
+}
+
+/// Count once: outside `agent-common`, no source runs the counting steps itself; the kernel
+/// programs, the AF_XDP tally, `analyze` and the fuzz targets call the one sequence
+/// (`agent_common::count::count`, its `flow_step` from a store, `count_outcome`).
+#[test]
+fn nothing_outside_agent_common_runs_the_counting_steps() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let steps = [
+        ".record_with(",
+        ".record_flow(",
+        ".record_roce(",
+        ".record_other(",
+        ".record_mac_control(",
+        "SessionKey::of(",
+        "counters.record(",
+        "stats.record(",
+    ];
+    let mut found = Vec::new();
+    let mut dirs: Vec<_> = ["agent/src", "agent-ebpf/src", "fuzz", "xtask/src"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.expect("entry").path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if p.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    dirs.push(p);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || name.ends_with("_tests.rs") || name == "tests.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).expect("read");
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("#[cfg(test)]") {
+                    break;
+                }
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for s in steps.iter().filter(|s| line.contains(*s)) {
+                    found.push(format!("{}:{}: {s}", p.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "counting steps outside agent-common:\n{}",
+        found.join("\n")
+    );
+}

@@ -35,10 +35,14 @@
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
 //! - [`message`]: RDMA message sizes (RETH DMA lengths, SEND payloads) and their histogram.
 //! - [`psn`]: PSN gaps, retransmissions and NAKs (tracked per packet, so in the kernel).
+//! - [`count`]: the one counting sequence over a parsed frame (counter block, session, flow)
+//!   that every source runs, each with its own [`count::Store`] (kernel maps, the AF_XDP
+//!   tally, `analyze`'s flow table).
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod classes;
 pub mod clock;
+pub mod count;
 pub mod counters;
 pub mod fast;
 pub mod flow;

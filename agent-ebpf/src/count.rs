@@ -1,28 +1,25 @@
-//! The kernel side of the one counting sequence: the hook's counter block, the mirror session
-//! and the flow, through `agent-common`'s update functions (userspace runs the same sequence
-//! in `rocemon::sources::tally`).
+//! The kernel programs' entry into the one counting sequence ([`agent_common::count`]): the
+//! fast and slow parse paths end here, the kernel's store ([`KernelStore`]: SESSIONS, the flow
+//! cache and the flow maps, the clock and the rhythm's ring) is handed to it. The AF_XDP tally
+//! and `analyze` call the same sequence with their own stores.
 
-use crate::{clock, flow_cache, COUNTERS, FLOWS, FLOWS4, SCRATCH, SESSIONS};
+pub use crate::flow_maps::{on, slot};
+use crate::{clock, flow_cache, flow_maps, SESSIONS};
 use agent_common::clock::ClockCache;
+use agent_common::count::{count, count_outcome, Store};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::{parse_fast_with, Fast},
     parse::parse_into,
     record::PacketRecord,
-    FlowKey4, FlowStats, Hook, HookCounters, HookSlot, LinkType, Outcome, PacketReader, SessionKey,
-    SessionStats, TrafficClasses,
+    Hook, HookCounters, HookSlot, LinkType, Outcome, PacketReader, SessionKey, SessionStats,
+    TrafficClasses,
 };
-use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    macros::map,
-    maps::{LruPerCpuHashMap, PerCpuArray},
-};
+use aya_ebpf::{bindings::BPF_NOEXIST, macros::map, maps::PerCpuArray};
 
 /// Load-time switches, set by the loader (`EbpfLoader::set_global`) before the verifier runs:
-/// the code a switch turns off is pruned and never runs. PSN tracking (gaps, retransmissions
-/// per flow) and mirror-session counters.
-#[no_mangle]
-static ROCEMON_TRACK_PSN: u8 = 1;
+/// the code a switch turns off is pruned and never runs. Mirror-session counters here; PSN
+/// tracking with the flows ([`crate::flow_maps`]).
 #[no_mangle]
 static ROCEMON_SESSIONS: u8 = 1;
 /// The hooks whose RoCE packets feed [`RING`] (a bit per hook; the loader picks one ingress
@@ -97,14 +94,6 @@ fn classes() -> TrafficClasses {
     }
 }
 
-/// A switch, read where the code it guards starts (a plain read is folded by LLVM; read
-/// early it costs spills).
-#[inline(always)]
-pub fn on(switch: &u8) -> bool {
-    // SAFETY: a valid reference to a static the loader may have rewritten.
-    unsafe { core::ptr::read_volatile(switch) != 0 }
-}
-
 /// Which program counts a frame (for the kernel-only counters).
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -129,18 +118,6 @@ impl Path {
     }
 }
 
-/// This CPU's value of a hook: its counter block and its working state (parse record, clock
-/// caches), one lookup for both.
-#[inline(always)]
-pub fn slot(hook: Hook) -> Option<&'static mut HookSlot> {
-    let s = COUNTERS.get_ptr_mut(hook as u32)?;
-    // SAFETY: a per-CPU array value for this CPU; the packet programs run with bottom halves
-    // disabled and do not interrupt each other on a CPU, so no other reference to it is live
-    // (the flush program, which can be interrupted by them, touches only the counter block's
-    // `flow_update_errors`).
-    Some(unsafe { &mut *s })
-}
-
 /// The fast path: parses a frame of a common shape, asking for the hook's slot only when
 /// there is something to write into its record (a RoCE packet, a MAC control frame). The
 /// caller counts a record with [`counted_inline`] or [`counted`], an outcome alone with
@@ -158,7 +135,7 @@ pub fn fast<R: PacketReader>(r: Option<R>, hook: Hook) -> Fast<&'static mut Hook
 #[inline(always)]
 pub fn outcome(hook: Hook, outcome: Outcome, frame_len: u64) {
     if let Some(s) = slot(hook) {
-        s.counters.record_other(outcome, frame_len);
+        count_outcome(&mut s.counters, outcome, frame_len);
     }
 }
 
@@ -221,11 +198,76 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
     }
 }
 
-/// Counts one parsed frame: the hook's counter block, its mirror session and its flow.
-/// Returns true when a flow update failed.
-// Keys and values are passed by reference on purpose: by value they would be copied onto the
-// 512-byte BPF stack once more.
-#[allow(clippy::needless_borrows_for_generic_args)]
+/// The kernel's [`Store`]: sessions in SESSIONS, flows in the per-CPU flow cache in front of
+/// the LRU flow maps (a full map: the packet is counted in `flow_update_errors`; the LRU map
+/// evicts its least recently used flows on its own), the clock through this CPU's caches
+/// (and the rhythm's ring).
+struct KernelStore<'a> {
+    hook: Hook,
+    fine_clock: &'a mut ClockCache,
+    coarse_clock: &'a mut ClockCache,
+}
+
+impl Store for KernelStore<'_> {
+    #[inline(always)]
+    fn classes(&self) -> TrafficClasses {
+        classes()
+    }
+
+    #[inline(always)]
+    fn sessions_on(&self) -> bool {
+        on(&ROCEMON_SESSIONS)
+    }
+
+    #[inline(always)]
+    fn psn_on(&self) -> bool {
+        flow_maps::psn_on()
+    }
+
+    /// The ring needs the fine clock and the flow takes the same reading; without the ring
+    /// the coarse clock (tick resolution) is enough for first/last seen and rates over polls,
+    /// and read once per tick.
+    #[inline(always)]
+    fn now(&mut self, frame_len: u64) -> u64 {
+        if ring_on(self.hook) {
+            ring_add(self.fine_clock, self.coarse_clock, frame_len)
+        } else {
+            clock::coarse(self.coarse_clock).0
+        }
+    }
+
+    #[inline(always)]
+    fn session(&mut self, key: SessionKey, rec: &PacketRecord, frame_len: u64) -> bool {
+        session(key.to_bits(), SessionStats::flags(rec), frame_len)
+    }
+
+    /// The flow key is the record's first field, looked up in place: the caller wrote the
+    /// hook's byte into it ([`parsed`]).
+    #[inline(always)]
+    fn flow(
+        &mut self,
+        rec: &PacketRecord,
+        hook: Hook,
+        c: &mut HookCounters,
+        frame_len: u64,
+        now: u64,
+        _psn: bool,
+    ) -> bool {
+        if flow_cache::enabled() {
+            if let Some(e) = flow_cache::hit(&rec.key_words()) {
+                // SAFETY: this CPU's slot (see `flow_cache`).
+                unsafe { flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now) };
+                flow_cache::counted(e);
+                return false;
+            }
+            return flow_cache::rocemon_flow_miss(hook as u32, frame_len, now) != 0;
+        }
+        flow_maps::flow_to_map(rec, c, frame_len, now)
+    }
+}
+
+/// Counts one parsed frame through the one counting sequence ([`agent_common::count`]),
+/// after the kernel-only counters of its path. Returns true when a flow update failed.
 #[inline(always)]
 fn parsed(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) -> bool {
     let HookSlot {
@@ -240,101 +282,15 @@ fn parsed(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) -> bool {
     if matches!(path, Path::RedirectFailed | Path::SlowRedirectFailed) {
         c.capture_redirect_failures += 1;
     }
-    c.record(rec, frame_len, &classes());
-    if !rec.is_roce() {
-        return false;
-    }
-    if on(&ROCEMON_SESSIONS) {
-        if let Some(sk) = SessionKey::of(rec, hook) {
-            let ce_cnp = SessionStats::flags(rec);
-            if !session(sk.to_bits(), ce_cnp, frame_len) {
-                c.session_overflow += 1;
-            }
-        }
-    }
-    // The flow key is the record's first field: looked up in place, with this hook's byte.
+    // The flow's key is looked up in place, with this hook's byte (a key copy would take
+    // stack the verifier counts).
     rec.key.hook = hook as u8;
-    // The ring needs the fine clock and the flow takes the same reading; without the ring the
-    // coarse clock (tick resolution) is enough for first/last seen and rates over polls, and
-    // read once per tick.
-    let now = if ring_on(hook) {
-        ring_add(fine_clock, coarse_clock, frame_len)
-    } else {
-        clock::coarse(coarse_clock).0
+    let mut store = KernelStore {
+        hook,
+        fine_clock,
+        coarse_clock,
     };
-    if flow_cache::enabled() {
-        if let Some(e) = flow_cache::hit(&rec.key_words()) {
-            // SAFETY: this CPU's slot (see `flow_cache`).
-            unsafe { flow_record(&mut (*e).stats, rec, c, frame_len, now) };
-            flow_cache::counted(e);
-            return false;
-        }
-        return flow_cache::rocemon_flow_miss(hook as u32, frame_len, now) != 0;
-    }
-    flow_to_map(rec, c, frame_len, now)
-}
-
-/// Counts a RoCE packet into its flow's state and the flow events into the counter block.
-#[inline(always)]
-pub fn flow_record(
-    s: &mut FlowStats,
-    rec: &PacketRecord,
-    c: &mut HookCounters,
-    frame_len: u64,
-    now: u64,
-) {
-    let ev = s.record_with(rec, frame_len, now, on(&ROCEMON_TRACK_PSN));
-    c.record_flow(&ev);
-}
-
-/// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
-/// refused the flow (counted in `flow_update_errors`).
-#[inline(always)]
-pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
-    let Some(s) = flow_slot_of(rec, c) else {
-        c.flow_update_errors += 1;
-        return true;
-    };
-    // SAFETY: this CPU's value of an element of the map; BPF programs do not preempt each
-    // other on a CPU.
-    flow_record(unsafe { &mut *s }, rec, c, frame_len, now);
-    false
-}
-
-/// This CPU's value of the packet's flow in its family's map (see [`flow_slot`]).
-#[allow(clippy::needless_borrows_for_generic_args)]
-#[inline(always)]
-pub fn flow_slot_of(rec: &PacketRecord, c: &mut HookCounters) -> Option<*mut FlowStats> {
-    if rec.key.ip_version == 4 {
-        flow_slot(&FLOWS4, &FlowKey4::of(&rec.key), c)
-    } else {
-        flow_slot(&FLOWS, &rec.key, c)
-    }
-}
-
-/// This CPU's value of the flow `key` in `map`: looked up, else inserted zeroed
-/// (`BPF_NOEXIST`: another CPU may insert it in between, then its element is used) and looked
-/// up again, so the packet is counted in one place. `None` when the map refused the flow.
-#[inline(always)]
-fn flow_slot<K>(
-    map: &LruPerCpuHashMap<K, FlowStats>,
-    key: &K,
-    c: &mut HookCounters,
-) -> Option<*mut FlowStats> {
-    if let Some(s) = map.get_ptr_mut(key) {
-        return Some(s);
-    }
-    let scratch = SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's scratch slot, zeroed in place (a `FlowStats` does not fit on the
-    // stack next to the record); the map copies the value.
-    let zeroed = unsafe {
-        core::ptr::write_bytes(scratch, 0, 1);
-        &*scratch
-    };
-    if map.insert(key, zeroed, BPF_NOEXIST as u64).is_ok() {
-        c.flows_created += 1;
-    }
-    map.get_ptr_mut(key)
+    count(&mut store, c, rec, hook, frame_len)
 }
 
 /// Adds a packet to its mirror session's counters (a new session is inserted; a full map is

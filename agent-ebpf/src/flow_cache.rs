@@ -3,7 +3,7 @@
 //! path and the write-back as global functions (verified once each, off the hot path), and
 //! the flush program the agent runs on every CPU before it reads the flow maps.
 
-use crate::count::{self, on};
+use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
 use agent_common::flow_cache::{
     key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
@@ -122,7 +122,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         counters: c,
         record: rec,
         ..
-    }) = count::slot(hook)
+    }) = flow_maps::slot(hook)
     else {
         return 0;
     };
@@ -135,14 +135,14 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         FLOW_CACHE.get_ptr_mut(slot).filter(|&e| !second_chance(e))
     };
     let Some(e) = e else {
-        return u32::from(count::flow_to_map(rec, c, frame_len, now));
+        return u32::from(flow_maps::flow_to_map(rec, c, frame_len, now));
     };
     let was_dirty = state(e) == DIRTY;
     set_state(e, BUSY);
     if was_dirty && rocemon_flow_write_back(slot) == 0 {
         c.flow_update_errors += 1;
     }
-    let Some(v) = count::flow_slot_of(rec, c) else {
+    let Some(v) = flow_maps::flow_slot_of(rec, c) else {
         set_state(e, EMPTY);
         c.flow_update_errors += 1;
         return 1;
@@ -152,7 +152,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
         (*e).key = words;
         (*e).referenced = 1;
-        count::flow_record(&mut (*e).stats, rec, c, frame_len, now);
+        flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);
     0
@@ -197,7 +197,7 @@ pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
             refused += 1;
             // SAFETY: a slot of this CPU's cache.
             let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
-            if let Some(s) = count::slot(hook) {
+            if let Some(s) = flow_maps::slot(hook) {
                 s.counters.flow_update_errors += 1;
             }
         }

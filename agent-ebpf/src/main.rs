@@ -17,6 +17,7 @@ mod clock;
 mod count;
 mod direct;
 mod flow_cache;
+mod flow_maps;
 mod helper_reader;
 mod tc;
 mod xdp;

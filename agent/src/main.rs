@@ -212,7 +212,7 @@ fn analyze(mut args: AnalyzeArgs) -> Result<()> {
                 .join(", ")
         );
     }
-    let mut report = rocemon::export::report::build(&a);
+    let mut report = rocemon::export::report_build::build(&a);
     report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
         let page = rocemon::export::report_html::render(
@@ -236,7 +236,7 @@ fn analyze(mut args: AnalyzeArgs) -> Result<()> {
             quiet_on_closed_stdout(written)?;
         }
         OutputFormat::Table => {
-            let text = rocemon::export::report::table(&report, args.top);
+            let text = rocemon::export::report_table::table(&report, args.top);
             quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
         }
     }

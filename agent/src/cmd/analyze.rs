@@ -236,7 +236,7 @@ mod tests {
                     ..AnalyzeOptions::default()
                 };
                 let a = analyze_file(&path, opts, |_| {}).unwrap();
-                serde_json::to_string(&crate::export::report::build(&a)).unwrap()
+                serde_json::to_string(&crate::export::report_build::build(&a)).unwrap()
             };
             assert_eq!(report(true), report(false), "{}", fx.name);
         }

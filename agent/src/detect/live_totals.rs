@@ -1,9 +1,9 @@
 //! The host's RoCE at a glance (`/api/v1/summary`, the header of `rocemon top`): the rates of
 //! the last poll interval summed over the watched interfaces, from the same counter deltas
-//! the live findings judge ([`super::live_findings::Sample`]). Rates in bits per second
+//! the live findings judge ([`super::live_sample::Sample`]). Rates in bits per second
 //! (what a person reads for a network), shares as ratios 0..1.
 
-use super::live_findings::Sample;
+use super::live_sample::Sample;
 use agent_common::headers::mac_control::PRIORITIES;
 use serde::Serialize;
 

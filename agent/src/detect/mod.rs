@@ -9,6 +9,7 @@ pub mod findings;
 pub mod hash;
 pub mod live_findings;
 pub mod live_reaction;
+pub mod live_sample;
 pub mod live_totals;
 pub mod pause;
 pub mod rhythm;

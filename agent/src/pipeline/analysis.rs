@@ -1,80 +1,21 @@
-//! A capture through the pipeline: frames through `agent-common`'s parser, counter block and
-//! flow update (exactly what the kernel programs do for live traffic), and the same flow table,
-//! rates and detectors as live mode, clocked by capture timestamps. The command that feeds it
+//! A capture through the pipeline: frames through `agent-common`'s parser and the one
+//! counting sequence ([`agent_common::count`], as the kernel programs count live traffic,
+//! with [`CaptureStore`] as its store), and the same flow table, rates and detectors as live
+//! mode, clocked by capture timestamps. The command that feeds it
 //! from files and pipes is `cmd::analyze`.
 
-use crate::detect::ecmp::{EcmpConfig, EcmpReport};
-use crate::detect::elephant::ElephantConfig;
+use crate::detect::ecmp::EcmpReport;
 use crate::pipeline::flow_side::{FlowSide, Runner, Step};
 use crate::pipeline::flows::FlowTable;
 use crate::sources::capture::{CaptureSummary, Frame};
+use agent_common::count::{count, Store};
 use agent_common::{
     parse_record_into, FlowKey, Hook, HookCounters, PacketRecord, SessionKey, SessionStats,
     SliceReader, TrafficClasses,
 };
 use std::collections::BTreeMap;
 
-/// Defaults of `analyze`'s options (the flags show them).
-pub mod defaults {
-    /// `analyze --max-flows`: about 120 MB of flow table.
-    pub const MAX_FLOWS: usize = 262_144;
-    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
-    pub const LINK_SPEED_GBPS: f64 = 100.0;
-    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
-}
-
-/// What `analyze` runs besides counting.
-#[derive(Clone, Debug)]
-pub struct AnalyzeOptions {
-    pub elephant: ElephantConfig,
-    pub ecmp: EcmpConfig,
-    /// Capture-time interval between rate/detector ticks, seconds.
-    pub tick_s: f64,
-    /// Time constant of the smoothed rates, seconds.
-    pub rate_window_s: f64,
-    /// Flows held at most.
-    pub max_flows: usize,
-    /// The classes RoCE and CNPs are expected in (lossy RoCE).
-    pub classes: TrafficClasses,
-    /// The captured link's speed, bits per second: pause quanta to seconds.
-    pub link_speed_bps: u64,
-    /// A priority paused without a break for longer than this is a PFC storm.
-    pub pfc_storm_ns: u64,
-    /// ECMP groups of switch uplinks, for the sFlow fabric view.
-    pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
-    /// The sFlow collector's bounds, allow-list and protected groups.
-    pub sflow_limits: crate::sflow::collector::Limits,
-    /// The flow table on a second thread when the machine has a second core (the result is
-    /// the same either way; see [`crate::pipeline::flow_side`]).
-    pub parallel: bool,
-}
-
-impl Default for AnalyzeOptions {
-    fn default() -> Self {
-        AnalyzeOptions {
-            elephant: ElephantConfig::default(),
-            ecmp: EcmpConfig::default(),
-            tick_s: 1.0,
-            rate_window_s: crate::pipeline::flows::RATE_TAU_SECONDS,
-            max_flows: defaults::MAX_FLOWS,
-            classes: TrafficClasses::DEFAULT,
-            link_speed_bps: defaults::LINK_SPEED_BPS,
-            pfc_storm_ns: crate::detect::pause::DEFAULT_STORM_NS,
-            sflow_groups: Vec::new(),
-            sflow_limits: Default::default(),
-            parallel: true,
-        }
-    }
-}
-
-/// One elephant period of a flow, in seconds from the start of the capture.
-#[derive(Clone, Debug, serde::Serialize, PartialEq)]
-pub struct ElephantPeriod {
-    pub started_s: f64,
-    /// `None` when the flow was still an elephant at the end of the capture.
-    pub ended_s: Option<f64>,
-    pub peak_bytes_per_second: f64,
-}
+pub use super::analyze_options::{defaults, AnalyzeOptions, ElephantPeriod};
 
 /// The result of analysing one capture.
 pub struct Analysis {
@@ -153,12 +94,14 @@ impl Analysis {
                 return;
             };
             parse_record_into(&SliceReader(f.data), f.link, rec);
-            counters.record(rec, len, &opts.classes);
+            // Captures carry no hook: counted as if seen at XDP.
+            let mut store = CaptureStore {
+                sessions,
+                classes: opts.classes,
+                ts_ns,
+            };
+            count(&mut store, counters, rec, Hook::Xdp, len);
             if rec.is_roce() {
-                if let Some(sk) = SessionKey::of(rec, Hook::Xdp) {
-                    // Unbounded here (a file, not a kernel map); the report lists them all.
-                    sessions.entry(sk).or_default().record(rec, len);
-                }
                 return;
             }
             if let Some(control) = rec.mac_control() {
@@ -221,6 +164,53 @@ impl Analysis {
     /// The options it runs with.
     pub fn options(&self) -> &AnalyzeOptions {
         &self.opts
+    }
+}
+
+/// `analyze`'s [`Store`]: sessions in a map without bound (a file, not a kernel map: the
+/// report lists them all); the flow part handed to the flow side with the packet's step
+/// (its flow table runs the flow step, on a second thread where there is one; a full table
+/// evicts the flow quiet the longest, its totals kept under `flows_evicted`: nothing is
+/// refused). The time is the frame's capture timestamp.
+struct CaptureStore<'a> {
+    sessions: &'a mut BTreeMap<SessionKey, SessionStats>,
+    classes: TrafficClasses,
+    ts_ns: u64,
+}
+
+impl Store for CaptureStore<'_> {
+    fn classes(&self) -> TrafficClasses {
+        self.classes
+    }
+
+    fn sessions_on(&self) -> bool {
+        true
+    }
+
+    fn psn_on(&self) -> bool {
+        true
+    }
+
+    fn now(&mut self, _frame_len: u64) -> u64 {
+        self.ts_ns
+    }
+
+    fn session(&mut self, key: SessionKey, rec: &PacketRecord, frame_len: u64) -> bool {
+        self.sessions.entry(key).or_default().record(rec, frame_len);
+        true
+    }
+
+    /// Handed over: the packet's step (already `Step::Roce`) goes to the flow side.
+    fn flow(
+        &mut self,
+        _: &PacketRecord,
+        _: Hook,
+        _: &mut HookCounters,
+        _: u64,
+        _: u64,
+        _: bool,
+    ) -> bool {
+        false
     }
 }
 

@@ -7,8 +7,9 @@
 
 use crate::detect::ecmp::{self, EcmpReport};
 use crate::detect::elephant::Transition;
-use crate::pipeline::analysis::{AnalyzeOptions, ElephantPeriod};
+use crate::pipeline::analyze_options::{AnalyzeOptions, ElephantPeriod};
 use crate::pipeline::flows::{ElephantEvent, FlowTable};
+use agent_common::count::flow_step;
 use agent_common::{FlowKey, Hook, HookCounters, PacketRecord};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender};
@@ -111,12 +112,14 @@ impl FlowSide {
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
                 self.cnp.packet(&info, &key, len, ts_ns);
+                // The counting sequence's flow part for `analyze` (its store hands RoCE
+                // packets here): the flow table's state, the one flow step.
                 let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
-                let (ev, created) = self.flows.record_hashed(hash, 0, key, &info, len, ts_ns);
+                let (stats, created) = self.flows.stats_hashed(hash, 0, key);
+                let ev = flow_step(stats, &info, &mut self.counters, len, ts_ns, true);
                 if created {
                     self.counters.flows_created += 1;
                 }
-                self.counters.record_flow(&ev);
                 self.training
                     .note(ts_ns, trouble(&info, &ev, &self.opts.classes));
             }

@@ -4,8 +4,7 @@
 
 use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
-use agent_common::flow::FlowEvent;
-use agent_common::{FlowKey, FlowStats, PacketRecord};
+use agent_common::{FlowKey, FlowStats};
 use std::net::IpAddr;
 
 #[path = "flow_slots.rs"]
@@ -346,21 +345,19 @@ impl FlowTable {
         self.entries.values()
     }
 
-    /// Counts one packet of a capture: the same update the kernel runs. `hash` is the flow's
-    /// [`FlowTable::hash`] (`analyze` hashes a packet's key once, for its prefetches and this).
-    /// Returns what it did to the PSN sequence and whether it created the flow.
-    pub fn record_hashed(
+    /// A capture's flow state for the counting sequence's flow step (`analyze`'s store):
+    /// found, or created (true) where a full table first evicts the flow quiet the longest
+    /// (its totals kept in [`FlowTable::evicted`]). `hash` is the flow's [`FlowTable::hash`]
+    /// (`analyze` hashes a packet's key once, for its prefetches and this).
+    pub fn stats_hashed(
         &mut self,
         hash: u64,
         iface: usize,
         key: FlowKey,
-        info: &PacketRecord,
-        frame_len: u64,
-        ts_ns: u64,
-    ) -> (FlowEvent, bool) {
+    ) -> (&mut FlowStats, bool) {
         let e = self.entry_hashed(hash, iface, key);
         let created = e.stats.packets == 0;
-        (e.stats.record(info, frame_len, ts_ns), created)
+        (&mut e.stats, created)
     }
 
     /// Starts a poll round (live mode).

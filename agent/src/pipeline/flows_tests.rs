@@ -95,7 +95,9 @@ fn addresses() {
 /// Counts one packet of flow `qp` (interface 0).
 fn record(t: &mut FlowTable, qp: u32, info: &agent_common::PacketRecord, len: u64, ts_ns: u64) {
     let k = key(qp);
-    t.record_hashed(t.hash(0, &k), 0, k, info, len, ts_ns);
+    let (s, _) = t.stats_hashed(t.hash(0, &k), 0, k);
+    let mut c = agent_common::HookCounters::ZERO;
+    agent_common::count::flow_step(s, info, &mut c, len, ts_ns, true);
 }
 
 fn roce(bytes_each: u64) -> (agent_common::PacketRecord, u64) {

@@ -6,7 +6,7 @@
 //! thread of their own: on large frames copying the file out of the page cache was half of the
 //! parsing thread's time. pcapng goes through pcap-parser's reader (see [`super::capture`]).
 
-use super::capture::{describe, link_type, CaptureError, CaptureSummary, Frame, MAX_RECORD};
+use super::capture_types::{describe, link_type, CaptureError, CaptureSummary, Frame, MAX_RECORD};
 use pcap_parser::nom::{self, IResult, Needed};
 use pcap_parser::pcap::{
     parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,

@@ -7,6 +7,7 @@ pub mod afxdp;
 pub mod batch;
 pub mod capture;
 mod capture_legacy;
+pub mod capture_types;
 pub mod input;
 pub mod links;
 pub mod maps;

@@ -1,8 +1,9 @@
-//! Counting in userspace exactly as the kernel programs count (`agent-ebpf`'s
-//! `count::parsed`), from the same parse record: the hook's counter block, the mirror session
-//! and the flow, all through `agent-common`'s update functions. Used by the AF_XDP capture
-//! source and as the host side of the kernel differential tests.
+//! Counting in userspace exactly as the kernel programs count: the one counting sequence
+//! ([`agent_common::count`]) over the same parse record, with hash maps bounded like the
+//! kernel's as its store. Used by the AF_XDP capture source and as the host side of the
+//! kernel differential tests.
 
+use agent_common::count::{count, flow_step, Store};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, PacketRecord, SessionKey, SessionStats, TrafficClasses,
     SESSION_MAP_ENTRIES,
@@ -75,39 +76,90 @@ impl Tally {
         }
     }
 
-    /// Counts one parsed frame of `frame_len` wire bytes at `now_ns`.
+    /// Counts one parsed frame of `frame_len` wire bytes at `now_ns`, through the one
+    /// counting sequence ([`agent_common::count`]).
     pub fn record(&mut self, info: &PacketRecord, frame_len: u64, now_ns: u64) {
-        self.counters
-            .record(info, frame_len, &self.switches.classes);
-        if !info.is_roce() {
-            return;
+        let Tally {
+            hook,
+            counters,
+            flows,
+            sessions,
+            flow_limit,
+            switches,
+        } = self;
+        let mut store = TallyStore {
+            flows,
+            sessions,
+            flow_limit: *flow_limit,
+            switches,
+            now_ns,
+        };
+        count(&mut store, counters, info, *hook, frame_len);
+    }
+}
+
+/// The tally's [`Store`]: hash maps bounded like the kernel's maps. A full session table
+/// counts `session_overflow`; a full flow table counts the new flow's packets in
+/// `flow_update_errors` (as the kernel when its map refuses a flow) instead of growing.
+struct TallyStore<'a> {
+    flows: &'a mut FxHashMap<FlowKey, FlowStats>,
+    sessions: &'a mut FxHashMap<SessionKey, SessionStats>,
+    flow_limit: usize,
+    switches: &'a Switches,
+    now_ns: u64,
+}
+
+impl Store for TallyStore<'_> {
+    fn classes(&self) -> TrafficClasses {
+        self.switches.classes
+    }
+
+    fn sessions_on(&self) -> bool {
+        self.switches.session_counters
+    }
+
+    fn psn_on(&self) -> bool {
+        self.switches.psn_tracking
+    }
+
+    fn now(&mut self, _frame_len: u64) -> u64 {
+        self.now_ns
+    }
+
+    fn session(&mut self, key: SessionKey, rec: &PacketRecord, frame_len: u64) -> bool {
+        if let Some(s) = self.sessions.get_mut(&key) {
+            s.record(rec, frame_len);
+        } else if self.sessions.len() < SESSION_MAP_ENTRIES as usize {
+            self.sessions.entry(key).or_default().record(rec, frame_len);
+        } else {
+            return false;
         }
-        let track_psn = self.switches.psn_tracking;
-        if let Some(sk) = SessionKey::of(info, self.hook).filter(|_| self.switches.session_counters)
-        {
-            if let Some(s) = self.sessions.get_mut(&sk) {
-                s.record(info, frame_len);
-            } else if self.sessions.len() < SESSION_MAP_ENTRIES as usize {
-                self.sessions.entry(sk).or_default().record(info, frame_len);
-            } else {
-                self.counters.session_overflow += 1;
-            }
-        }
-        let key = info.flow_key(self.hook);
+        true
+    }
+
+    fn flow(
+        &mut self,
+        rec: &PacketRecord,
+        hook: Hook,
+        c: &mut HookCounters,
+        frame_len: u64,
+        now: u64,
+        psn: bool,
+    ) -> bool {
+        let key = rec.flow_key(hook);
         if let Some(s) = self.flows.get_mut(&key) {
-            let ev = s.record_with(info, frame_len, now_ns, track_psn);
-            self.counters.record_flow(&ev);
-            return;
+            flow_step(s, rec, c, frame_len, now, psn);
+            return false;
         }
         if self.flows.len() >= self.flow_limit {
-            self.counters.flow_update_errors += 1;
-            return;
+            c.flow_update_errors += 1;
+            return true;
         }
         let mut s = FlowStats::default();
-        let ev = s.record_with(info, frame_len, now_ns, track_psn);
+        flow_step(&mut s, rec, c, frame_len, now, psn);
         self.flows.insert(key, s);
-        self.counters.record_flow(&ev);
-        self.counters.flows_created += 1;
+        c.flows_created += 1;
+        false
     }
 }
 

@@ -112,3 +112,134 @@ pub fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> 
         .keys()
         .find_map(|m| visit(m, graph, &mut state, &mut Vec::new()))
 }
+
+/// The module path of a source file under `src/` (`export/report.rs` -> `export::report`,
+/// `export/metrics/mod.rs` -> `export::metrics`, `lib.rs` -> "").
+pub fn module_path(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+    {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The graph between files: a file's module -> the modules its non-test code names through
+/// `crate::a::b` or `super::x` paths (each resolved to the longest module that exists; a
+/// file's own children and its own module left out).
+pub fn file_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read src").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let rel = |p: &Path| p.strip_prefix(src).expect("under src").to_path_buf();
+    let is_test = |p: &Path| {
+        let n = p
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        n.ends_with("_tests") || n == "tests"
+    };
+    let modules: BTreeSet<String> = files
+        .iter()
+        .filter(|p| !is_test(p))
+        .map(|p| module_path(&rel(p)))
+        .filter(|m| !m.is_empty())
+        .collect();
+    let resolve = |segs: &[String]| -> Option<String> {
+        (1..=segs.len())
+            .rev()
+            .map(|n| segs[..n].join("::"))
+            .find(|m| modules.contains(m))
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in files.iter().filter(|p| !is_test(p)) {
+        let me = module_path(&rel(p));
+        if me.is_empty() {
+            continue;
+        }
+        // The module a `super::` in this file means: the parent of this file's module.
+        let parent: Vec<String> = {
+            let mut v: Vec<String> = me.split("::").map(str::to_string).collect();
+            v.pop();
+            v
+        };
+        let text = std::fs::read_to_string(p).expect("read");
+        let mut deps = BTreeSet::new();
+        for line in text.lines() {
+            let l = line.trim_start();
+            if l.starts_with("#[cfg(test)]") {
+                break;
+            }
+            if l.starts_with("//") {
+                continue;
+            }
+            for (prefix, base) in [("crate::", Vec::new()), ("super::", parent.clone())] {
+                let mut rest = l;
+                while let Some(i) = rest.find(prefix) {
+                    // `super::super::` and `crate::` inside a longer word are not ours.
+                    let before = &rest[..i];
+                    rest = &rest[i + prefix.len()..];
+                    if before.ends_with("super::")
+                        || before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                    {
+                        continue;
+                    }
+                    let mut segs = base.clone();
+                    segs.extend(
+                        rest.split("::")
+                            .map(|s| {
+                                s.chars()
+                                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                                    .collect::<String>()
+                            })
+                            .take_while(|s| !s.is_empty()),
+                    );
+                    // `use super::{a, b}` names several.
+                    if rest.starts_with('{') {
+                        let inner: String = rest[1..].chars().take_while(|c| *c != '}').collect();
+                        for name in inner.split(',') {
+                            let name: String = name
+                                .trim()
+                                .chars()
+                                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                                .collect();
+                            let mut s = base.clone();
+                            s.push(name);
+                            if let Some(m) = resolve(&s) {
+                                deps.insert(m);
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(m) = resolve(&segs) {
+                        deps.insert(m);
+                    }
+                }
+            }
+        }
+        deps.retain(|d| {
+            *d != me && !d.starts_with(&format!("{me}::")) && !me.starts_with(&format!("{d}::"))
+        });
+        graph.entry(me).or_default().extend(deps);
+    }
+    graph
+}

@@ -1,0 +1,69 @@
+//! What `analyze` runs with besides the frames (the flags and configuration file, validated)
+//! and the elephant periods it reports: shared by the parsing side ([`super::analysis`]) and
+//! the flow side ([`super::flow_side`]).
+
+use crate::detect::ecmp::EcmpConfig;
+use crate::detect::elephant::ElephantConfig;
+use agent_common::TrafficClasses;
+
+/// Defaults of `analyze`'s options (the flags show them).
+pub mod defaults {
+    /// `analyze --max-flows`: about 120 MB of flow table.
+    pub const MAX_FLOWS: usize = 262_144;
+    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
+    pub const LINK_SPEED_GBPS: f64 = 100.0;
+    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
+}
+
+/// What `analyze` runs besides counting.
+#[derive(Clone, Debug)]
+pub struct AnalyzeOptions {
+    pub elephant: ElephantConfig,
+    pub ecmp: EcmpConfig,
+    /// Capture-time interval between rate/detector ticks, seconds.
+    pub tick_s: f64,
+    /// Time constant of the smoothed rates, seconds.
+    pub rate_window_s: f64,
+    /// Flows held at most.
+    pub max_flows: usize,
+    /// The classes RoCE and CNPs are expected in (lossy RoCE).
+    pub classes: TrafficClasses,
+    /// The captured link's speed, bits per second: pause quanta to seconds.
+    pub link_speed_bps: u64,
+    /// A priority paused without a break for longer than this is a PFC storm.
+    pub pfc_storm_ns: u64,
+    /// ECMP groups of switch uplinks, for the sFlow fabric view.
+    pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
+    /// The sFlow collector's bounds, allow-list and protected groups.
+    pub sflow_limits: crate::sflow::collector::Limits,
+    /// The flow table on a second thread when the machine has a second core (the result is
+    /// the same either way; see [`crate::pipeline::flow_side`]).
+    pub parallel: bool,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions {
+            elephant: ElephantConfig::default(),
+            ecmp: EcmpConfig::default(),
+            tick_s: 1.0,
+            rate_window_s: crate::pipeline::flows::RATE_TAU_SECONDS,
+            max_flows: defaults::MAX_FLOWS,
+            classes: TrafficClasses::DEFAULT,
+            link_speed_bps: defaults::LINK_SPEED_BPS,
+            pfc_storm_ns: crate::detect::pause::DEFAULT_STORM_NS,
+            sflow_groups: Vec::new(),
+            sflow_limits: Default::default(),
+            parallel: true,
+        }
+    }
+}
+
+/// One elephant period of a flow, in seconds from the start of the capture.
+#[derive(Clone, Debug, serde::Serialize, PartialEq)]
+pub struct ElephantPeriod {
+    pub started_s: f64,
+    /// `None` when the flow was still an elephant at the end of the capture.
+    pub ended_s: Option<f64>,
+    pub peak_bytes_per_second: f64,
+}
