@@ -214,8 +214,8 @@ pub fn file_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                             .take_while(|s| !s.is_empty()),
                     );
                     // `use super::{a, b}` names several.
-                    if rest.starts_with('{') {
-                        let inner: String = rest[1..].chars().take_while(|c| *c != '}').collect();
+                    if let Some(braced) = rest.strip_prefix('{') {
+                        let inner: String = braced.chars().take_while(|c| *c != '}').collect();
                         for name in inner.split(',') {
                             let name: String = name
                                 .trim()
