@@ -160,7 +160,9 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
             "max_rss_bytes": rss,
         }));
     }
-    Ok(json!({ "rows": rows, "max_flows_default": rocemon::cli::rocemon_defaults::MAX_FLOWS }))
+    Ok(
+        json!({ "rows": rows, "max_flows_default": rocemon::config::cli::rocemon_defaults::MAX_FLOWS }),
+    )
 }
 
 /// The last `cargo xtask fuzz` run's figures, if any.

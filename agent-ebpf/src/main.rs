@@ -5,9 +5,9 @@
 //! ([`agent_common::fast`]: direct packet access at constant offsets) and count them; any other
 //! frame (tunnels and mirror sessions, QinQ, IPv4 options and fragments, IPv6 extension
 //! headers, frames cut short) is handed to the hook's slow program, which runs the general
-//! parser over helper reads. Both end in [`count::parsed`], the one counting sequence. Nothing
-//! is ever dropped or changed: XDP returns `XDP_PASS`, tc returns `TC_ACT_PIPE` (TCX: continue
-//! with the next program).
+//! parser over helper reads. Both end in `count::parsed`, the kernel's entry into the one
+//! counting sequence (`agent_common::count`). Nothing is ever dropped or changed: XDP returns
+//! `XDP_PASS`, tc returns `TC_ACT_PIPE` (TCX: continue with the next program).
 #![no_std]
 #![no_main]
 // BPF inline assembly (the direct reader's word loads); the kernel programs build on nightly.

@@ -5,22 +5,25 @@
 //! ```text
 //! kernel/ + sources/ --------> pipeline/ -------> detect/ ---------> export/
 //!   loader, attach, pins,       flows (rates,     elephant, ecmp,     metrics/ (the one catalog),
-//!   liveness (programs)           top-K)          hash, rhythm,       http + conns + api + web,
+//!   liveness (programs)           top-K)          hash, rhythm,       http + conns + api,
 //!   sources::maps (counters,    timeline,         steps, pause,       report, report_findings,
 //!     flows, the ring),         training          cnp_response,       report_html*
 //!     prog_run (the flush)     (captures)         findings,
 //!   sources::capture, input                       live_findings
 //!   sources::afxdp, tally
 //!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
-//!          cmd/: run, run_links, run_rhythm, run_reload, run_findings, analyze, top wire them
+//!          cmd/: start + run (run_links, run_rhythm, run_reload, run_findings), analyze,
+//!                top (top_rows, top_tui, top_plain), rdma, admin (detach, reload,
+//!                check-config) wire them; main.rs only parses and dispatches
 //! ```
 //!
-//! Imports run one way, left to right; `cmd/` sits on top, `cli`/`config` beside it.
+//! Imports run one way, left to right; `cmd/` sits on top, `config/` beside it.
 //!
-//! - [`cli`]: raw flags and their value types ([`units`]: rates as people write them);
-//!   [`config`]: one validated [`config::Config`] ([`classes`]: its `[classes]` section);
-//!   [`error`]: errors users can fix (exit status 2); [`bpf_sys`]: bpf(2) for the commands
-//!   aya does not wrap.
+//! - [`config`]: every setting in one place: raw flags ([`config::cli`]; [`config::units`]:
+//!   rates as people write them), the file and one validated [`config::Config`]
+//!   ([`config::classes`]: its `[classes]` section; [`config::web`]: TLS and basic auth;
+//!   [`config::logging`]: where logs go); [`error`]: errors users can fix (exit status 2);
+//!   [`bpf_sys`]: bpf(2) for the commands aya does not wrap.
 //! - [`kernel`]: load the object ([`kernel::loader`]), attach XDP/tc per interface, fall
 //!   back, clean up a refused start ([`kernel::attach`]), detach on drop; whether the links
 //!   still run on their device ([`kernel::liveness`]); pins ([`kernel::pins`]).
@@ -40,21 +43,17 @@
 //!   ([`export::http`], [`export::api`]), the `analyze` reports.
 //! - [`cmd`]: `rocemon run` ([`cmd::run`]: it takes its shutdown as a future so tests drive
 //!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`], [`cmd::run_findings`]),
-//!   `rocemon analyze` ([`cmd::analyze`]),
-//!   `rocemon top` ([`cmd::top`]).
+//!   started as a process by [`cmd::start`] (signals, runtime, logging), `rocemon analyze`
+//!   ([`cmd::analyze`]), `rocemon top` ([`cmd::top`]), `rocemon rdma` ([`cmd::rdma`]),
+//!   `detach`, `reload` and `check-config` ([`cmd::admin`]).
 
 pub mod bpf_sys;
-pub mod classes;
-pub mod cli;
 pub mod cmd;
 pub mod config;
 pub mod detect;
 pub mod error;
 pub mod export;
 pub mod kernel;
-pub mod logging;
 pub mod pipeline;
 pub mod sflow;
 pub mod sources;
-pub mod units;
-pub mod web;

@@ -1,11 +1,16 @@
 //! `rocemon analyze`: captures (files, FIFOs, standard input; plain or compressed; several
 //! merged by timestamp) read into one [`Analysis`].
 
+use crate::config::cli::{AnalyzeArgs, OutputFormat};
+use crate::error::UsageError;
 pub use crate::pipeline::analysis::{Analysis, AnalyzeOptions, ElephantPeriod};
 use crate::sources::capture::{
     read_capture, read_capture_from, CaptureError, CaptureSummary, Frame,
 };
 use crate::sources::input::{self, Compression, ReadFailure};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 /// Analyses a capture file; `progress` receives the bytes read so far.
@@ -207,6 +212,199 @@ fn read_merged(paths: &[PathBuf], a: &mut Analysis) -> Option<InputError> {
         }
     }
     first_err
+}
+
+/// `rocemon analyze`: the captures read, the report printed (table or JSON), the page written.
+pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
+    // `-r FILE` (tshark's and tcpdump's habit) names a capture like a plain argument.
+    let read = std::mem::take(&mut args.read);
+    args.files.extend(read);
+    use std::os::unix::fs::FileTypeExt;
+    let mut opts = crate::cmd::analyze::AnalyzeOptions::default();
+    if let Some(path) = &args.config {
+        let file = crate::config::load_file(path)?;
+        let (rate_window_s, elephant, ecmp) = crate::config::detectors(&file)?;
+        opts.rate_window_s = rate_window_s;
+        opts.elephant = elephant;
+        opts.ecmp = ecmp;
+        opts.classes = crate::config::classes(&file)?;
+        opts.sflow_groups = crate::config::sflow_groups(&file)?;
+        opts.sflow_limits = crate::config::sflow_limits(&file, &opts.sflow_groups)?;
+    }
+    if !(args.link_speed.is_finite() && args.link_speed > 0.0 && args.link_speed <= 10_000.0) {
+        return Err(UsageError::BadConfig(format!(
+            "--link-speed {} is not a link speed; give Gb/s above 0, e.g. --link-speed 400",
+            args.link_speed
+        ))
+        .into());
+    }
+    opts.link_speed_bps = (args.link_speed * 1e9) as u64;
+    if !(args.pfc_storm_seconds.is_finite() && (0.001..=3600.0).contains(&args.pfc_storm_seconds)) {
+        return Err(UsageError::BadConfig(format!(
+            "--pfc-storm-seconds {} is out of range; use 0.001 to 3600 (e.g. 0.2, as SONiC's PFC watchdog)",
+            args.pfc_storm_seconds
+        ))
+        .into());
+    }
+    opts.pfc_storm_ns = (args.pfc_storm_seconds * 1e9) as u64;
+    if let Some(bits) = args.elephant_bps {
+        opts.elephant.threshold_bytes_per_second = bits / 8.0;
+        opts.elephant.validate().map_err(UsageError::BadConfig)?;
+    }
+    if args.tick_ms == 0 {
+        return Err(UsageError::BadConfig("--tick-ms must be at least 1".into()).into());
+    }
+    opts.tick_s = args.tick_ms as f64 / 1000.0;
+    if args.max_flows == 0 {
+        return Err(UsageError::BadConfig("--max-flows must be at least 1".into()).into());
+    }
+    opts.max_flows = args.max_flows;
+    if args.files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
+        return Err(UsageError::BadConfig(
+            "standard input (-) can be given once; name the other captures by their files".into(),
+        )
+        .into());
+    }
+    // What each input is, before anything is read.
+    let mut plain_size = None;
+    let mut piped = false;
+    for f in &args.files {
+        if f.as_os_str() == "-" {
+            piped = true;
+            continue;
+        }
+        let bad = |reason: String| UsageError::BadCapture {
+            path: f.display().to_string(),
+            reason,
+        };
+        let meta = std::fs::metadata(f).map_err(|e| bad(e.to_string()))?;
+        if meta.is_dir() {
+            return Err(bad("it is a directory; give a pcap or pcapng file".into()).into());
+        }
+        if meta.file_type().is_fifo() {
+            piped = true;
+            // Opening a FIFO waits for its writer: say so, or the wait looks like a hang.
+            log::info!(
+                "{} is a FIFO: waiting for a writer (for example `tcpdump -w {}`)",
+                f.display(),
+                f.display()
+            );
+        } else if args.files.len() == 1 && meta.is_file() {
+            let mut magic = [0u8; 6];
+            let n = std::fs::File::open(f)
+                .and_then(|mut h| std::io::Read::read(&mut h, &mut magic))
+                .unwrap_or(0);
+            if crate::sources::input::Compression::of(&magic[..n])
+                == crate::sources::input::Compression::None
+            {
+                plain_size = Some(meta.len());
+            }
+        }
+    }
+    // A progress bar for one large plain file (its size is what the reader goes through).
+    let show = !args.no_progress && std::io::stdout().is_terminal();
+    let bar = match plain_size {
+        Some(size) if show && size > 16 << 20 => {
+            let b = ProgressBar::new(size);
+            b.set_style(
+                ProgressStyle::with_template(crate::cmd::analyze::PROGRESS_TEMPLATE)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Some(b)
+        }
+        _ => None,
+    };
+    let (a, failed) = crate::cmd::analyze::analyze_inputs(&args.files, opts, |n| {
+        if let Some(b) = &bar {
+            b.set_position(n);
+            if Some(n) >= plain_size {
+                b.set_message(crate::cmd::analyze::PROGRESS_READ);
+            }
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if let Some(e) = &failed {
+        if a.counters.frames == 0 {
+            return Err(UsageError::BadCapture {
+                path: e.path.clone(),
+                reason: e.reason.clone(),
+            }
+            .into());
+        }
+    }
+    if a.summary.truncated_tail {
+        log::warn!(
+            "{}: the capture ends inside a record; counted everything before it",
+            args.files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut report = crate::export::report_build::build(&a);
+    report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
+    if let Some(path) = &args.html {
+        let page = crate::export::report_html::render(
+            &report,
+            &a.timeline,
+            &report.inputs,
+            args.top.max(20),
+        );
+        std::fs::write(path, page)
+            .with_context(|| format!("write the HTML report {}", path.display()))?;
+        log::info!("wrote the HTML report {}", path.display());
+    }
+    match args.format {
+        OutputFormat::Json => {
+            // Streamed: a report of a quarter million flows is not built as one string first.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = serde_json::to_writer(&mut out, &report)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush());
+            quiet_on_closed_stdout(written)?;
+        }
+        OutputFormat::Table => {
+            let text = crate::export::report_table::table(&report, args.top);
+            quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
+        }
+    }
+    if failed.is_none() && piped && a.summary.truncated_tail {
+        // A file cut inside its last record is a capture that was interrupted; a pipe that
+        // closes inside one means its writer failed.
+        return Err(UsageError::BadCapture {
+            path: "standard input or FIFO".into(),
+            reason: format!(
+                "the stream closed inside a record (did its writer fail?) after {} frames; the report covers them",
+                a.counters.frames
+            ),
+        }
+        .into());
+    }
+    if let Some(e) = failed {
+        // The report above covers what was read before the failure.
+        return Err(UsageError::BadCapture {
+            path: e.path,
+            reason: format!(
+                "{} (after {} frames; the report covers them)",
+                e.reason, a.counters.frames
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Output into a pipe whose reader left (`| head`) is no error: stop quietly, as other
+/// command-line tools do.
+fn quiet_on_closed_stdout(r: std::io::Result<()>) -> Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("write the report"),
+    }
 }
 
 #[cfg(test)]

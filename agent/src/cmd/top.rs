@@ -7,7 +7,7 @@
 
 use super::top_plain::render;
 use super::top_rows::Docs;
-use crate::cli::TopArgs;
+use crate::config::cli::TopArgs;
 use crate::error::UsageError;
 use anyhow::{Context, Result};
 use serde_json::Value;

@@ -1,29 +1,34 @@
 //! One validated configuration: the TOML file (if any), then command-line flags over it.
 //! Every rule lives here, and every message names the key and the fix.
 
-pub use crate::cli::CaptureArg;
+pub use crate::config::cli::CaptureArg;
 
 /// Where pins go unless configured otherwise.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rocemon";
-use crate::cli::{RunArgs, XdpModeArg};
+use crate::config::cli::{RunArgs, XdpModeArg};
+pub use crate::config::logging::LogFormat;
+pub use crate::config::web::{WebSection, WebSettings};
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
-pub use crate::logging::LogFormat;
 pub use crate::sources::afxdp::{AfxdpOptions, BindMode};
 pub use crate::sources::rdma::RdmaConfig;
-pub use crate::web::{WebSection, WebSettings};
 use agent_common::Hook;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+pub mod classes;
+pub mod cli;
+pub mod logging;
 mod memory;
 mod sflow;
 use sflow::sflow_settings;
 pub use sflow::{sflow_groups, sflow_limits};
 mod summary;
+pub mod units;
+pub mod web;
 
 use memory::host_memory_bytes;
 pub use memory::{possible_cpus, FlowMapSizes};
@@ -49,7 +54,7 @@ pub struct FileConfig {
     pub elephant: Option<ElephantConfig>,
     pub ecmp: Option<EcmpConfig>,
     /// The traffic classes RoCE and CNPs are expected in (lossy RoCE).
-    pub classes: Option<crate::classes::ClassesSection>,
+    pub classes: Option<crate::config::classes::ClassesSection>,
     /// The sFlow collector (switches' view).
     pub sflow: Option<SflowSection>,
     pub sysfs_root: Option<std::path::PathBuf>,
@@ -355,7 +360,7 @@ impl Config {
         }
         let web = WebSettings::load(&file.web.unwrap_or_default(), args.web_config.as_deref())?;
         let log_level = match args.log_level.clone().or(file.log_level) {
-            Some(l) => Some(crate::logging::parse_level(&l).map_err(bad)?),
+            Some(l) => Some(crate::config::logging::parse_level(&l).map_err(bad)?),
             None => None,
         };
         Ok(Config {

@@ -77,7 +77,7 @@ impl Config {
                 on_off(self.switches.flow_cache),
                 on_off(self.program_stats)
             ),
-            crate::classes::summary(&self.switches.classes),
+            crate::config::classes::summary(&self.switches.classes),
             match &self.sflow {
                 Some(s) => format!(
                     "sflow: listen {}, receive buffer {} bytes",

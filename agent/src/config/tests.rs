@@ -213,7 +213,7 @@ paths = 4
 /// The `(default: X)` that `rocemon run --help` says for `flag` (its long name).
 fn help_default(flag: &str) -> String {
     use clap::CommandFactory;
-    let cmd = crate::cli::Cli::command();
+    let cmd = crate::config::cli::Cli::command();
     let run = cmd.find_subcommand("run").expect("run");
     let arg = run
         .get_arguments()
@@ -250,7 +250,7 @@ fn run_help_says_the_defaults_a_configuration_gets() {
     assert_eq!(help_default("summary-every"), "0");
     assert_eq!(c.summary_every, None);
     assert_eq!(
-        crate::units::parse_rate(&help_default("elephant-bps")).unwrap() / 8.0,
+        crate::config::units::parse_rate(&help_default("elephant-bps")).unwrap() / 8.0,
         c.elephant.threshold_bytes_per_second
     );
     assert_eq!(
@@ -273,7 +273,7 @@ fn run_help_says_the_defaults_a_configuration_gets() {
 #[test]
 fn every_run_option_with_a_value_says_its_default() {
     use clap::CommandFactory;
-    let cmd = crate::cli::Cli::command();
+    let cmd = crate::config::cli::Cli::command();
     let run = cmd.find_subcommand("run").expect("run");
     // Given only when wanted: nothing happens without them.
     let optional = ["config", "web-config", "sflow-listen", "iface"];

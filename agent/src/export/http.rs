@@ -1,11 +1,11 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/api/v1/flows`, `/api/v1/ecmp`
 //! `/api/v1/lossless`, `/api/v1/sflow` and `/api/v1/training`
 //! (JSON), and `/` with pointers to them; optional TLS and basic authentication
-//! ([`crate::web`]), a request timeout and bounds on connections and concurrent requests.
+//! ([`crate::config::web`]), a request timeout and bounds on connections and concurrent requests.
 
+use crate::config::web::WebSettings;
 use crate::export::api::ApiView;
 use crate::export::metrics::Metrics;
-use crate::web::WebSettings;
 use axum::extract::{Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
@@ -395,7 +395,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let tls = match &web.tls {
         Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(
-            crate::web::server_config(cert, key).map_err(std::io::Error::other)?,
+            crate::config::web::server_config(cert, key).map_err(std::io::Error::other)?,
         )),
         None => None,
     };

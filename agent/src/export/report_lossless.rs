@@ -128,7 +128,7 @@ pub fn lossy(c: &HookCounters, classes: &TrafficClasses) -> Lossy {
         packets: c.lossy_roce_packets,
         bytes: c.lossy_roce_bytes,
         cnp_out_of_class: c.cnp_out_of_class,
-        expected: crate::classes::summary(classes)
+        expected: crate::config::classes::summary(classes)
             .trim_start_matches("classes: ")
             .to_string(),
     }

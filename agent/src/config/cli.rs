@@ -154,7 +154,7 @@ pub struct RunArgs {
     pub summary_every: Option<u64>,
     /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
     /// (overrides elephant.threshold_bytes_per_second) (default: 100Mbit).
-    #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Root of the sysfs tree for RDMA NIC counters (default: /sys).
     #[arg(long, value_name = "DIR")]
@@ -202,7 +202,7 @@ pub struct RunArgs {
     /// Log format: auto (journal under systemd, else text), text, journal, json (default:
     /// auto).
     #[arg(long, value_enum)]
-    pub log_format: Option<crate::logging::LogFormat>,
+    pub log_format: Option<crate::config::logging::LogFormat>,
     /// Receive sFlow v5 from switches on this address (IP, or IP:PORT; port 6343 by default),
     /// alone or next to interface hooks.
     #[arg(long, value_name = "ADDR")]
@@ -262,7 +262,7 @@ pub struct AnalyzeArgs {
     pub config: Option<PathBuf>,
     /// Elephant entry threshold, bits per second: 1G, 100Mbit, 400Gb/s, or 12.5MB for bytes
     /// (default 100Mbit, or the configuration file's).
-    #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
     pub elephant_bps: Option<f64>,
     /// Capture-time interval between rate and detector ticks, in milliseconds.
     #[arg(long, default_value_t = 1000)]
