@@ -344,7 +344,12 @@ fn run_exports_rdma_nic_counters_from_sysfs() {
                 && b.contains("rocemon_ecmp_predicted_path_flows{")
         })
         .unwrap();
-    assert!(body.contains(r#"rocemon_rdma_port_counter_total{counter="rcvd_seq_err",device="rxe0",port="1"} 7"#), "{body}");
+    assert!(
+        body.contains(
+            r#"rocemon_rdma_port_counter_total{counter="rcvd_seq_err",device="rxe0",port="1"} 7"#
+        ),
+        "{body}"
+    );
     assert_eq!(
         metric_sum(&body, "rocemon_rdma_connections", &[("device", "mlx5_0")]),
         3.0

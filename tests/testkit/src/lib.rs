@@ -17,6 +17,7 @@ pub mod ecmp_lab;
 pub mod findings_lab;
 pub mod fixture;
 pub mod fixtures;
+pub mod fleet;
 pub mod frames;
 pub mod host_links;
 pub mod hostile;
