@@ -118,7 +118,14 @@ fn a_global_prometheus_federating_two_shards_adds_up_the_fleet() {
     let _replays: Vec<Killed> = fleet
         .links
         .iter()
-        .map(|(_, b_if)| replay_forever(&fleet.senders, b_if, &[capture.clone()], Some(500)))
+        .map(|(_, b_if)| {
+            replay_forever(
+                &fleet.senders,
+                b_if,
+                std::slice::from_ref(&capture),
+                Some(500),
+            )
+        })
         .collect();
     let shard = |i: usize| {
         format!(
