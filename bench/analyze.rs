@@ -1,6 +1,7 @@
 //! Analyze phase: `rocemon analyze` over one million frames against `cat` and tshark: mixed
 //! frame sizes (with tshark), small frames and large frames (the two ratios to `cat` the
-//! targets name).
+//! targets name); and long steady captures (one flow, 5 to 30 minutes), whose time must grow
+//! with their frames only.
 
 use super::*;
 
@@ -77,6 +78,46 @@ fn against_cat(file: &Path) -> Result<(f64, f64)> {
     Ok((median(o), median(c)))
 }
 
+/// One flow at one packet per millisecond for `minutes` (a long steady capture: the training
+/// rhythm's per-millisecond series is its whole length).
+fn steady_capture(dir: &Path, minutes: u64) -> Result<PathBuf> {
+    let name: &'static str = match minutes {
+        5 => "bench_steady_5min",
+        15 => "bench_steady_15min",
+        _ => "bench_steady_30min",
+    };
+    let mut r = Roce::new(ip("10.9.0.1"), ip("10.9.0.2"), 0xC123, 0x200, 0x0A);
+    r.payload = 64;
+    r.dma_len = 64;
+    let frames = (0..minutes * 60_000)
+        .map(|k| {
+            r.psn = k as u32 & 0xFF_FFFF;
+            (1_700_000_000_000_000_000 + k * 1_000_000, r.frame())
+        })
+        .collect();
+    whole(name, Format::PcapNanos, frames, false).write(dir)
+}
+
+/// `analyze` of steady captures of 5, 15 and 30 minutes: time in proportion to the frames
+/// (the target: the 30-minute capture's time per frame within 1.5x the 5-minute one's).
+fn steady_bench(dir: &Path) -> Result<Value> {
+    let mut rows = Vec::new();
+    for minutes in [5u64, 15, 30] {
+        let file = steady_capture(dir, minutes)?;
+        let (ours_s, _) = against_cat(&file)?;
+        let _ = std::fs::remove_file(&file);
+        let frames = minutes * 60_000;
+        eprintln!("analyze: steady {minutes} min ({frames} frames): {ours_s:.2} s");
+        rows.push(
+            json!({ "minutes": minutes, "frames": frames, "rocemon_seconds": ours_s,
+                          "ns_per_frame": ours_s * 1e9 / frames as f64 }),
+        );
+    }
+    let per = |i: usize| rows[i]["ns_per_frame"].as_f64().unwrap_or(0.0);
+    let growth = per(2) / per(0).max(1e-9);
+    Ok(json!({ "captures": rows, "ns_per_frame_30_over_5": growth }))
+}
+
 /// The by-size captures: small frames (payloads of 0 or 64 bytes) and large (1024).
 pub(crate) const SIZES: [(&str, &[usize]); 2] =
     [("bench_1m_small", &[0, 64]), ("bench_1m_large", &[1024])];
@@ -115,7 +156,9 @@ pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
         frames / ours_s
     );
     let _ = std::fs::remove_file(&file);
+    let steady = steady_bench(dir)?;
     Ok(json!({
+        "steady": steady,
         "frames": 1_000_000, "file_bytes": size,
         "rocemon_seconds": ours_s, "rocemon_frames_per_second": frames / ours_s,
         "tshark_seconds": tshark_s, "tshark_frames_per_second": frames / tshark_s,

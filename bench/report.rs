@@ -245,6 +245,26 @@ pub(crate) fn markdown(r: &Value) -> String {
         "| analyze: within 3x of reading the file | {rc:.1}x | {} |",
         verdict(rc <= 3.0)
     );
+    if let Some(g) = a["steady"]["ns_per_frame_30_over_5"].as_f64() {
+        let per: Vec<String> = a["steady"]["captures"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                format!(
+                    "{} min {:.2} s",
+                    c["minutes"].as_u64().unwrap_or(0),
+                    c["rocemon_seconds"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "| analyze: a steady capture in time proportional to its frames (30 min per frame at most 1.5x 5 min; {}) | {g:.2}x | {} |",
+            per.join(", "),
+            verdict(g <= 1.5)
+        );
+    }
     for (name, target) in [("small", 2.0), ("large", 1.5)] {
         if let Some(x) = a["by_frame_size"][name]["ratio_vs_cat"].as_f64() {
             let _ = writeln!(

@@ -17,8 +17,9 @@
 //! or more of its rate has ignored the CNPs.
 
 use agent_common::{FlowKey, PacketRecord};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::net::IpAddr;
 
 /// How long after a CE packet its CNP may come (DCQCN answers in microseconds; a capture's
@@ -36,62 +37,9 @@ pub const REACTION_WINDOW_NS: u64 = 1_000_000;
 pub const IGNORED_RATIO: f64 = 0.9;
 /// Packets the window before a burst needs for a judgement (a trickle has no rate to cut).
 pub const MIN_BEFORE_PACKETS: u64 = 20;
-/// Sub-windows of the rate meter.
-const METER_SLOTS: usize = 10;
-const SLOT_NS: u64 = REACTION_WINDOW_NS / METER_SLOTS as u64;
-
 /// A connection's key: the data direction (src, dst, UDP source port, destination QP).
 type Conn = (IpAddr, IpAddr, u16, u32);
 
-/// A data flow's bytes and packets over the last window, in sub-windows.
-#[derive(Clone, Debug, Default)]
-struct Meter {
-    /// The sub-window of the newest slot (time / SLOT_NS).
-    slot: u64,
-    bytes: [u64; METER_SLOTS],
-    packets: [u64; METER_SLOTS],
-}
-
-impl Meter {
-    fn roll(&mut self, t: u64) {
-        let now = t / SLOT_NS;
-        if now > self.slot {
-            let n = (now - self.slot).min(METER_SLOTS as u64);
-            for k in 1..=n {
-                let i = ((self.slot + k) % METER_SLOTS as u64) as usize;
-                self.bytes[i] = 0;
-                self.packets[i] = 0;
-            }
-            self.slot = now;
-        }
-    }
-
-    fn add(&mut self, t: u64, len: u64) {
-        self.roll(t);
-        if t / SLOT_NS + (METER_SLOTS as u64) <= self.slot {
-            return; // older than the window (timestamps stepped back)
-        }
-        let i = ((t / SLOT_NS) % METER_SLOTS as u64) as usize;
-        self.bytes[i] += len;
-        self.packets[i] += 1;
-    }
-
-    /// Bytes and packets of the window before `t` (the full sub-windows before t's).
-    fn before(&mut self, t: u64) -> (u64, u64) {
-        self.roll(t);
-        let cur = ((t / SLOT_NS) % METER_SLOTS as u64) as usize;
-        let mut b = (0, 0);
-        for i in (0..METER_SLOTS).filter(|i| *i != cur) {
-            b.0 += self.bytes[i];
-            b.1 += self.packets[i];
-        }
-        // Nine sub-windows: scaled to the whole window.
-        let k = METER_SLOTS as u64;
-        (b.0 * k / (k - 1), b.1 * k / (k - 1))
-    }
-}
-
-/// A burst of CNPs to a connection under judgement.
 #[derive(Clone, Copy, Debug)]
 struct Burst {
     at: u64,
@@ -123,20 +71,22 @@ struct ConnState {
 impl ConnState {
     /// A data packet of `len` bytes at `t`: counted after the burst's first CNP, and the
     /// burst judged once its window is over.
-    fn data(&mut self, t: u64, len: u64) {
+    /// A data packet of the flow while a burst is being judged; false once it is judged (or
+    /// none is open).
+    fn data(&mut self, t: u64, len: u64) -> bool {
         let Some(b) = &mut self.burst else {
-            return;
+            return false;
         };
         if t < b.at + REACTION_WINDOW_NS {
             if t >= b.at {
                 b.after_bytes += len;
             }
-            return;
+            return true;
         }
         let b = *b;
         self.burst = None;
         if b.before_packets < MIN_BEFORE_PACKETS {
-            return;
+            return false;
         }
         let ratio = b.after_bytes as f64 / b.before_bytes.max(1) as f64;
         self.bursts += 1;
@@ -145,6 +95,7 @@ impl ConnState {
         if ratio >= IGNORED_RATIO {
             self.ignored += 1;
         }
+        false
     }
 
     fn settle(&mut self, now: u64) {
@@ -172,14 +123,17 @@ impl ConnState {
         }
     }
 
-    fn cnp(&mut self, t: u64, meter: Option<&mut Meter>) {
+    /// A CNP at `t`; `before` gives the flow's bytes and packets in the window before `t`
+    /// (asked only when a burst starts).
+    fn cnp(&mut self, t: u64, before: impl FnOnce() -> (u64, u64)) -> bool {
         self.settle(t);
         self.cnps += 1;
         let quiet = self
             .last_cnp
             .is_none_or(|c| t.saturating_sub(c) > REACTION_WINDOW_NS);
-        if let (true, None, Some(m)) = (quiet, self.burst, meter) {
-            let (before_bytes, before_packets) = m.before(t);
+        let opened = quiet && self.burst.is_none();
+        if opened {
+            let (before_bytes, before_packets) = before();
             self.burst = Some(Burst {
                 at: t,
                 before_bytes,
@@ -196,6 +150,7 @@ impl ConnState {
             self.min_gap = Some(self.min_gap.map_or(gap, |g| g.min(gap)));
         }
         self.last_cnp = Some(t);
+        opened
     }
 }
 
@@ -203,15 +158,45 @@ impl ConnState {
 /// packet).
 #[derive(Clone, Debug, Default)]
 pub struct CnpResponse {
-    conns: BTreeMap<Conn, ConnState>,
-    /// The connections with CE packets between two hosts (A, B).
-    by_pair: BTreeMap<(IpAddr, IpAddr), Vec<Conn>>,
-    /// (B, A, port) -> the QP at A that B's packets on that port carry (looked up for every
-    /// RoCE packet of a capture: a hash map).
-    reverse_qp: rustc_hash::FxHashMap<(IpAddr, IpAddr, u16), u32>,
-    /// Every data flow's rate over the last window (the sender's rate before a CNP).
-    meters: rustc_hash::FxHashMap<Conn, Meter>,
+    /// The pairing state of each data flow that had a CE-marked packet (its flow key, the
+    /// hook byte 0). Looked up for CE packets, CNPs and the flows with a burst open only.
+    conns: FxHashMap<FlowKey, ConnState>,
+    /// The flows with CE packets between two hosts (A, B): keyed by a flow key with only the
+    /// addresses.
+    by_pair: FxHashMap<FlowKey, Vec<FlowKey>>,
+    /// (B, A, port) -> the QP at A that B's packets on that port carry (of the newest flow on
+    /// the port): keyed by a flow key without its QP.
+    reverse_qp: FxHashMap<FlowKey, u32>,
+    /// Every data packet of the last [`REACTION_WINDOW_NS`] (time, flow, bytes), in time
+    /// order: a flow's rate before a CNP is summed from it when a burst starts, so a packet
+    /// costs a push, not a lookup of its flow.
+    recent: VecDeque<(u64, FlowKey, u64)>,
+    /// The flows whose burst of CNPs is being judged (their packets add to its "after").
+    open: FxHashMap<FlowKey, ()>,
     cnps: u64,
+}
+
+/// A flow key as this detector keys it: no hook (captures and hooks alike).
+fn flow_of(k: &FlowKey) -> FlowKey {
+    FlowKey { hook: 0, ..*k }
+}
+
+/// The key of a host pair (A -> B): the addresses only.
+fn pair_of(src: [u8; 16], dst: [u8; 16], ip_version: u8) -> FlowKey {
+    FlowKey {
+        src,
+        dst,
+        ip_version,
+        ..FlowKey::default()
+    }
+}
+
+/// The key of a direction and port (A -> B, port S): no QP.
+fn port_of(src: [u8; 16], dst: [u8; 16], ip_version: u8, sport: u16) -> FlowKey {
+    FlowKey {
+        sport,
+        ..pair_of(src, dst, ip_version)
+    }
 }
 
 fn conn_of(k: &FlowKey) -> Conn {
@@ -224,51 +209,94 @@ fn conn_of(k: &FlowKey) -> Conn {
 }
 
 impl CnpResponse {
-    /// One RoCE packet (its record, flow key and wire length) at `ts_ns`, in time order.
-    pub fn packet(&mut self, rec: &PacketRecord, key: &FlowKey, len: u64, ts_ns: u64) {
-        let c = conn_of(key);
+    /// One RoCE packet (its record, flow key and wire length) at `ts_ns`, in time order;
+    /// `new_flow`: the first packet of its flow (its QP becomes its port's).
+    pub fn packet(
+        &mut self,
+        rec: &PacketRecord,
+        key: &FlowKey,
+        len: u64,
+        ts_ns: u64,
+        new_flow: bool,
+    ) {
+        let k = flow_of(key);
         if rec.is_cnp() {
-            self.cnp(ts_ns, c.0, c.1, c.3);
+            self.cnp(ts_ns, &k);
             return;
         }
-        self.reverse_qp.insert((c.0, c.1, c.2), c.3);
-        self.meters.entry(c).or_default().add(ts_ns, len);
-        if let Some(s) = self.conns.get_mut(&c) {
-            s.data(ts_ns, len);
+        if new_flow {
+            // The newest flow on a port names its QP (a port carries one QP pair, but where
+            // two QPs share a 5-tuple).
+            self.reverse_qp
+                .insert(port_of(k.src, k.dst, k.ip_version, k.sport), k.dest_qp);
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _, _)| t + REACTION_WINDOW_NS <= ts_ns)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((ts_ns, k, len));
+        if !self.open.is_empty() && self.open.contains_key(&k) {
+            if let Some(s) = self.conns.get_mut(&k) {
+                if !s.data(ts_ns, len) {
+                    self.open.remove(&k);
+                }
+            }
         }
         if rec.ecn() == 3 {
-            if !self.conns.contains_key(&c) {
-                self.by_pair.entry((c.0, c.1)).or_default().push(c);
-            }
-            self.conns.entry(c).or_default().ce(ts_ns);
+            let s = match self.conns.get_mut(&k) {
+                Some(s) => s,
+                None => {
+                    self.by_pair
+                        .entry(pair_of(k.src, k.dst, k.ip_version))
+                        .or_default()
+                        .push(k);
+                    self.conns.entry(k).or_default()
+                }
+            };
+            s.ce(ts_ns);
         }
     }
 
-    /// A CNP from `b` to `a` for QP `q` at `a`: it answers the connections A -> B whose
-    /// reverse packets (B -> A on their port) carry `q`; with none known, every connection
-    /// A -> B without reverse packets.
-    fn cnp(&mut self, t: u64, b: IpAddr, a: IpAddr, q: u32) {
+    /// A CNP from `b` to `a` for QP `q` at `a` (the CNP's flow key): it answers the flows
+    /// A -> B whose reverse packets (B -> A on their port) carry `q`; with none known, every
+    /// flow A -> B without reverse packets.
+    fn cnp(&mut self, t: u64, k: &FlowKey) {
         self.cnps += 1;
-        let Some(cands) = self.by_pair.get(&(a, b)) else {
+        let (b, a, q) = (k.src, k.dst, k.dest_qp);
+        let Some(cands) = self.by_pair.get(&pair_of(a, b, k.ip_version)) else {
             return;
         };
-        let exact: Vec<Conn> = cands
+        let reverse = |c: &FlowKey| self.reverse_qp.get(&port_of(b, a, c.ip_version, c.sport));
+        let exact: Vec<FlowKey> = cands
             .iter()
-            .filter(|c| self.reverse_qp.get(&(b, a, c.2)) == Some(&q))
+            .filter(|c| reverse(c) == Some(&q))
             .copied()
             .collect();
-        let targets: Vec<Conn> = if exact.is_empty() {
+        let targets: Vec<FlowKey> = if exact.is_empty() {
             cands
                 .iter()
-                .filter(|c| !self.reverse_qp.contains_key(&(b, a, c.2)))
+                .filter(|c| reverse(c).is_none())
                 .copied()
                 .collect()
         } else {
             exact
         };
+        let recent = &self.recent;
         for c in targets {
             if let Some(s) = self.conns.get_mut(&c) {
-                s.cnp(t, self.meters.get_mut(&c));
+                // The window before the CNP: the flow's packets still in `recent`.
+                let before = || {
+                    recent
+                        .iter()
+                        .filter(|(ts, f, _)| *f == c && *ts < t && ts + REACTION_WINDOW_NS > t)
+                        .fold((0, 0), |(b, p), (_, _, l)| (b + l, p + 1))
+                };
+                if s.cnp(t, before) {
+                    self.open.insert(c, ());
+                }
             }
         }
     }
@@ -279,7 +307,11 @@ impl CnpResponse {
         let mut min_gap: Option<u64> = None;
         let mut connections = Vec::new();
         let (mut ce, mut answered, mut unanswered) = (0, 0, 0);
-        for (c, s) in &self.conns {
+        // In the order of the connections (addresses, port, QP), then by the stable sort below.
+        let mut conns: Vec<(Conn, &ConnState)> =
+            self.conns.iter().map(|(k, s)| (conn_of(k), s)).collect();
+        conns.sort_by_key(|c| c.0);
+        for (c, s) in conns {
             // CE packets still waiting are unanswered: nothing more comes.
             let waiting = s.pending.map_or(0, |(_, n)| n);
             ce += s.ce;

@@ -91,15 +91,32 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
         }));
     }
 
+    // The flows' spans by connection, for the senders judged (one pass, not one search per
+    // connection: a capture may hold tens of thousands of both).
+    let judged: std::collections::HashSet<(&str, &str, u16, u32)> = r
+        .roce
+        .cnp_response
+        .connections
+        .iter()
+        .filter(|c| c.cnp_bursts > 0)
+        .map(|c| (c.src.as_str(), c.dst.as_str(), c.sport, c.dest_qp))
+        .collect();
+    let spans: std::collections::HashMap<(&str, &str, u16, u32), (f64, f64)> = r
+        .flows
+        .iter()
+        .map(|fl| ((fl.src.as_str(), fl.dst.as_str(), fl.sport, fl.dest_qp), fl))
+        .filter(|(k, _)| judged.contains(k))
+        .map(|(k, fl)| (k, (at(fl.first_seen_ns), at(fl.last_seen_ns))))
+        .collect();
     for c in &r.roce.cnp_response.connections {
+        if c.cnp_bursts == 0 {
+            continue; // no burst judged: nothing to say about the sender
+        }
         let name = flow_name(&c.src, &c.dst, c.sport, c.dest_qp);
-        let span = r
-            .flows
-            .iter()
-            .find(|fl| {
-                fl.src == c.src && fl.dst == c.dst && fl.sport == c.sport && fl.dest_qp == c.dest_qp
-            })
-            .map_or(whole, |fl| (at(fl.first_seen_ns), at(fl.last_seen_ns)));
+        let span = spans
+            .get(&(c.src.as_str(), c.dst.as_str(), c.sport, c.dest_qp))
+            .copied()
+            .unwrap_or(whole);
         out.extend(f::cnp_ignored(&f::Unreacting {
             flow: &format!("Flow {name}"),
             sender: &c.src,

@@ -111,7 +111,6 @@ impl FlowSide {
                 let key = info.flow_key(Hook::Xdp);
                 self.timeline.record(&info, len, ts_ns);
                 self.training.record(&key, len, ts_ns);
-                self.cnp.packet(&info, &key, len, ts_ns);
                 // The counting sequence's flow part for `analyze` (its store hands RoCE
                 // packets here): the flow table's state, the one flow step.
                 let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
@@ -120,6 +119,7 @@ impl FlowSide {
                 if created {
                     self.counters.flows_created += 1;
                 }
+                self.cnp.packet(&info, &key, len, ts_ns, created);
                 self.training
                     .note(ts_ns, trouble(&info, &ev, &self.opts.classes));
             }
