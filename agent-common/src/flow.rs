@@ -124,8 +124,18 @@ impl FlowStats {
         if o.packets == 0 {
             return;
         }
-        if self.packets == 0 || o.first_seen_ns < self.first_seen_ns {
-            self.first_seen_ns = o.first_seen_ns;
+        // Userspace reads a CPU's value while that CPU may be counting into it: a value can
+        // hold a flow's first packet before its time (torn). A zero time is no time: the
+        // value's last seen stands in, and a zero never lowers the earliest time.
+        let first = if o.first_seen_ns != 0 {
+            o.first_seen_ns
+        } else {
+            o.last_seen_ns
+        };
+        if first != 0
+            && (self.packets == 0 || self.first_seen_ns == 0 || first < self.first_seen_ns)
+        {
+            self.first_seen_ns = first;
         }
         if self.packets == 0 || o.last_seen_ns >= self.last_seen_ns {
             self.last_seen_ns = o.last_seen_ns;
@@ -214,6 +224,33 @@ mod tests {
         m.merge(&b);
         assert_eq!((m.packets, m.bytes), (4, 2160));
         assert_eq!((m.first_seen_ns, m.last_seen_ns, m.last_psn), (5, 30, 10));
+
         assert_eq!(m.class_packets[OpClass::Write as usize], 2);
+    }
+
+    #[test]
+    fn a_torn_value_without_its_first_time_never_makes_a_flow_older() {
+        let mut m = FlowStats::default();
+        let a = FlowStats {
+            packets: 1,
+            first_seen_ns: 0,
+            last_seen_ns: 0,
+            ..FlowStats::default()
+        };
+        let b = FlowStats {
+            packets: 2,
+            first_seen_ns: 7,
+            last_seen_ns: 9,
+            ..FlowStats::default()
+        };
+        m.merge(&a);
+        m.merge(&b);
+        assert_eq!(m.first_seen_ns, 7);
+        let mut n = FlowStats::default();
+        n.merge(&FlowStats {
+            first_seen_ns: 0,
+            ..b
+        });
+        assert_eq!(n.first_seen_ns, 9, "its last seen stands in");
     }
 }

@@ -379,6 +379,18 @@ impl FlowTable {
             return;
         }
         let e = self.entry(iface, key);
+        // A snapshot read while the kernel counted the flow's first packet may lack its time:
+        // the time already known stands (a held flow's first seen never moves).
+        let mut stats = stats;
+        if stats.first_seen_ns == 0
+            || (e.stats.first_seen_ns != 0 && e.stats.packets <= stats.packets)
+        {
+            stats.first_seen_ns = if e.stats.first_seen_ns != 0 {
+                e.stats.first_seen_ns
+            } else {
+                stats.first_seen_ns.max(stats.last_seen_ns)
+            };
+        }
         if generation == 1 && e.stats.packets == 0 && stats.packets > 0 {
             // The first poll: whatever the map holds was counted before this agent started
             // (a previous run's pinned maps), over an unknown time: a baseline, not a rate.
