@@ -6,6 +6,7 @@
 use rocemon::export::metrics::Metrics;
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::Roce;
+use rocemon_testkit::metrics::url_encode as encode;
 use rocemon_testkit::netns::{http_get_in, run, unique_tag, Agent, VethPair};
 use rocemon_testkit::sender::Sender;
 use rocemon_testkit::training::{self, Job};
@@ -125,17 +126,6 @@ fn promtool_checks_and_unit_tests_every_alert() {
             );
         }
     }
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// A capture heavy in CNPs (nine per data packet) and CE marks (every data packet), for the

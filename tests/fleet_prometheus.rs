@@ -8,6 +8,7 @@
 use rocemon_testkit::dashboards::{replay_forever, Killed};
 use rocemon_testkit::fleet::Fleet;
 use rocemon_testkit::metrics::try_metric_sum;
+use rocemon_testkit::metrics::url_encode as encode;
 use rocemon_testkit::netns::{http_get_in, run_args, Agent};
 use rocemon_testkit::{fixtures, TempDir};
 use std::process::{Command, Stdio};
@@ -40,17 +41,6 @@ fn prometheus(ns: &str, dir: &std::path::Path, name: &str, addr: &str, config: S
         .spawn()
         .expect("prometheus is not installed; run `cargo xtask setup` (Debian package prometheus)");
     Killed(child)
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The samples of an instant query at `addr`: (labels, value).

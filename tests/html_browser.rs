@@ -24,17 +24,11 @@ fn browser(profile: &Path) -> Browser {
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} is missing: run `cargo xtask setup` (Debian package chromium)"
     );
-    let args: Vec<&OsStr> = [
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ]
-    .iter()
-    .map(OsStr::new)
-    .collect();
+    // The sandbox is the launcher's own setting (`sandbox(false)`).
+    let args: Vec<&OsStr> = rocemon_testkit::CHROMIUM_QUIET[1..]
+        .iter()
+        .map(OsStr::new)
+        .collect();
     let opts = LaunchOptions::default_builder()
         .path(Some(PathBuf::from(CHROMIUM)))
         .headless(true)

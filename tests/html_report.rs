@@ -13,18 +13,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 
 fn chromium(dir: &Path, extra: &[&str], page: &Path) -> std::process::Output {
     Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-        ])
+        .arg("--headless")
+        .args(rocemon_testkit::CHROMIUM_QUIET)
+        .args(["--enable-logging=stderr", "--v=0"])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .args(extra)
         .arg(format!("file://{}", page.display()))

@@ -42,8 +42,8 @@ pub fn module_of(rel: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// The graph: module -> the modules it imports (itself left out).
-pub fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// Every `.rs` file below `src`.
+pub fn rust_files(src: &Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -56,6 +56,12 @@ pub fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             }
         }
     }
+    files
+}
+
+/// The graph: module -> the modules it imports (itself left out).
+pub fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let files = rust_files(src);
     let rel = |p: &Path| p.strip_prefix(src).expect("under src").to_path_buf();
     let modules: BTreeSet<String> = files
         .iter()
@@ -138,18 +144,7 @@ pub fn module_path(rel: &Path) -> String {
 /// `crate::a::b` or `super::x` paths (each resolved to the longest module that exists; a
 /// file's own children and its own module left out).
 pub fn file_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read src").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rust_files(src);
     let rel = |p: &Path| p.strip_prefix(src).expect("under src").to_path_buf();
     let is_test = |p: &Path| {
         let n = p

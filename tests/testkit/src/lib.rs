@@ -201,3 +201,15 @@ impl Drop for Ticker {
         }
     }
 }
+
+/// The flags that keep Debian's Chromium quiet and off the network in tests (headless, as
+/// root): no sandbox, GPU, QUIC, first-run, background networking, component updates or sync.
+pub const CHROMIUM_QUIET: [&str; 7] = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];

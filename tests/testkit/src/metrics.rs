@@ -87,3 +87,15 @@ pub fn http_get_ok(addr: &str, path: &str) -> Option<String> {
     let (head, body) = r.split_once("\r\n\r\n")?;
     (head.split_whitespace().nth(1)? == "200").then(|| body.to_string())
 }
+
+/// `s` percent-encoded for a URL's query (a PromQL expression in `/api/v1/query?query=`).
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
