@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! kernel/ + sources/ --------> pipeline/ -------> detect/ ---------> export/
-//!   loader, attach, pins,       flows (rates,     elephant, ecmp,     metrics/ (the one catalog),
-//!   liveness (programs)           top-K)          hash, rhythm,       http + conns + api,
-//!   sources::maps (counters,    timeline,         steps, pause,       report, report_findings,
-//!     flows, the ring),         training          cnp_response,       report_html*
-//!     prog_run (the flush)     (captures)         findings,
-//!   sources::capture, input                       live_findings
+//!   loader, attach, pins,       stages (the       elephant, ecmp,     metrics/ (the one catalog),
+//!   liveness (programs)           Pipeline run    hash, rhythm,       http + conns + api,
+//!   sources::maps (counters,      and analyze     steps, pause,       report, report_findings,
+//!     flows, the ring),           drive), flows   cnp_response,       report_html*
+//!     prog_run (the flush)      analysis +        findings,
+//!   sources::capture, input       flow_side,      live_findings
+//!                                 timeline,
+//!                                 training
 //!   sources::afxdp, tally
 //!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
 //!          cmd/: start + run (run_links, run_rhythm, run_reload, run_findings), analyze,
@@ -32,8 +34,12 @@
 //!   ([`sources::capture`], [`sources::input`]), AF_XDP sockets and their userspace counting
 //!   ([`sources::afxdp`], [`sources::tally`]), NIC pause counters, RDMA connections; [`sflow`]:
 //!   the sFlow v5 collector (switches' view), live and in `analyze`.
-//! - [`pipeline`]: the flow table ([`pipeline::flows`]: rates, ticks); a capture's views over
-//!   time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and message sizes).
+//! - [`pipeline`]: the one [`pipeline::stages::Pipeline`] that `run` and `analyze` both drive
+//!   (ingest a store's flows or a capture's packets, tick rates and elephants and the sFlow
+//!   fabric view, detect the ECMP views); the flow table under it ([`pipeline::flows`]); a
+//!   capture through it ([`pipeline::analysis`], its time-ordered half
+//!   [`pipeline::flow_side`]) and its views over time ([`pipeline::timeline`],
+//!   [`pipeline::training`]: the rhythm and message sizes).
 //! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
 //!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing and
 //!   the senders' answer ([`detect::cnp_response`]; live: [`detect::live_reaction`]), why a

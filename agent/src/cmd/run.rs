@@ -7,7 +7,6 @@ use crate::cmd::run_rhythm::{
     detect_rhythms, drain_rings, ring_read_errors, LiveRhythm, RING_READ_EVERY,
 };
 use crate::config::Config;
-use crate::detect::ecmp;
 use crate::detect::elephant::{link_speed_mbps, Transition};
 use crate::detect::steps::StepTracker;
 use crate::error::UsageError;
@@ -18,6 +17,7 @@ use crate::export::metrics::RhythmSource;
 use crate::export::report::human_bytes;
 use crate::kernel::loader::{self, Attachment};
 use crate::pipeline::flows::FlowTable;
+use crate::pipeline::stages::{Pipeline, Rates};
 use crate::sources::rdma::RdmaView;
 use agent_common::{HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
@@ -83,8 +83,7 @@ pub async fn run(
         metrics: Arc::new(Mutex::new(metrics)),
         api: Arc::new(Mutex::new(ApiView::default())),
     };
-    let mut table = FlowTable::new(config.ifaces.clone());
-    table.tau_s = config.rate_window_s;
+    let mut pipeline = Pipeline::new(config.ifaces.clone(), config.pipeline());
     let mut enter_bps = entry_thresholds(&config);
 
     // The kernel's per-program run time and count (what each packet costs, in production):
@@ -127,7 +126,7 @@ pub async fn run(
     rdma.refresh(&config.rdma);
     poll(
         &mut probes,
-        &mut table,
+        &mut pipeline,
         &shared,
         0.0,
         &config,
@@ -166,7 +165,7 @@ pub async fn run(
                 let _ = sd_notify::notify(false, &states);
                 let ok = match r {
                     Ok(new) => {
-                        apply_reload(&mut config, new, &mut table);
+                        apply_reload(&mut config, new, &mut pipeline);
                         enter_bps = entry_thresholds(&config);
                         tick = tokio::time::interval(config.poll_interval);
                         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -205,11 +204,11 @@ pub async fn run(
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
                 rdma.refresh(&config.rdma);
-                poll(&mut probes, &mut table, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref(), &mut rhythm, &mut findings);
+                poll(&mut probes, &mut pipeline, &shared, dt, &config, &enter_bps, &rdma, sflow.as_ref(), &mut rhythm, &mut findings);
                 if let Some(every) = config.summary_every {
                     if now.duration_since(last_summary) >= every {
                         last_summary = now;
-                        eprintln!("{}", summary_line(&probes, &table));
+                        eprintln!("{}", summary_line(&probes, &pipeline.flows));
                     }
                 }
             }
@@ -242,7 +241,7 @@ fn entry_thresholds(config: &Config) -> Vec<f64> {
 #[allow(clippy::too_many_arguments)]
 fn poll(
     probes: &mut [Option<Attachment>],
-    table: &mut FlowTable,
+    pipeline: &mut Pipeline,
     shared: &Shared,
     dt: f64,
     config: &Config,
@@ -253,7 +252,7 @@ fn poll(
     findings: &mut crate::detect::live_findings::LiveFindings,
 ) {
     let started = Instant::now();
-    table.begin_poll();
+    pipeline.begin_poll();
     let mut polled = Vec::new();
     let mut lossless = api::LosslessDoc::default();
     let mut samples = Vec::new();
@@ -354,7 +353,7 @@ fn poll(
                     m.set_flow_evictions(&p.iface, created.saturating_sub(flows.len() as u64));
                 }
                 for (k, s) in flows {
-                    table.update(i, k, s);
+                    pipeline.flow(i, k, s);
                 }
                 if errors > 0 {
                     m.map_read_error(&p.iface, MAP_FLOWS, errors);
@@ -367,12 +366,15 @@ fn poll(
             }
         }
     }
-    table.end_poll(&polled);
-    let events = table.tick(dt, &config.elephant, enter_bps);
-    // Rates of every flow are read below (top-K, API): bring the quiet ones up to date.
-    table.settle();
+    pipeline.end_poll(&polled);
+    let events = {
+        // The fabric view ticks with the flows, over the switches' flows of this moment.
+        let collector = sflow.and_then(|r| r.collector.lock().ok());
+        pipeline.tick(dt, enter_bps, collector.as_deref())
+    };
     for ev in events {
-        let iface = table
+        let iface = pipeline
+            .flows
             .ifaces
             .get(ev.iface)
             .map(String::as_str)
@@ -396,25 +398,20 @@ fn poll(
         }
     }
     m.set_rdma_counters(&crate::sources::rdma::port_counters(&config.sysfs_root));
-    let mut views = table.views();
-    views.extend(rdma_views(rdma, config.rdma.elephants()));
+    // Rates of every flow are read below (top-K, API): `detect` brings the quiet ones up to
+    // date before the ECMP views.
+    let views = pipeline.detect(rdma_views(rdma, config.rdma.elephants()), Rates::Now);
     m.set_rdma_connections(&rdma.connections);
-    let report = ecmp::analyze(&views, &table.ifaces, &config.ecmp);
+    let (table, report) = (&pipeline.flows, &pipeline.ecmp);
     m.set_flows(table, config.top_k);
-    m.set_ecmp(&report, config.top_k);
+    m.set_ecmp(report, config.top_k);
     // The API view of this poll is in place before the metrics lock goes: a client that has
     // seen this poll's metrics never reads an older API view.
     let to_unix = crate::sources::maps::monotonic_to_unix_ns();
-    let mut view = api::build(table, &report, config, 1000, to_unix);
+    let mut view = api::build(table, report, config, 1000, to_unix);
     view.lossless = lossless;
-    view.findings = super::run_findings::update(
-        findings,
-        samples,
-        slow,
-        config,
-        (table, &views, &report),
-        &m,
-    );
+    view.findings =
+        super::run_findings::update(findings, samples, slow, config, (table, &views, report), &m);
     view.summary = api::Summary::new(&findings.totals, &view.flows);
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
@@ -422,7 +419,7 @@ fn poll(
         view.training.add(iface, t);
     }
     if let Some(r) = sflow {
-        if let (Ok(c), Ok(mut f)) = (r.collector.lock(), r.fabric.lock()) {
+        if let Ok(c) = r.collector.lock() {
             for ((a, i), t) in c.rhythms.iter() {
                 let (agent, ifindex) = (a.to_string(), i.to_string());
                 m.set_training(
@@ -433,16 +430,12 @@ fn poll(
                     t,
                 );
             }
-            let groups = &config.sflow_groups;
-            if !groups.is_empty() {
-                f.tick(&c, groups, &config.elephant, config.rate_window_s, dt);
+            let fabric = (!config.sflow_groups.is_empty()).then_some(&pipeline.fabric);
+            if let Some(f) = fabric {
                 m.set_sflow_fabric(&f.groups);
             }
             m.set_sflow(&c, r.dropped());
-            view.sflow = Some(crate::sflow::report::build(
-                &c,
-                (!groups.is_empty()).then_some(&*f),
-            ));
+            view.sflow = Some(crate::sflow::report::build(&c, fabric));
         }
     }
     if let Ok(mut a) = shared.api.lock() {

@@ -1,12 +1,12 @@
 //! A configuration reloaded live (SIGHUP): what applies at once, and what needs a restart.
 
 use crate::config::Config;
-use crate::pipeline::flows::FlowTable;
+use crate::pipeline::stages::Pipeline;
 
 /// Applies a reloaded configuration: detectors, top-K, polling, RDMA and summary settings
 /// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
 /// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
-pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
+pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
     let restart_only = [
         (new.ifaces != config.ifaces, "interfaces"),
         (new.sflow != config.sflow, "sflow"),
@@ -48,6 +48,6 @@ pub fn apply_reload(config: &mut Config, new: Config, table: &mut FlowTable) {
     if let Some(l) = config.log_level {
         log::set_max_level(l);
     }
-    table.tau_s = config.rate_window_s;
+    pipeline.set(config.pipeline());
     log::info!("configuration reloaded:\n{}", config.summary());
 }

@@ -190,6 +190,19 @@ pub fn parse_hook(s: &str) -> Result<Hook, UsageError> {
 }
 
 impl Config {
+    /// The pipeline's settings for a live agent: flows bounded by the stores (the kernel
+    /// maps), no elephant history (the journal has each start and end).
+    pub fn pipeline(&self) -> crate::pipeline::stages::Settings {
+        crate::pipeline::stages::Settings {
+            elephant: self.elephant.clone(),
+            ecmp: self.ecmp.clone(),
+            rate_window_s: self.rate_window_s,
+            max_flows: None,
+            sflow_groups: self.sflow_groups.clone(),
+            history: crate::pipeline::stages::History::Off,
+        }
+    }
+
     /// Reads the file named by `--config` (if any) and applies the flags over it.
     pub fn from_args(args: &RunArgs) -> Result<Config, UsageError> {
         let file = match &args.config {

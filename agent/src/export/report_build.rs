@@ -38,6 +38,7 @@ pub fn build(a: &Analysis) -> Report {
     // Highest mean rate first, then most bytes, ties in `top_k`'s order: sorted as references
     // (a flow's report is 300 bytes to move).
     let mut order: Vec<(usize, f64, &FlowEntry)> = a
+        .pipeline
         .flows
         .top_k(usize::MAX)
         .into_iter()
@@ -54,6 +55,7 @@ pub fn build(a: &Analysis) -> Report {
         .map(|(_, _, e)| Flow::from_entry(e))
         .collect();
     let elephants = a
+        .pipeline
         .elephants
         .iter()
         .map(|(k, periods)| Elephant {
@@ -118,13 +120,13 @@ pub fn build(a: &Analysis) -> Report {
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
                 &a.sflow,
-                (!a.options().sflow_groups.is_empty()).then_some(&a.fabric),
+                (!a.options().sflow_groups.is_empty()).then_some(&a.pipeline.fabric),
             )
         }),
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,
-        flows_evicted: a.flows.evicted,
+        flows_evicted: a.pipeline.flows.evicted,
         health: Health {
             psn_gaps: c.psn_gaps,
             retransmits: c.retransmits,
@@ -132,7 +134,7 @@ pub fn build(a: &Analysis) -> Report {
             rnr_naks: c.rnr_naks,
         },
         elephants,
-        ecmp: a.ecmp.clone(),
+        ecmp: a.pipeline.ecmp.clone(),
         flows,
         findings: Vec::new(),
         paused_over_time: match a.timeline.start_ns() {

@@ -68,7 +68,8 @@ pub fn explain_slow_steps(
 
 /// The predicted paths where elephants collide (by the configured hash model).
 fn colliding_paths(a: &crate::pipeline::analysis::Analysis) -> Vec<u32> {
-    a.ecmp
+    a.pipeline
+        .ecmp
         .predicted
         .iter()
         .flat_map(|g| g.members.iter())
@@ -93,11 +94,11 @@ fn step_on_colliding_path(
     if colliding.is_empty() {
         return false;
     }
-    a.flows.iter().any(|e| {
+    a.pipeline.flows.iter().any(|e| {
         e.stats.first_seen_ns < from_ns
             && e.stats.last_seen_ns >= from_ns
             && e.stats.first_seen_ns < to_ns
-            && !a.elephants.contains_key(&e.key)
+            && !a.pipeline.elephants.contains_key(&e.key)
             && colliding.contains(&model.path(&crate::detect::ecmp::fields(&e.key)))
     })
 }

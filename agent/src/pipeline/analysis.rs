@@ -4,39 +4,36 @@
 //! mode, clocked by capture timestamps. The command that feeds it
 //! from files and pipes is `cmd::analyze`.
 
-use crate::detect::ecmp::EcmpReport;
 use crate::pipeline::flow_side::{FlowSide, Runner, Step};
-use crate::pipeline::flows::FlowTable;
+use crate::pipeline::stages::Pipeline;
 use crate::sources::capture::{CaptureSummary, Frame};
 use agent_common::count::{count, Store};
 use agent_common::{
-    parse_record_into, FlowKey, Hook, HookCounters, PacketRecord, SessionKey, SessionStats,
-    SliceReader, TrafficClasses,
+    parse_record_into, Hook, HookCounters, PacketRecord, SessionKey, SessionStats, SliceReader,
+    TrafficClasses,
 };
 use std::collections::BTreeMap;
 
-pub use super::analyze_options::{defaults, AnalyzeOptions, ElephantPeriod};
+pub use super::analyze_options::{defaults, AnalyzeOptions};
+pub use super::stages::ElephantPeriod;
 
 /// The result of analysing one capture.
 pub struct Analysis {
     pub counters: HookCounters,
     /// RoCE packets by mirror session / tunnel id (the kernel's SESSIONS map, same update).
     pub sessions: BTreeMap<SessionKey, SessionStats>,
-    pub flows: FlowTable,
+    /// Flows, elephants, the ECMP views and the sFlow fabric view: the [`Pipeline`] the flow
+    /// side drove (a live agent drives the same), taken at [`Analysis::finish`].
+    pub pipeline: Pipeline,
     pub summary: CaptureSummary,
     pub first_ts_ns: Option<u64>,
     pub last_ts_ns: u64,
-    pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
-    /// Elephants ever seen, by flow, at their peak (for the ECMP views).
-    pub ecmp: EcmpReport,
     /// RoCE traffic over capture time (the HTML report's charts).
     pub timeline: crate::pipeline::timeline::Timeline,
     /// sFlow datagrams found in the capture (UDP 6343), as the live collector counts them.
     pub sflow: crate::sflow::collector::Collector,
     /// The step rhythm and RDMA message sizes.
     pub training: crate::pipeline::training::Training,
-    /// The sFlow fabric view, ticked with the flow table.
-    pub fabric: crate::sflow::fabric::Fabric,
     /// Pause intervals per priority: the wall time paused, and the storms.
     pub pause: crate::detect::pause::PauseTracker,
     /// CE-marked packets paired with their CNPs.
@@ -54,15 +51,12 @@ impl Analysis {
         Analysis {
             counters: HookCounters::ZERO,
             sessions: BTreeMap::new(),
-            flows: FlowTable::new(vec!["capture".into()]),
+            pipeline: Pipeline::new(vec!["capture".into()], opts.pipeline()),
             summary: CaptureSummary::default(),
             first_ts_ns: None,
             last_ts_ns: 0,
-            elephants: BTreeMap::new(),
-            ecmp: EcmpReport::default(),
             timeline: crate::pipeline::timeline::Timeline::new(),
             sflow: Default::default(),
-            fabric: Default::default(),
             pause: crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns),
             cnp: Default::default(),
             training: Default::default(),
@@ -142,11 +136,8 @@ impl Analysis {
         let mut side = runner.finish();
         side.finish(self.first_ts_ns, self.last_ts_ns);
         self.counters.add(&side.counters);
-        self.flows = side.flows;
+        self.pipeline = side.pipeline;
         self.sflow = side.sflow;
-        self.fabric = side.fabric;
-        self.elephants = side.elephants;
-        self.ecmp = side.ecmp;
         self.timeline = side.timeline;
         self.training = side.training;
         side.pause.finish();

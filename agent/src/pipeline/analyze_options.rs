@@ -1,6 +1,5 @@
-//! What `analyze` runs with besides the frames (the flags and configuration file, validated)
-//! and the elephant periods it reports: shared by the parsing side ([`super::analysis`]) and
-//! the flow side ([`super::flow_side`]).
+//! What `analyze` runs with besides the frames (the flags and configuration file, validated):
+//! shared by the parsing side ([`super::analysis`]) and the flow side ([`super::flow_side`]).
 
 use crate::detect::ecmp::EcmpConfig;
 use crate::detect::elephant::ElephantConfig;
@@ -59,11 +58,16 @@ impl Default for AnalyzeOptions {
     }
 }
 
-/// One elephant period of a flow, in seconds from the start of the capture.
-#[derive(Clone, Debug, serde::Serialize, PartialEq)]
-pub struct ElephantPeriod {
-    pub started_s: f64,
-    /// `None` when the flow was still an elephant at the end of the capture.
-    pub ended_s: Option<f64>,
-    pub peak_bytes_per_second: f64,
+impl AnalyzeOptions {
+    /// The pipeline's settings for a capture: one interface, every elephant period kept.
+    pub fn pipeline(&self) -> crate::pipeline::stages::Settings {
+        crate::pipeline::stages::Settings {
+            elephant: self.elephant.clone(),
+            ecmp: self.ecmp.clone(),
+            rate_window_s: self.rate_window_s,
+            max_flows: Some(self.max_flows),
+            sflow_groups: self.sflow_groups.clone(),
+            history: crate::pipeline::stages::History::All,
+        }
+    }
 }

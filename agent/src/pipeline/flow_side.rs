@@ -1,17 +1,15 @@
-//! The time-ordered half of a capture's analysis: the flow table with its ticks, rates and
-//! elephants, the sFlow collector and fabric view that tick with it, the RoCE timeline and
-//! training rhythm, and the ECMP views at the end. [`Analysis`](crate::pipeline::analysis::Analysis) parses and counts each frame and
+//! The time-ordered half of a capture's analysis: the [`Pipeline`] (the flow table with its
+//! ticks, rates and elephants, the sFlow fabric view, the ECMP views at the end: the same
+//! stages a live agent drives) clocked by capture time, with what only a capture has beside
+//! it: the sFlow collector fed from the frames, the RoCE timeline and training rhythm, pause
+//! frames and the CE/CNP pairing. [`Analysis`](crate::pipeline::analysis::Analysis) parses and counts each frame and
 //! hands this half one [`Step`] per frame, on a thread of its own when the machine has a
 //! second core: the flow table was about half of the time per frame, and it sees the same
 //! steps in the same order either way, so the result is the same to the bit.
 
-use crate::detect::ecmp::{self, EcmpReport};
-use crate::detect::elephant::Transition;
-use crate::pipeline::analyze_options::{AnalyzeOptions, ElephantPeriod};
-use crate::pipeline::flows::{ElephantEvent, FlowTable};
-use agent_common::count::flow_step;
-use agent_common::{FlowKey, Hook, HookCounters, PacketRecord};
-use std::collections::BTreeMap;
+use crate::pipeline::analyze_options::AnalyzeOptions;
+use crate::pipeline::stages::{Pipeline, Rates};
+use agent_common::{Hook, HookCounters, PacketRecord};
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender};
 use std::thread::JoinHandle;
 
@@ -48,11 +46,9 @@ pub enum Step {
 /// The flow side's state.
 pub struct FlowSide {
     opts: AnalyzeOptions,
-    pub flows: FlowTable,
+    /// Flows, elephants, the fabric view and the ECMP views.
+    pub pipeline: Pipeline,
     pub sflow: crate::sflow::collector::Collector,
-    pub fabric: crate::sflow::fabric::Fabric,
-    pub elephants: BTreeMap<FlowKey, Vec<ElephantPeriod>>,
-    pub ecmp: EcmpReport,
     /// RoCE traffic over capture time, and the step rhythm and message sizes: here rather
     /// than on the parsing side, which is the busier one.
     pub timeline: crate::pipeline::timeline::Timeline,
@@ -61,7 +57,6 @@ pub struct FlowSide {
     /// added to the parsing side's block at the end.
     pub counters: HookCounters,
     next_tick_ns: u64,
-    peaks: BTreeMap<FlowKey, f64>,
     /// Pause intervals per priority (the union at the link's speed).
     pub pause: crate::detect::pause::PauseTracker,
     /// CE-marked packets paired with their CNPs.
@@ -70,22 +65,16 @@ pub struct FlowSide {
 
 impl FlowSide {
     pub fn new(opts: AnalyzeOptions) -> Self {
-        let mut flows = FlowTable::new(vec!["capture".into()]);
-        flows.tau_s = opts.rate_window_s;
-        flows.max_flows = Some(opts.max_flows);
+        let pipeline = Pipeline::new(vec!["capture".into()], opts.pipeline());
         let pause = crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns);
         FlowSide {
             sflow: crate::sflow::collector::Collector::new(opts.sflow_limits.clone()),
             opts,
-            flows,
-            fabric: Default::default(),
-            elephants: BTreeMap::new(),
-            ecmp: EcmpReport::default(),
+            pipeline,
             timeline: crate::pipeline::timeline::Timeline::new(),
             training: Default::default(),
             counters: HookCounters::ZERO,
             next_tick_ns: 0,
-            peaks: BTreeMap::new(),
             pause,
             cnp: Default::default(),
         }
@@ -113,12 +102,10 @@ impl FlowSide {
                 self.training.record(&key, len, ts_ns);
                 // The counting sequence's flow part for `analyze` (its store hands RoCE
                 // packets here): the flow table's state, the one flow step.
-                let hash = hash.unwrap_or_else(|| self.flows.hash(0, &key));
-                let (stats, created) = self.flows.stats_hashed(hash, 0, key);
-                let ev = flow_step(stats, &info, &mut self.counters, len, ts_ns, true);
-                if created {
-                    self.counters.flows_created += 1;
-                }
+                let hash = hash.unwrap_or_else(|| self.pipeline.flows.hash(0, &key));
+                let (ev, created) =
+                    self.pipeline
+                        .packet(hash, key, &info, &mut self.counters, len, ts_ns);
                 self.cnp.packet(&info, &key, len, ts_ns, created);
                 self.training
                     .note(ts_ns, trouble(&info, &ev, &self.opts.classes));
@@ -141,7 +128,7 @@ impl FlowSide {
     /// The flow-table hash of a step's flow (`None`: the step updates no flow).
     fn hash(&self, s: &Step) -> Option<u64> {
         match s {
-            Step::Roce { info, .. } => Some(self.flows.hash(0, &info.flow_key(Hook::Xdp))),
+            Step::Roce { info, .. } => Some(self.pipeline.flows.hash(0, &info.flow_key(Hook::Xdp))),
             _ => None,
         }
     }
@@ -156,11 +143,11 @@ impl FlowSide {
         for (i, s) in batch.iter().enumerate().take(SLOT_AHEAD) {
             hashes[i % RING] = self.hash(s);
             if let Some(h) = hashes[i % RING] {
-                self.flows.prefetch_slot(h);
+                self.pipeline.flows.prefetch_slot(h);
             }
         }
         for h in hashes.iter().take(ENTRY_AHEAD.min(n)).flatten() {
-            self.flows.prefetch_hashed(*h);
+            self.pipeline.flows.prefetch_hashed(*h);
         }
         let mut steps = batch.drain(..);
         let mut i = 0;
@@ -170,44 +157,15 @@ impl FlowSide {
                 let h = self.hash(far);
                 hashes[(i + SLOT_AHEAD) % RING] = h;
                 if let Some(h) = h {
-                    self.flows.prefetch_slot(h);
+                    self.pipeline.flows.prefetch_slot(h);
                 }
             }
             if let Some(h) = hashes[(i + ENTRY_AHEAD) % RING].filter(|_| ahead.len() >= ENTRY_AHEAD)
             {
-                self.flows.prefetch_hashed(h);
+                self.pipeline.flows.prefetch_hashed(h);
             }
             self.step_hashed(s, hashes[i % RING]);
             i += 1;
-        }
-    }
-
-    fn apply(&mut self, events: Vec<ElephantEvent>) {
-        for e in events {
-            match e.transition {
-                Transition::Started => {
-                    self.elephants
-                        .entry(e.key)
-                        .or_default()
-                        .push(ElephantPeriod {
-                            started_s: e.at_s,
-                            ended_s: None,
-                            peak_bytes_per_second: e.rate_bytes,
-                        })
-                }
-                Transition::Ended => {
-                    if let Some(p) = self.elephants.get_mut(&e.key).and_then(|v| v.last_mut()) {
-                        p.ended_s = Some(e.at_s);
-                    }
-                }
-            }
-        }
-        for v in self.flows.elephant_views() {
-            let peak = self.peaks.entry(v.key).or_default();
-            *peak = peak.max(v.rate_bytes);
-            if let Some(p) = self.elephants.get_mut(&v.key).and_then(|p| p.last_mut()) {
-                p.peak_bytes_per_second = p.peak_bytes_per_second.max(v.rate_bytes);
-            }
         }
     }
 
@@ -226,31 +184,13 @@ impl FlowSide {
                 // A long silence (or a timestamp jump): one tick covers the rest, so a capture
                 // with a gap of days costs no more than one with a gap of a minute.
                 let dt = (ts_ns - self.next_tick_ns) as f64 / 1e9 + step as f64 / 1e9;
-                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
-                self.apply(ev);
-                self.tick_fabric(dt);
+                self.pipeline.tick(dt, &enter, Some(&self.sflow));
                 self.next_tick_ns = ts_ns + step;
                 break;
             }
-            let ev = self
-                .flows
-                .tick(step as f64 / 1e9, &self.opts.elephant, &enter);
-            self.apply(ev);
-            self.tick_fabric(step as f64 / 1e9);
+            self.pipeline
+                .tick(step as f64 / 1e9, &enter, Some(&self.sflow));
             self.next_tick_ns += step;
-        }
-    }
-
-    /// The sFlow fabric view at the flow table's clock (only with groups configured).
-    fn tick_fabric(&mut self, dt: f64) {
-        if !self.opts.sflow_groups.is_empty() {
-            self.fabric.tick(
-                &self.sflow,
-                &self.opts.sflow_groups,
-                &self.opts.elephant,
-                self.opts.rate_window_s,
-                dt,
-            );
         }
     }
 
@@ -264,67 +204,18 @@ impl FlowSide {
             let dt = last_ts_ns.saturating_sub(start) as f64 / 1e9;
             if dt > 0.0 {
                 let enter = [self.opts.elephant.enter_bps(None)];
-                let ev = self.flows.tick(dt, &self.opts.elephant, &enter);
-                self.apply(ev);
-                self.tick_fabric(dt);
+                self.pipeline.tick(dt, &enter, Some(&self.sflow));
             }
         }
         if let Some(first) = first_ts_ns {
-            self.short_capture_elephants(first, last_ts_ns);
+            self.pipeline.short_span_elephants(first, last_ts_ns);
         }
         for t in self.sflow.rhythms.values_mut() {
             t.detect();
         }
-        self.flows.settle();
-        let mut views = self.flows.views();
-        for v in views.iter_mut() {
-            if let Some(p) = self.peaks.get(&v.key) {
-                v.elephant = true;
-                v.rate_bytes = *p;
-            }
-        }
-        self.ecmp = ecmp::analyze(&views, &self.flows.ifaces, &self.opts.ecmp);
-    }
-
-    /// A capture shorter than the elephant minimum duration cannot show a rate sustained that
-    /// long, so none would ever qualify. Its elephants are the flows whose mean rate over the
-    /// whole capture reaches the entry threshold and that are large in it: at least
-    /// [`SHORT_CAPTURE_MIN_PACKETS`] packets and [`SHORT_CAPTURE_MIN_SHARE`] of its bytes (in a
-    /// capture of a millisecond any flow has a high mean rate; 25 packets are no elephant). An
-    /// elephant period runs from its first to its last packet. Longer captures use the
-    /// detector as live mode does.
-    fn short_capture_elephants(&mut self, first: u64, last: u64) {
-        let span = last.saturating_sub(first) as f64 / 1e9;
-        if span <= 0.0 || span >= self.opts.elephant.min_duration_seconds {
-            return;
-        }
-        let enter = self.opts.elephant.enter_bps(None);
-        let total: u64 = self.flows.iter().map(|e| e.stats.bytes).sum();
-        for e in self.flows.iter() {
-            let mean = e.stats.bytes as f64 / span;
-            let large = e.stats.packets >= SHORT_CAPTURE_MIN_PACKETS
-                && e.stats.bytes as f64 >= SHORT_CAPTURE_MIN_SHARE * total as f64;
-            if mean < enter || !large || self.elephants.contains_key(&e.key) {
-                continue;
-            }
-            let at = |ns: u64| ns.saturating_sub(first) as f64 / 1e9;
-            self.elephants.insert(
-                e.key,
-                vec![ElephantPeriod {
-                    started_s: at(e.stats.first_seen_ns),
-                    ended_s: Some(at(e.stats.last_seen_ns)),
-                    peak_bytes_per_second: mean,
-                }],
-            );
-            self.peaks.insert(e.key, mean);
-        }
+        self.pipeline.detect([], Rates::Peak);
     }
 }
-
-/// A flow of a capture shorter than the elephant minimum duration needs this many packets,
-/// and this share of the capture's RoCE bytes, to be an elephant.
-pub const SHORT_CAPTURE_MIN_PACKETS: u64 = 32;
-pub const SHORT_CAPTURE_MIN_SHARE: f64 = 0.05;
 
 /// Where the flow side runs: here, or on its own thread behind a channel of step batches.
 pub enum Runner {

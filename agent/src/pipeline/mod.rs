@@ -4,5 +4,6 @@ pub mod analysis;
 pub mod analyze_options;
 pub mod flow_side;
 pub mod flows;
+pub mod stages;
 pub mod timeline;
 pub mod training;

@@ -24,8 +24,6 @@ pub const DEFAULT_RECEIVE_BUFFER: usize = 4 << 20;
 /// A running receiver.
 pub struct Receiver {
     pub collector: Arc<Mutex<Collector>>,
-    /// The fabric view, ticked at every poll.
-    pub fabric: Mutex<super::fabric::Fabric>,
     pub local: SocketAddr,
     fd: RawFd,
     task: tokio::task::JoinHandle<()>,
@@ -79,7 +77,6 @@ impl Receiver {
         log::info!("receiving sFlow on udp://{local}");
         Ok(Receiver {
             collector,
-            fabric: Mutex::new(Default::default()),
             local,
             fd,
             task,
