@@ -347,3 +347,22 @@ pub fn switch(ns: &str, collector: &str, agent: &str, lossy: bool) -> crate::Tic
         let _ = crate::netns::udp_send_in(&ns, &addr, &[d]);
     })
 }
+
+/// A RoCE frame's first 128 bytes, as a switch samples them: flow `i` of a family of RC
+/// flows from 10.9.0.1 to 10.9.0.2 (source port 0xC000 + i, QP 0x100 + i; every fifth a CNP),
+/// ECN codepoint i mod 4, 1 KiB payloads.
+pub fn roce_header(i: u32) -> Vec<u8> {
+    let mut r = crate::frames::Roce::new(
+        "10.9.0.1".parse().unwrap(),
+        "10.9.0.2".parse().unwrap(),
+        0xC000 + i as u16,
+        0x100 + i,
+        if i.is_multiple_of(5) { 0x81 } else { 0x0A },
+    );
+    r.ecn = (i % 4) as u8;
+    r.payload = 1024;
+    r.dma_len = 1024;
+    let mut f = r.frame();
+    f.truncate(128);
+    f
+}
