@@ -24,14 +24,18 @@ pub(crate) enum Limit {
 
 /// Differential fuzzing of the kernel programs: mutated fixture frames through every program
 /// (XDP, tc ingress, tc egress, the AF_XDP capture program; BPF_PROG_TEST_RUN) for `secs`,
-/// in batches with fresh maps, each batch smaller than the flow map so nothing is evicted:
-/// after each batch the whole counter block, the session map and the flow map of every
-/// program must equal the host's counts of the same frames.
+/// in batches with fresh maps: after each batch the whole counter block, the session map and
+/// the flow map of every program must equal the host's counts of the same frames. Every other
+/// batch runs with flow maps of `SMALL_MAP` entries, far fewer than its flows: the maps
+/// refuse the flows that come when they are full, and the host (the AF_XDP tally, bounded
+/// per family as the kernel's two maps) must refuse the same ones: exactly the same flows held,
+/// the same `flow_update_errors`.
 pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
     use agent_common::{FlowKey, FlowStats, Outcome};
     use rocemon::sources::tally::Tally;
     use std::collections::BTreeMap;
     const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
+    const SMALL_MAP: u32 = 256;
     loader::raise_memlock();
     crate::testrun::pin_to_one_cpu()?;
     let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
@@ -46,6 +50,8 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
         Limit::Batches(_) => started + Duration::from_secs(24 * 3600),
     };
     let (mut runs, mut refused, mut batches, mut flows_compared) = (0u64, 0u64, 0u64, 0usize);
+    let mut full_batches = 0u64;
+    let mut flows_refused = 0u64;
     let comparable = |s: &FlowStats| FlowStats {
         first_seen_ns: 0,
         last_seen_ns: 0,
@@ -53,13 +59,16 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
     };
     while Instant::now() < end && !matches!(limit, Limit::Batches(n) if batches >= n) {
         // Fresh maps: one object per program, as the agent has one per interface.
+        let small = batches % 2 == 1;
+        let entries = if small { SMALL_MAP } else { 65_536 };
         let mut objects = Vec::new();
         for h in Hook::ALL {
-            let mut o = loader::load_object(65_536)?;
+            let mut o = loader::load_object(entries)?;
             loader::load_programs(&mut o, &[h])?;
             objects.push((h, o));
         }
-        let mut host = Hook::ALL.map(|h| Tally::new(h, usize::MAX));
+        let limits = rocemon::sources::tally::FlowLimits::both(entries as usize);
+        let mut host = Hook::ALL.map(|h| Tally::new(h, limits));
         for _ in 0..BATCH {
             let mut f = seeds[rng.below(seeds.len() as u64) as usize].clone();
             for _ in 0..rng.below(6) {
@@ -107,6 +116,15 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
             }
         }
         batches += 1;
+        if small {
+            // Past the maps' capacity, or the batch tests nothing of it.
+            let errors: u64 = host.iter().map(|t| t.counters.flow_update_errors).sum();
+            if errors == 0 {
+                bail!("a batch with flow maps of {SMALL_MAP} entries never filled them");
+            }
+            full_batches += 1;
+            flows_refused += errors;
+        }
         for (hook, ebpf) in &objects {
             let i = *hook as usize;
             let mut want = host[i].counters;
@@ -165,7 +183,7 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
         }
     }
     eprintln!(
-        "fuzz-kernel: {runs} program runs in {batches} batches over {:.0} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness); every counter, session and flow ({flows_compared} flows) equal to the host's",
+        "fuzz-kernel: {runs} program runs in {batches} batches over {:.0} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness; {full_batches} batches past flow maps of {SMALL_MAP} entries, {flows_refused} packets of refused flows); every counter, session and flow ({flows_compared} flows) equal to the host's",
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -55,6 +55,8 @@ file_errors! {
     top_k_zero: "top_k = 0" => "top_k 0 is out of range; use 1 to 10000";
     top_k_too_large: "top_k = 10001" => "top_k 10001 is out of range";
     poll_interval_too_short: "poll_interval_ms = 5" => "poll_interval_ms 5 is out of range; use 10 to 60000";
+    flow_idle_timeout_zero: "flow_idle_timeout_seconds = 0" => "flow_idle_timeout_seconds 0 is out of range; use 2 (two polls) to 86400";
+    flow_idle_timeout_within_two_polls: "poll_interval_ms = 5000\nflow_idle_timeout_seconds = 9" => "flow_idle_timeout_seconds 9 is out of range; use 10 (two polls) to 86400";
     flow_map_too_small: "flow_map_entries = 8" => "flow_map_entries 8 is out of range";
     ipv4_flow_map_too_small: "flow_map_entries_ipv4 = 8" => "flow_map_entries_ipv4 8 is out of range; use 16 to 4194304";
     ipv6_flow_map_too_large: "flow_map_entries_ipv6 = 4194305" => "flow_map_entries_ipv6 4194305 is out of range; use 16 to 4194304";
@@ -154,6 +156,8 @@ flag_errors! {
     top_k_flag_zero: ["--top-k", "0"] => "--top-k 0 is out of range; use 1 to 10000";
     poll_interval_flag_too_short: ["--poll-interval-ms", "5"]
         => "--poll-interval-ms 5 is out of range; use 10 to 60000";
+    flow_idle_timeout_flag_too_long: ["--flow-idle-timeout-seconds", "86401"]
+        => "--flow-idle-timeout-seconds 86401 is out of range; use 2 (two polls) to 86400";
     flow_map_flag_too_small: ["--flow-map-entries", "8"]
         => "--flow-map-entries 8 is out of range; use 16 to 4194304";
     ipv4_flow_map_flag_too_small: ["--flow-map-entries-ipv4", "3"]

@@ -48,7 +48,7 @@ fn run_and_compare(ebpf: &aya::Ebpf, frames: &[Vec<u8>], what: &str) {
 
 /// Runs frames through the XDP program and the host's counting.
 fn run(ebpf: &aya::Ebpf, frames: &[Vec<u8>]) -> Tally {
-    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    let mut host = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::UNBOUNDED);
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     for f in frames {
         test_run(prog.fd().unwrap(), f, 1).unwrap();
@@ -220,7 +220,7 @@ fn an_offline_cpu_s_cached_flows_are_read_from_its_slots() {
         .flat_map(|psn| ports.iter().map(move |&p| write_only(p, psn)))
         .collect();
     let ebpf = xdp_object(1024, loader::Switches::default());
-    let mut host = Tally::new(Hook::Xdp, usize::MAX);
+    let mut host = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::UNBOUNDED);
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     for f in &frames {
         test_run(prog.fd().unwrap(), f, 1).unwrap();
@@ -249,4 +249,36 @@ fn an_offline_cpu_s_cached_flows_are_read_from_its_slots() {
         frames.len() as u64,
         "the map after the flush"
     );
+}
+
+/// A flow the agent deletes as idle does not come back from the cache with its old totals:
+/// the flush empties every slot not counted in since the flush before, so after two reads
+/// without a packet the flow is in no slot; deleted then, its next packet starts it afresh
+/// (one packet, counted as a new flow), as the host's tally does after its own expiry.
+#[test]
+fn a_flow_deleted_as_idle_starts_afresh_at_its_next_packet() {
+    if !ready(true) {
+        return;
+    }
+    let mut ebpf = five_packets(true);
+    let (flows, _) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!(flows.len(), 1);
+    // The second read: no packet since the first, so the slot is emptied.
+    loader::read_flows(&ebpf).unwrap();
+    let key = flows[0].0;
+    let (deleted, failed) = rocemon::sources::maps::delete_flows(&mut ebpf, &[key]).unwrap();
+    assert_eq!((deleted, failed), (1, 0));
+    assert_eq!(raw_packets(&ebpf), 0, "the map after the delete");
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    test_run(prog.fd().unwrap(), &write_only(0xC000, 5), 1).unwrap();
+    let (flows, _) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].1.packets, 1, "afresh, not 5 old + 1");
+    let k = loader::read_counters(&ebpf).unwrap()[Hook::Xdp as usize];
+    assert_eq!(k.flows_created, 2, "created again");
+    // Deleting a flow that is gone already is no error (another poll's delete, say).
+    let (deleted, failed) = rocemon::sources::maps::delete_flows(&mut ebpf, &[key]).unwrap();
+    assert_eq!((deleted, failed), (1, 0));
+    let (deleted, failed) = rocemon::sources::maps::delete_flows(&mut ebpf, &[key]).unwrap();
+    assert_eq!((deleted, failed), (0, 0));
 }

@@ -1,5 +1,5 @@
-//! Failure behaviour of the live agent: a full flow map keeps global counters exact and counts
-//! evictions; the HTTP endpoint survives malformed requests, slow clients and many concurrent
+//! Failure behaviour of the live agent: a full flow map refuses new flows, counted, keeps global
+//! counters exact, and makes room by the idle timeout; the HTTP endpoint survives malformed requests, slow clients and many concurrent
 //! scrapes without stalling the map polling.
 
 use rocemon_testkit::netns::{
@@ -29,17 +29,29 @@ fn wait_ready(ns: &str, agent: &mut Agent) -> String {
         .unwrap()
 }
 
+/// A full flow map refuses the flows that come when it is full, by its stated policy: the
+/// first 16 flows (the map's size) in the order of their first packet are held with exact
+/// counts, every packet of a later flow is a counted update error, the global counters stay
+/// exact; then the idle timeout (lowered by a reload) deletes the held flows, counted as
+/// evictions. The order, the flows and their packets come from tshark.
 #[test]
-fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
+fn full_flow_map_refuses_new_flows_counts_them_and_expires_idle_ones() {
     if !can_run() {
         return;
     }
     require_tshark();
+    const MAP: usize = 16;
     let dir = TempDir::new("rocemon-full").unwrap();
     let p = fixtures::many_flows().write(dir.path()).unwrap();
     let e = tshark::expected(&p).unwrap();
     assert!(e.flows.len() > 100);
+    let (held, refused) = e.flow_order.split_at(MAP);
+    let refused_packets: u64 = refused.iter().map(|k| e.flows[k].packets).sum();
+    let cfg = dir.path().join("rocemon.toml");
+    // Long enough that nothing expires while the test reads the held flows.
+    std::fs::write(&cfg, "flow_idle_timeout_seconds = 600\n").unwrap();
     let pair = VethPair::new("rcfull").unwrap();
+    let map = MAP.to_string();
     let mut agent = Agent::start(
         &pair.ns_a,
         BIN,
@@ -50,11 +62,13 @@ fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
             "--hooks",
             "xdp",
             "--flow-map-entries",
-            "16",
+            &map,
             "--poll-interval-ms",
             "50",
             "--listen",
             ADDR,
+            "--config",
+            cfg.to_str().unwrap(),
         ],
     )
     .unwrap();
@@ -81,22 +95,48 @@ fn full_flow_map_counts_evictions_and_keeps_totals_exact() {
         metric_sum(&body, "rocemon_bytes_total", &[]) as u64,
         e.roce_bytes
     );
-    let flows = metric_sum(&body, "rocemon_flows", &[]) as usize;
-    assert!(
-        flows < e.flows.len(),
-        "the flow map holds {flows} of {} flows",
-        e.flows.len()
-    );
-    // The LRU map evicted flows; no update failed. The fixture sends each flow's packets
-    // together, so every flow was created once: evicted + held = flows sent, exactly.
-    let evicted = metric_sum(&body, "rocemon_flow_evictions_total", &[]) as usize;
-    let failed = metric_sum(&body, "rocemon_map_update_errors_total", &[]);
-    assert_eq!(failed, 0.0, "no flow update may fail in an LRU map");
+    assert_eq!(metric_sum(&body, "rocemon_flows", &[]) as usize, MAP);
     assert_eq!(
-        evicted + flows,
-        e.flows.len(),
-        "evicted {evicted} + held {flows} = flows sent"
+        metric_sum(&body, "rocemon_map_update_errors_total", &[]) as u64,
+        refused_packets,
+        "every packet of the {} flows after the first {MAP} is refused",
+        refused.len()
     );
+    assert_eq!(metric_sum(&body, "rocemon_flow_evictions_total", &[]), 0.0);
+    let got = rocemon_testkit::e2e::api_flows(&pair.ns_a, ADDR, "xdp");
+    let want: std::collections::BTreeMap<_, _> =
+        held.iter().map(|k| (k.clone(), e.flows[k])).collect();
+    assert_eq!(got, want, "the first {MAP} flows, exactly");
+    // The idle timeout, lowered by a reload: the held flows leave, counted, and the map has
+    // room again.
+    std::fs::write(&cfg, "flow_idle_timeout_seconds = 1\n").unwrap();
+    agent.signal(libc::SIGHUP);
+    let body = agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(60), |b| {
+            try_metric_sum(b, "rocemon_flow_evictions_total", &[]).unwrap_or(0.0) as usize >= MAP
+        })
+        .unwrap();
+    assert_eq!(
+        metric_sum(&body, "rocemon_flow_evictions_total", &[]) as usize,
+        MAP,
+        "each held flow deleted once"
+    );
+    let body = agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
+            metric_sum(b, "rocemon_flows", &[]) == 0.0
+        })
+        .unwrap();
+    assert_eq!(
+        metric_sum(&body, "rocemon_map_update_errors_total", &[]) as u64,
+        refused_packets
+    );
+    // Room again: the capture once more, and the first 16 flows are held anew.
+    pair.replay_from_b(&p).unwrap();
+    agent
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
+            metric_sum(b, "rocemon_flows", &[]) as usize == MAP
+        })
+        .unwrap();
     agent.stop_ok();
 }
 

@@ -1,7 +1,7 @@
 //! The kernel's per-CPU flow cache: a direct-mapped array in front of the flow hash maps.
 //!
-//! Every RoCE packet updates its flow. Through the LRU hash map that is a helper call into
-//! the kernel (hash the key, walk the bucket, compare, mark the element used): measured at
+//! Every RoCE packet updates its flow. Through the hash map that is a helper call into
+//! the kernel (hash the key, walk the bucket, compare): measured at
 //! about 60 ns of a 230 ns packet on a host whose returns pass through the SRSO "safe RET"
 //! thunk. A per-CPU array lookup is inlined by the verifier, so a packet whose flow sits in
 //! its slot of this CPU's cache costs a hash of the key in BPF, a 40-byte compare and the
@@ -13,7 +13,9 @@
 //! back into its map (this CPU's value of the element), then loads the new flow's value into
 //! the slot. The agent runs the flush program on every CPU before it reads the flow maps,
 //! which writes each changed slot back, so the maps it reads hold every packet counted up to
-//! the flush.
+//! the flush. The flush also empties every slot not counted in since the flush before (equal
+//! to its map value): the cache holds only flows of the last poll interval, so a flow the
+//! agent deletes from its map as idle is in no slot to come back from.
 //!
 //! The flush runs on the slot's own CPU (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU), so
 //! the only interleaving is one program interrupting the other on that CPU, and program
@@ -21,7 +23,8 @@
 //! - a packet updates its slot's state, then marks it [`DIRTY`]; the flush marks a slot
 //!   [`CLEAN`] before it copies it, so a packet counted in between leaves it dirty again;
 //! - a miss marks the slot [`BUSY`] while it swaps flows; the flush leaves a busy slot alone
-//!   (the interrupted miss writes the old flow back itself);
+//!   (the interrupted miss writes the old flow back itself); the flush marks a clean slot
+//!   busy before it empties it, so a packet in between is counted in the map;
 //! - while the flush runs (its per-CPU flag set), a packet that interrupted it and misses
 //!   updates the map directly instead of swapping the slot under the flush.
 //!

@@ -199,8 +199,8 @@ pub fn unreachable(hook: Hook, frame_len: u64) {
 }
 
 /// The kernel's [`Store`]: sessions in SESSIONS, flows in the per-CPU flow cache in front of
-/// the LRU flow maps (a full map: the packet is counted in `flow_update_errors`; the LRU map
-/// evicts its least recently used flows on its own), the clock through this CPU's caches
+/// the flow hash maps (a full map refuses a new flow: its packets are counted in
+/// `flow_update_errors`; the agent deletes idle flows), the clock through this CPU's caches
 /// (and the rhythm's ring).
 struct KernelStore<'a> {
     hook: Hook,

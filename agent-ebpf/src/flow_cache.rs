@@ -12,7 +12,7 @@ use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::{map, raw_tracepoint},
-    maps::{LruPerCpuHashMap, PerCpuArray},
+    maps::{PerCpuArray, PerCpuHashMap},
     programs::RawTracePointContext,
 };
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
@@ -92,9 +92,9 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
 }
 
 /// Copies `stats` into this CPU's value of `key` in `map`, inserting the element if it is
-/// gone (an LRU map evicts under pressure; another CPU may insert it in between).
+/// gone (the agent deleted it as idle; another CPU may insert it in between).
 #[inline(always)]
-fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
+fn store<K>(map: &PerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
     for _ in 0..2 {
         if let Some(v) = map.get_ptr_mut(key) {
             // SAFETY: this CPU's value of an element of the map.
@@ -171,10 +171,12 @@ fn second_chance(e: *mut CachedFlow) -> bool {
     false
 }
 
-/// The flush: every changed slot of this CPU's cache written back into its map. Never
-/// attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU) before
-/// it reads the flow maps. Returns the slots the maps refused (they stay changed and are
-/// tried again at the next flush; each refusal is a flow update error of the flow's hook).
+/// The flush: every changed slot of this CPU's cache written back into its map, and every
+/// unchanged one emptied (its flow had no packet since the last flush: the map holds the same,
+/// and a flow the agent deletes as idle must not come back from a slot with its old totals).
+/// Never attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
+/// before it reads the flow maps. Returns the slots the maps refused (they stay changed and
+/// are tried again at the next flush; each refusal is a flow update error of the flow's hook).
 #[raw_tracepoint(tracepoint = "rocemon_flow_flush")]
 pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
     let Some(f) = FLUSHING.get_ptr_mut(0) else {
@@ -188,8 +190,16 @@ pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
         let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
             continue;
         };
-        if state(e) != DIRTY {
-            continue;
+        match state(e) {
+            DIRTY => {}
+            CLEAN => {
+                // Equal to its map value: a packet that comes while the slot is busy (it
+                // interrupts the flush) is counted in the map, so emptying it loses nothing.
+                set_state(e, BUSY);
+                set_state(e, EMPTY);
+                continue;
+            }
+            _ => continue,
         }
         set_state(e, CLEAN);
         if rocemon_flow_write_back(slot) == 0 {

@@ -114,7 +114,7 @@ fn test(allow_skips: bool, args: &[String]) -> Result<()> {
 /// counter, session and flow must be equal (`fuzz/kernel_diff.rs`; `cargo xtask fuzz` runs
 /// it for longer, with other seeds' worth of time).
 fn kernel_differential() -> Result<()> {
-    println!("kernel differential: five seeded batches through every program");
+    println!("kernel differential: five seeded batches through every program, two past the flow maps' capacity");
     let mut c = Command::new("cargo");
     c.current_dir(root())
         .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])

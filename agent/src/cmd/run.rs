@@ -297,12 +297,13 @@ fn poll(
     for (i, t) in &rhythm.ifaces {
         m.set_training(RhythmSource::Iface(i), t);
     }
+    let idle_before = crate::sources::maps::monotonic_ns()
+        .saturating_sub(config.flow_idle_timeout.as_nanos() as u64);
     for (i, p) in probes.iter_mut().enumerate() {
         // An interface that is gone has no probe: nothing to read until it is back.
         let Some(p) = p else {
             continue;
         };
-        let mut created = None;
         // Pause quanta to seconds at the reported speed (or the configured one for drivers
         // that report none); the NIC's own pause counters.
         let speed = link_speed_mbps(&config.sysfs_root.join("class/net"), &p.iface)
@@ -324,7 +325,6 @@ fn poll(
                         &config.switches.classes,
                     );
                 }
-                created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
                 samples.push((
                     p.iface.clone(),
                     super::run_findings::sample(&p.hooks, &blocks, &nic),
@@ -349,10 +349,22 @@ fn poll(
         }
         match p.read_flows() {
             Ok((flows, errors)) => {
-                if let Some(created) = created {
-                    m.set_flow_evictions(&p.iface, created.saturating_sub(flows.len() as u64));
+                // The idle timeout: flows quiet that long leave the maps (a full map refuses
+                // new flows) and, not fed this poll, the flow table.
+                let before = idle_before;
+                match p.expire_flows(&flows, before) {
+                    Ok((deleted, failed)) => {
+                        m.flows_expired(&p.iface, deleted);
+                        if failed > 0 {
+                            m.map_update_error(&p.iface, MAP_FLOWS, failed);
+                        }
+                    }
+                    Err(e) => {
+                        log::warn!("delete idle flows on {}: {e:#}", p.iface);
+                        m.map_update_error(&p.iface, MAP_FLOWS, 1);
+                    }
                 }
-                for (k, s) in flows {
+                for (k, s) in flows.into_iter().filter(|(_, s)| s.last_seen_ns >= before) {
                     pipeline.flow(i, k, s);
                 }
                 if errors > 0 {

@@ -3,8 +3,8 @@
 use crate::config::Config;
 use crate::pipeline::stages::Pipeline;
 
-/// Applies a reloaded configuration: detectors, top-K, polling, RDMA and summary settings
-/// change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
+/// Applies a reloaded configuration: detectors, top-K, polling, the flow idle timeout, RDMA
+/// and summary settings change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
 /// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
 pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
     let restart_only = [
@@ -38,6 +38,7 @@ pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
     }
     config.top_k = new.top_k;
     config.poll_interval = new.poll_interval;
+    config.flow_idle_timeout = new.flow_idle_timeout;
     config.summary_every = new.summary_every;
     config.rate_window_s = new.rate_window_s;
     config.elephant = new.elephant;

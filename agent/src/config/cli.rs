@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// How often the kernel maps are read, in milliseconds (default: 1000).
     #[arg(long, value_name = "MS")]
     pub poll_interval_ms: Option<u64>,
+    /// A flow with no packet for this many seconds leaves the flow maps (and the flow table),
+    /// making room: a full map refuses new flows (default: 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub flow_idle_timeout_seconds: Option<u64>,
     /// Entries of each kernel flow map, IPv4 and IPv6 (per interface) (default: 16384).
     #[arg(long, value_name = "N")]
     pub flow_map_entries: Option<u32>,

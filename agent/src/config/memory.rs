@@ -25,14 +25,8 @@ impl FlowMapSizes {
         }
     }
 
-    /// The flows both maps hold together (the bound of a userspace table that stands in
-    /// for them: AF_XDP's).
-    pub fn total(&self) -> usize {
-        self.ipv4 as usize + self.ipv6 as usize
-    }
-
     /// About what an interface's flow state costs in kernel memory: the two maps,
-    /// preallocated (LRU), per entry a value per CPU (the maps are per CPU), the key and the
+    /// preallocated, per entry a value per CPU (the maps are per CPU), the key and the
     /// hash element's own overhead; and the per-CPU flow cache in front of them (fixed:
     /// 256 slots of a whole flow state per CPU, 76 KiB).
     pub fn bytes(&self, cpus: usize) -> u64 {

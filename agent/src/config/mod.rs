@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub listen: Option<String>,
     pub top_k: Option<usize>,
     pub poll_interval_ms: Option<u64>,
+    /// Seconds without a packet after which a flow leaves the flow maps.
+    pub flow_idle_timeout_seconds: Option<u64>,
     pub flow_map_entries: Option<u32>,
     /// The IPv4 flow map alone (default: `flow_map_entries`).
     pub flow_map_entries_ipv4: Option<u32>,
@@ -126,6 +128,9 @@ pub struct Config {
     pub listen: SocketAddr,
     pub top_k: usize,
     pub poll_interval: Duration,
+    /// A flow with no packet for this long is deleted from the flow maps (the kernel's and the
+    /// AF_XDP tally's): a full map refuses new flows, so this is what makes room.
+    pub flow_idle_timeout: Duration,
     pub flow_maps: FlowMapSizes,
     pub summary_every: Option<Duration>,
     pub rate_window_s: f64,
@@ -156,6 +161,10 @@ pub struct Config {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9442";
 pub const DEFAULT_TOP_K: usize = 20;
+/// Seconds without a packet before a flow leaves the flow maps: longer than the pauses of a
+/// training job between steps (seconds), short enough that a host's churn of QPs does not fill
+/// the maps.
+pub const DEFAULT_FLOW_IDLE_TIMEOUT_S: u64 = 60;
 
 fn bad(msg: String) -> UsageError {
     UsageError::BadConfig(msg)
@@ -330,6 +339,21 @@ impl Config {
                 "{name} {poll_ms} is out of range; use 10 to 60000"
             )));
         }
+        let (idle_s, name) = setting(
+            args.flow_idle_timeout_seconds,
+            "--flow-idle-timeout-seconds",
+            file.flow_idle_timeout_seconds,
+            "flow_idle_timeout_seconds",
+        )
+        .unwrap_or((DEFAULT_FLOW_IDLE_TIMEOUT_S, "flow_idle_timeout_seconds"));
+        // Two polls at least: the flow cache holds a flow for up to two polls after its last
+        // packet, and a flow must be read once after it went quiet.
+        let min_idle_s = (2 * poll_ms).div_ceil(1000).max(1);
+        if !(min_idle_s..=86_400).contains(&idle_s) {
+            return Err(bad(format!(
+                "{name} {idle_s} is out of range; use {min_idle_s} (two polls) to 86400"
+            )));
+        }
         let flow_maps = flow_map_sizes(
             args,
             [
@@ -389,6 +413,7 @@ impl Config {
             listen,
             top_k,
             poll_interval: Duration::from_millis(poll_ms),
+            flow_idle_timeout: Duration::from_secs(idle_s),
             flow_maps,
             summary_every: (summary > 0).then(|| Duration::from_secs(summary)),
             rate_window_s,

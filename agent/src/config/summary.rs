@@ -32,6 +32,10 @@ impl Config {
             format!("top_k: {}", self.top_k),
             format!("poll_interval_ms: {}", self.poll_interval.as_millis()),
             format!(
+                "flow_idle_timeout_seconds: {}",
+                self.flow_idle_timeout.as_secs()
+            ),
+            format!(
                 "flow_map_entries: {} (about {} MiB of kernel memory per interface on this host's {} CPUs)",
                 self.flow_maps,
                 self.flow_maps.bytes(possible_cpus()).div_ceil(1 << 20),

@@ -243,6 +243,10 @@ fn run_help_says_the_defaults_a_configuration_gets() {
         c.poll_interval.as_millis().to_string()
     );
     assert_eq!(
+        help_default("flow-idle-timeout-seconds"),
+        c.flow_idle_timeout.as_secs().to_string()
+    );
+    assert_eq!(
         help_default("flow-map-entries"),
         c.flow_maps.ipv4.to_string()
     );

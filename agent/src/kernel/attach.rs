@@ -109,7 +109,10 @@ fn attach_loaded(iface: &str, o: &AttachOptions<'_>, pins: Option<&IfacePins>) -
             iface,
             idx,
             o.afxdp.unwrap_or_default(),
-            o.flow_maps.total(),
+            crate::sources::tally::FlowLimits {
+                ipv4: o.flow_maps.ipv4 as usize,
+                ipv6: o.flow_maps.ipv6 as usize,
+            },
             o.switches,
             |q, fd| xsks.set(q, fd, 0).map_err(Into::into),
         )?);

@@ -323,6 +323,31 @@ impl Attachment {
         Ok((flows, errors))
     }
 
+    /// Deletes the flows of `flows` (as [`Attachment::read_flows`] returned them) with no
+    /// packet since `before_ns` (monotonic) from the kernel's flow maps and the AF_XDP
+    /// queues' tallies: the idle timeout. Returns the flows deleted and the deletions that
+    /// failed.
+    pub fn expire_flows(
+        &mut self,
+        flows: &[(FlowKey, FlowStats)],
+        before_ns: u64,
+    ) -> Result<(u64, u64)> {
+        let idle: Vec<FlowKey> = flows
+            .iter()
+            .filter(|(_, s)| s.last_seen_ns < before_ns)
+            .map(|(k, _)| *k)
+            .collect();
+        if idle.is_empty() {
+            return Ok((0, 0));
+        }
+        let (mut deleted, errors) = crate::sources::maps::delete_flows(&mut self.ebpf, &idle)?;
+        if let Some(c) = &self.capture {
+            // A flow is in the kernel's maps or a queue's tally (or both, counted once).
+            deleted = deleted.max(c.expire(before_ns));
+        }
+        Ok((deleted, errors))
+    }
+
     /// RoCE packets and bytes per millisecond, `from_ms..=to_ms` (see
     /// [`crate::sources::maps::read_ring`]).
     pub fn read_ring(&self, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {

@@ -42,9 +42,16 @@ pub const PINNED_MAPS: [&str; 8] = [
 ];
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
-/// A name for the shapes of everything pinned: sizes of the shared types and map sizes.
+/// The kind of the flow maps, in the layout name: pinned maps of another kind are replaced,
+/// never reused (1: LRU per-CPU hash maps, before the idle timeout; 2: per-CPU hash maps that
+/// refuse new flows when full, emptied of idle flows by the agent).
+const FLOW_MAP_KIND: u64 = 2;
+
+/// A name for the shapes of everything pinned: sizes of the shared types, map sizes and
+/// kinds.
 pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
     let parts = [
+        FLOW_MAP_KIND,
         std::mem::size_of::<HookSlot>() as u64,
         Hook::COUNT as u64,
         std::mem::size_of::<FlowKey>() as u64,

@@ -139,7 +139,7 @@ impl Capture {
         iface: &str,
         ifindex: u32,
         opts: AfxdpOptions,
-        flow_limit: usize,
+        flow_limit: super::tally::FlowLimits,
         switches: Switches,
         mut register: impl FnMut(u32, RawFd) -> Result<()>,
     ) -> Result<Capture> {
@@ -227,6 +227,16 @@ impl Capture {
         self.fold(FxHashMap::default(), |f, st| {
             super::tally::merge_flows(f, &st.tally.flows)
         })
+    }
+
+    /// Deletes every queue's flows with no packet since `before_ns` (see [`Tally::expire`]).
+    pub fn expire(&self, before_ns: u64) -> u64 {
+        let mut n = 0;
+        for w in &self.workers {
+            let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+            n += st.tally.expire(before_ns);
+        }
+        n
     }
 
     /// Every mirror session, queues merged.

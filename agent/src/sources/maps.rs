@@ -81,7 +81,7 @@ pub fn read_flows_with(ebpf: &Ebpf, online: &[u32]) -> Result<(Vec<(FlowKey, Flo
     let mut out = Vec::new();
     errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, cpus, &mut held, &mut out)?
         + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, cpus, &mut held, &mut out)?;
-    // A held flow its map no longer has (evicted since it was cached): its slots alone.
+    // A held flow its map no longer has (deleted since it was cached): its slots alone.
     for (key, slots) in held {
         out.push((key, merged(&[], &slots)));
     }
@@ -161,8 +161,8 @@ fn read_flow_map<K: Pod + Default>(
         }
     }
     if !batched {
-        // What a failed batch read is dropped; key by key (an LRU map can evict a key between
-        // the key walk and the lookup, which counts as a read error).
+        // What a failed batch read is dropped; key by key (a key deleted between the key walk
+        // and the lookup counts as a read error).
         got.clear();
         let flows: PerCpuHashMap<_, K, FlowStats> = PerCpuHashMap::try_from(map)?;
         for item in flows.iter() {
@@ -177,6 +177,46 @@ fn read_flow_map<K: Pod + Default>(
     }
     out.append(&mut got);
     Ok(errors)
+}
+
+/// Deletes `keys` from their family's flow map (the agent's idle timeout: a full map refuses
+/// new flows, so this is what makes room). Returns the flows deleted and the deletions that
+/// failed for another reason than the flow being gone already.
+pub fn delete_flows(ebpf: &mut Ebpf, keys: &[FlowKey]) -> Result<(u64, u64)> {
+    let (mut deleted, mut errors) = (0, 0);
+    let (v4, v6): (Vec<&FlowKey>, Vec<&FlowKey>) = keys.iter().partition(|k| k.ip_version == 4);
+    let mut count = |r: Result<(), aya::maps::MapError>| match r {
+        Ok(()) => deleted += 1,
+        Err(e) if gone(&e) => {}
+        Err(e) => {
+            log::debug!("delete an idle flow: {e}");
+            errors += 1;
+        }
+    };
+    if !v4.is_empty() {
+        let map = ebpf.map_mut(MAP_FLOWS4).context("FLOWS4 map missing")?;
+        let mut m: PerCpuHashMap<_, FlowKey4, FlowStats> = PerCpuHashMap::try_from(map)?;
+        for k in v4 {
+            count(m.remove(&FlowKey4::of(k)));
+        }
+    }
+    if !v6.is_empty() {
+        let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS map missing")?;
+        let mut m: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
+        for k in v6 {
+            count(m.remove(k));
+        }
+    }
+    Ok((deleted, errors))
+}
+
+/// Whether a failed delete found the key gone already (ENOENT).
+fn gone(e: &aya::maps::MapError) -> bool {
+    match e {
+        aya::maps::MapError::KeyNotFound => true,
+        aya::maps::MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
 }
 
 /// One flow's per-CPU values as one, with `held` states in place of those CPUs' values.

@@ -45,6 +45,31 @@ impl Default for Switches {
     }
 }
 
+/// Flows held at most per family, as the kernel's two flow maps (FLOWS4, FLOWS) bound them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowLimits {
+    pub ipv4: usize,
+    pub ipv6: usize,
+}
+
+impl FlowLimits {
+    /// Both families bounded by `n`.
+    pub const fn both(n: usize) -> FlowLimits {
+        FlowLimits { ipv4: n, ipv6: n }
+    }
+
+    /// No bound (a host model of maps that are never full).
+    pub const UNBOUNDED: FlowLimits = FlowLimits::both(usize::MAX);
+
+    fn of(&self, ip_version: u8) -> usize {
+        if ip_version == 4 {
+            self.ipv4
+        } else {
+            self.ipv6
+        }
+    }
+}
+
 /// One hook's counts: what the kernel keeps in COUNTERS, FLOWS and SESSIONS.
 #[derive(Clone, Debug)]
 pub struct Tally {
@@ -52,26 +77,29 @@ pub struct Tally {
     pub counters: HookCounters,
     pub flows: FxHashMap<FlowKey, FlowStats>,
     pub sessions: FxHashMap<SessionKey, SessionStats>,
-    /// Flows held at most (like the kernel map's size); further new flows are counted as
-    /// flow update errors instead of growing memory without bound.
-    pub flow_limit: usize,
+    /// Flows held at most per family (like the kernel maps' sizes); further new flows are
+    /// counted as flow update errors instead of growing memory without bound.
+    pub flow_limit: FlowLimits,
+    /// Flows held per family: IPv4, IPv6.
+    held: [usize; 2],
     /// What the kernel programs were loaded to count.
     pub switches: Switches,
 }
 
 impl Tally {
-    pub fn new(hook: Hook, flow_limit: usize) -> Tally {
+    pub fn new(hook: Hook, flow_limit: FlowLimits) -> Tally {
         Tally::with_switches(hook, flow_limit, Switches::default())
     }
 
     /// A tally that counts as kernel programs loaded with `switches` do.
-    pub fn with_switches(hook: Hook, flow_limit: usize, switches: Switches) -> Tally {
+    pub fn with_switches(hook: Hook, flow_limit: FlowLimits, switches: Switches) -> Tally {
         Tally {
             hook,
             counters: HookCounters::ZERO,
             flows: FxHashMap::default(),
             sessions: FxHashMap::default(),
             flow_limit,
+            held: [0; 2],
             switches,
         }
     }
@@ -85,12 +113,14 @@ impl Tally {
             flows,
             sessions,
             flow_limit,
+            held,
             switches,
         } = self;
         let mut store = TallyStore {
             flows,
             sessions,
             flow_limit: *flow_limit,
+            held,
             switches,
             now_ns,
         };
@@ -98,13 +128,32 @@ impl Tally {
     }
 }
 
+impl Tally {
+    /// Deletes the flows with no packet since `before_ns` (the agent's idle timeout, as it
+    /// deletes them from the kernel's maps). Returns how many.
+    pub fn expire(&mut self, before_ns: u64) -> u64 {
+        let n = self.flows.len();
+        let held = &mut self.held;
+        self.flows.retain(|k, s| {
+            let keep = s.last_seen_ns >= before_ns;
+            if !keep {
+                held[usize::from(k.ip_version != 4)] -= 1;
+            }
+            keep
+        });
+        (n - self.flows.len()) as u64
+    }
+}
+
 /// The tally's [`Store`]: hash maps bounded like the kernel's maps. A full session table
-/// counts `session_overflow`; a full flow table counts the new flow's packets in
-/// `flow_update_errors` (as the kernel when its map refuses a flow) instead of growing.
+/// counts `session_overflow`; a full flow table (per family, as the kernel's two maps) counts
+/// the new flow's packets in `flow_update_errors` (as the kernel when its map refuses a flow)
+/// instead of growing; idle flows leave by [`Tally::expire`].
 struct TallyStore<'a> {
     flows: &'a mut FxHashMap<FlowKey, FlowStats>,
     sessions: &'a mut FxHashMap<SessionKey, SessionStats>,
-    flow_limit: usize,
+    flow_limit: FlowLimits,
+    held: &'a mut [usize; 2],
     switches: &'a Switches,
     now_ns: u64,
 }
@@ -151,13 +200,15 @@ impl Store for TallyStore<'_> {
             flow_step(s, rec, c, frame_len, now, psn);
             return false;
         }
-        if self.flows.len() >= self.flow_limit {
+        let family = usize::from(key.ip_version != 4);
+        if self.held[family] >= self.flow_limit.of(key.ip_version) {
             c.flow_update_errors += 1;
             return true;
         }
         let mut s = FlowStats::default();
         flow_step(&mut s, rec, c, frame_len, now, psn);
         self.flows.insert(key, s);
+        self.held[family] += 1;
         c.flows_created += 1;
         false
     }
@@ -200,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_full_flow_table_counts_errors_instead_of_growing() {
-        let mut t = Tally::new(Hook::AfXdp, 1);
+        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(1));
         let mut f = minimal_roce_frame();
         for sport in [1u16, 2, 1] {
             f[34..36].copy_from_slice(&sport.to_be_bytes());
@@ -223,10 +274,10 @@ mod tests {
             session_counters: false,
             ..Switches::default()
         };
-        let mut t = Tally::with_switches(Hook::AfXdp, 16, off);
+        let mut t = Tally::with_switches(Hook::AfXdp, FlowLimits::both(16), off);
         let mut f = minimal_roce_frame();
         f[42] = 0x04; // RC SEND ONLY: sequenced
-        let mut on = Tally::new(Hook::AfXdp, 16);
+        let mut on = Tally::new(Hook::AfXdp, FlowLimits::both(16));
         for psn in [1u8, 5, 3] {
             f[53] = psn;
             let p = agent_common::parse_record(

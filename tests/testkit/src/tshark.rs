@@ -101,6 +101,8 @@ pub struct Expected {
     pub opcodes: BTreeMap<u8, (u64, u64)>,
     /// (src, dst, sport, dest_qp) -> counts
     pub flows: BTreeMap<(String, String, u16, u32), FlowExpect>,
+    /// The flows' keys in the order of their first packet.
+    pub flow_order: Vec<(String, String, u16, u32)>,
     /// Frames to UDP port 4791 without a complete BTH.
     pub port_4791_without_bth: u64,
     /// AETH syndromes seen: syndrome -> packets
@@ -314,10 +316,11 @@ pub fn expected(capture: &Path) -> Result<Expected> {
         let o = e.opcodes.entry(opcode).or_default();
         o.0 += 1;
         o.1 += len;
-        let fl = e
-            .flows
-            .entry((src.to_string(), dst.to_string(), num(c[2])? as u16, dest_qp))
-            .or_default();
+        let key = (src.to_string(), dst.to_string(), num(c[2])? as u16, dest_qp);
+        if !e.flows.contains_key(&key) {
+            e.flow_order.push(key.clone());
+        }
+        let fl = e.flows.entry(key).or_default();
         fl.packets += 1;
         fl.bytes += len;
         if ecn == 3 {

@@ -283,7 +283,7 @@ impl Metrics {
             flows: int_gauge(&r, "rocemon_flows", "RoCEv2 flows currently held in the flow table.", &["iface"])?,
             flow_rate_bytes: gauge(&r, "rocemon_flow_rate_bytes_per_second", "Smoothed wire bytes per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
             flow_rate_packets: gauge(&r, "rocemon_flow_rate_packets_per_second", "Smoothed packets per second of a top-K flow.", &["iface", "direction", "src", "dst", "sport", "dest_qp"])?,
-            flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows the kernel LRU flow map evicted (created minus still held).", &["iface"])?,
+            flow_evictions: counter(&r, "rocemon_flow_evictions_total", "Flows deleted from the flow maps after flow_idle_timeout_seconds without a packet (a full map refuses new flows: rocemon_map_update_errors_total).", &["iface"])?,
             flow_elephant: gauge(&r, "rocemon_flow_elephant", "1 when a top-K flow is an elephant, else 0.", FLOW)?,
             flow_psn_gaps: counter(&r, "rocemon_flow_psn_gaps_total", "Packets missing from a top-K flow's request sequence since the flow was first seen (the series starts again when the flow re-enters the top K).", FLOW)?,
             flow_retransmits: counter(&r, "rocemon_flow_retransmits_total", "Retransmitted requests of a top-K flow since it was first seen.", FLOW)?,

@@ -199,14 +199,16 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Advances the eviction counter of an interface to `evicted_total` (flows created by its
-    /// programs minus flows still in its map).
-    pub fn set_flow_evictions(&mut self, iface: &str, evicted_total: u64) {
-        let c = self.flow_evictions.with_label_values(&[iface]);
-        // Evictions never go back (a drop below means a read race, not a reset).
-        if evicted_total > c.get() {
-            follow(&c, evicted_total);
-        }
+    /// Counts flows of an interface deleted from its flow maps after the idle timeout.
+    pub fn flows_expired(&self, iface: &str, n: u64) {
+        self.flow_evictions.with_label_values(&[iface]).inc_by(n);
+    }
+
+    /// Counts map updates of the agent's own that failed (deleting an idle flow).
+    pub fn map_update_error(&self, iface: &str, map: &str, n: u64) {
+        self.map_update_errors
+            .with_label_values(&[iface, map])
+            .inc_by(n);
     }
 
     /// Advances the per-session counters of an interface to the maps' totals.
