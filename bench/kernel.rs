@@ -95,7 +95,7 @@ pub(crate) fn populate(ebpf: &mut aya::Ebpf, v4: usize, v6: usize) -> Result<()>
 }
 
 /// Loads the count-only programs the figures are compared with: XDP, and tc with `tc`.
-fn load_baselines(ebpf: &mut aya::Ebpf, tc: bool) -> Result<()> {
+pub(crate) fn load_baselines(ebpf: &mut aya::Ebpf, tc: bool) -> Result<()> {
     let names: &[&str] = if tc {
         &[
             agent_common::PROG_BASELINE_XDP,

@@ -8,6 +8,9 @@
 //! - [`scale`]: the agent with 100,000 flows in the kernel map (poll, `/metrics`, memory, CPU);
 //! - [`live`]: packets per second and kernel run time through a veth pair with rocemon, with the
 //!   count-only program attached the same way ([`baseline`]) and with nothing; AF_XDP delivery;
+//! - [`shapes`]: traffic shapes: 1 to 100,000 flows taking turns (and in bursts), small and
+//!   4 KiB frames, through BPF_PROG_TEST_RUN over a rotating set of frames and live through a
+//!   veth pair, against the count-only program: the cost against the flow count, as a curve;
 //! - [`robustness`]: `/metrics` under one hostile client, `analyze` on captures built to blow
 //!   it up, and the last fuzzing run's figures;
 //! - [`sflow`]: samples per second one core takes through the sFlow collector;
@@ -31,9 +34,11 @@ mod kernel;
 mod live;
 mod profile;
 mod report;
+mod report_shapes;
 mod robustness;
 mod scale;
 mod sflow;
+mod shapes;
 #[path = "../tests/support/testrun.rs"]
 mod testrun;
 
@@ -145,6 +150,11 @@ fn main() -> Result<()> {
         "analyze": if want("analyze") { analyze::analyze_bench(tmp.path())? } else { Value::Null },
         "scale": if want("scale") { scale::scale_in_subprocess()? } else { Value::Null },
         "live": if want("live") { live::live_bench()? } else { Value::Null },
+        "shapes": if want("shapes") {
+            json!({ "test_run": shapes::test_run_curve()?, "live": shapes::live_curve()? })
+        } else {
+            Value::Null
+        },
         "sflow": if want("sflow") { sflow::sflow_bench()? } else { Value::Null },
         "robustness": if want("robustness") {
             json!({

@@ -28,11 +28,17 @@
 //! - while the flush runs (its per-CPU flag set), a packet that interrupted it and misses
 //!   updates the map directly instead of swapping the slot under the flush.
 //!
-//! A slot gives its flow a second chance: a miss in a slot hit since the last miss counts the
-//! packet in the map (the slot's flow stays), and only a miss in an unreferenced slot swaps.
-//! Where more flows than slots take turns, a swap (two copies of the flow state) per miss
-//! would cost more than the map alone; this way a slot changes flow at most every other miss,
-//! and a flow that keeps coming keeps its slot.
+//! A flow earns its slot: a miss swaps the slot's flow out only when the missing flow also
+//! missed there last, with no hit in between (two of its packets in a row, as far as the slot
+//! sees: a burst, or a flow that now has the slot's traffic to itself); any other miss counts
+//! its packet in the map and the slot keeps its flow. An empty slot takes the first flow that
+//! misses. Where more flows than slots take turns (a mirror collector's hundreds to thousands
+//! of QPs interleaved packet by packet), no flow comes back to its slot before others have
+//! missed there, so no slot is ever swapped and each packet costs the map update alone, not a
+//! swap (two copies of the flow state) on top; a burst swaps at its second packet and hits
+//! from its third; a flow that keeps coming keeps its slot against any number of one-off
+//! flows. The slot remembers the last missing flow by a fingerprint of the key's hash (32
+//! bits: a collision only swaps a slot early, the counts stay exact either way).
 
 use crate::flow::FlowStats;
 use crate::flow_key::FlowKey;
@@ -70,9 +76,9 @@ pub struct CachedFlow {
     pub key: KeyWords,
     /// [`EMPTY`], [`CLEAN`], [`DIRTY`] or [`BUSY`].
     pub state: u32,
-    /// 1 when a packet hit the slot since the last miss in it (second chance: a miss in a
-    /// referenced slot clears this and counts its packet in the map instead of swapping).
-    pub referenced: u32,
+    /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
+    /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
+    pub last_miss: u32,
     pub stats: FlowStats,
 }
 
@@ -105,17 +111,36 @@ pub fn same_key(a: &KeyWords, b: &KeyWords) -> bool {
     (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) == 0
 }
 
-/// The slot of a key: a multiplicative hash of its words, top bits taken (the low bits of a
-/// product depend only on the low bits of its factors).
+/// A multiplicative hash of a key's words.
 #[inline(always)]
-pub fn slot_of(w: &KeyWords) -> u32 {
+pub fn hash_of(w: &KeyWords) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut h = w[0].wrapping_mul(K);
     h = (h ^ w[1]).wrapping_mul(K);
     h = (h ^ w[2]).wrapping_mul(K);
     h = (h ^ w[3]).wrapping_mul(K);
     h = (h ^ w[4]).wrapping_mul(K);
+    h
+}
+
+/// The slot of a key: its hash's top bits (the low bits of a product depend only on the low
+/// bits of its factors).
+#[inline(always)]
+pub fn slot_of(w: &KeyWords) -> u32 {
+    slot_of_hash(hash_of(w))
+}
+
+/// The slot of a key hashed by [`hash_of`].
+#[inline(always)]
+pub fn slot_of_hash(h: u64) -> u32 {
     (h >> 40) as u32 & (FLOW_CACHE_SLOTS - 1)
+}
+
+/// The fingerprint a slot remembers a missing flow by: bits of its hash other than the slot's,
+/// never 0 (which stands for "none").
+#[inline(always)]
+pub fn fingerprint(h: u64) -> u32 {
+    (h >> 8) as u32 | 1
 }
 
 #[cfg(test)]
@@ -132,6 +157,39 @@ mod tests {
         k.src[..4].copy_from_slice(&[10, 0, (i >> 8) as u8, i as u8]);
         k.dst[..4].copy_from_slice(&[10, 1, 0, 1]);
         k
+    }
+
+    #[test]
+    fn a_fingerprint_is_never_the_none_value() {
+        for h in [0u64, 1, 0xFF, u64::MAX, 0x0000_00FF_0000_0000] {
+            assert_ne!(fingerprint(h), 0, "hash {h:#x}");
+        }
+    }
+
+    #[test]
+    fn the_slot_is_the_hash_s() {
+        for i in 0..1000 {
+            let w = key_words(&key(i));
+            assert_eq!(slot_of(&w), slot_of_hash(hash_of(&w)), "key {i}");
+        }
+    }
+
+    /// Flows of one slot taking turns differ in their fingerprints (or the slot would swap
+    /// for a flow that only shares bits with the last one to miss).
+    #[test]
+    fn flows_of_one_slot_have_distinct_fingerprints() {
+        let mut by_slot: [std::vec::Vec<u32>; FLOW_CACHE_SLOTS as usize] =
+            core::array::from_fn(|_| std::vec::Vec::new());
+        for i in 0..20_000 {
+            let h = hash_of(&key_words(&key(i)));
+            by_slot[slot_of_hash(h) as usize].push(fingerprint(h));
+        }
+        for (slot, fps) in by_slot.iter_mut().enumerate() {
+            let n = fps.len();
+            fps.sort_unstable();
+            fps.dedup();
+            assert_eq!(fps.len(), n, "slot {slot}: fingerprints collide");
+        }
     }
 
     #[test]

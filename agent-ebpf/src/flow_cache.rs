@@ -6,7 +6,8 @@
 use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
 use agent_common::flow_cache::{
-    key_of, same_key, slot_of, CachedFlow, KeyWords, BUSY, CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
+    fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
+    CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
 };
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
@@ -65,11 +66,12 @@ pub fn hit(words: &KeyWords) -> Option<*mut CachedFlow> {
     }
 }
 
-/// After a hit's update: the slot differs from its map value now, and its flow is in use.
+/// After a hit's update: the slot differs from its map value now, and its flow was hit (the
+/// last miss forgotten: a flow must miss twice in a row to take the slot).
 #[inline(always)]
 pub fn counted(e: *mut CachedFlow) {
-    // SAFETY: a slot of this CPU's cache (only a miss on this CPU reads the flag).
-    unsafe { (*e).referenced = 1 };
+    // SAFETY: a slot of this CPU's cache (only a miss on this CPU reads it).
+    unsafe { (*e).last_miss = 0 };
     set_state(e, DIRTY);
 }
 
@@ -108,9 +110,9 @@ fn store<K>(map: &PerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bo
     false
 }
 
-/// A packet whose flow is not in its slot: unless the slot's flow was hit since the last miss
-/// (then it keeps the slot and this packet is counted in the map), the slot's flow goes back
-/// to its map and the packet's flow comes into the slot (looked up, or inserted zeroed: a new
+/// A packet whose flow is not in its slot: unless the packet's flow has earned the slot (see
+/// [`keeps`]; else the slot keeps its flow and this packet is counted in the map), the slot's
+/// flow goes back to its map and the packet's flow comes into the slot (looked up, or inserted zeroed: a new
 /// flow), then the packet is counted there. While the flush runs on this CPU, or if the map
 /// refuses the flow, the packet is counted in the map as without the cache. Takes only scalars (a
 /// global function): the packet is in this CPU's record.
@@ -127,12 +129,15 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         return 0;
     };
     let words = rec.key_words();
-    let slot = slot_of(&words);
+    let hash = hash_of(&words);
+    let slot = slot_of_hash(hash);
     let flushing = FLUSHING.get(0).is_some_and(|f| *f != 0);
     let e = if flushing {
         None
     } else {
-        FLOW_CACHE.get_ptr_mut(slot).filter(|&e| !second_chance(e))
+        FLOW_CACHE
+            .get_ptr_mut(slot)
+            .filter(|&e| !keeps(e, fingerprint(hash)))
     };
     let Some(e) = e else {
         return u32::from(flow_maps::flow_to_map(rec, c, frame_len, now));
@@ -151,24 +156,28 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     unsafe {
         core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
         (*e).key = words;
-        (*e).referenced = 1;
+        (*e).last_miss = 0;
         flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);
     0
 }
 
-/// Whether a slot keeps its flow at a miss: it does once after each hit (the flag is
-/// cleared, so the next miss there swaps unless the flow was hit in between).
+/// Whether a slot keeps its flow at a miss of the flow with fingerprint `fp`: not when it is
+/// empty, nor when the same flow missed there last with no hit in between; else it keeps it
+/// and remembers `fp` (see [`agent_common::flow_cache`]).
 #[inline(always)]
-fn second_chance(e: *mut CachedFlow) -> bool {
-    // SAFETY: a slot of this CPU's cache.
-    let referenced = unsafe { &mut (*e).referenced };
-    if *referenced != 0 && state(e) != EMPTY {
-        *referenced = 0;
-        return true;
+fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
+    if state(e) == EMPTY {
+        return false;
     }
-    false
+    // SAFETY: a slot of this CPU's cache.
+    let last = unsafe { &mut (*e).last_miss };
+    if *last == fp {
+        return false;
+    }
+    *last = fp;
+    true
 }
 
 /// The flush: every changed slot of this CPU's cache written back into its map, and every

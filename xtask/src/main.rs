@@ -37,7 +37,7 @@ enum Task {
     Bench {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
-        /// Only these phases (comma-separated: kernel, analyze, scale, live, sflow,
+        /// Only these phases (comma-separated: kernel, analyze, scale, live, shapes, sflow,
         /// robustness); the others keep their figures from the last report.
         #[arg(long, value_name = "PHASE[,PHASE...]")]
         only: Option<String>,

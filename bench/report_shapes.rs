@@ -1,0 +1,91 @@
+//! The traffic-shapes section of the report: the cost of rocemon's XDP program against the
+//! flow count, as tables and as a curve, and its verdicts against the targets of many flows.
+
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// A bar of `ratio` (one `#` per 0.5x, at most 60).
+fn bar(ratio: f64) -> String {
+    "#".repeat(((ratio / 0.5).round() as usize).clamp(1, 60))
+}
+
+/// The section (empty when the phase has not run).
+pub(crate) fn section(r: &Value) -> String {
+    let mut s = String::new();
+    let shapes = &r["shapes"];
+    if shapes.is_null() {
+        return s;
+    }
+    let _ = writeln!(s, "\n## 4b. Traffic shapes: many flows taking turns\n\nTargets (the live run time per packet against the count-only program attached the same way): 1 flow at most 2x, 1,000 flows taking turns at most 3x, 10,000 at most 4x, with 64-byte and 4 KiB payloads. A flow is the plain RoCE WRITE with its own destination QP; \"taking turns\": one packet of each flow in turn, so no flow comes back before all others have sent one.\n\nLive (veth, raw-socket sender on CPU 0, the agent's XDP program in native mode; {} interleaved rounds of {} s per case; medians):\n\n| case | run ns rocemon | run ns count-only | ratio | rounds |\n| --- | --- | --- | --- | --- |", shapes["live"]["rounds"], shapes["live"]["seconds_per_case"]);
+    let rows = shapes["live"]["rows"].as_array().cloned().unwrap_or_default();
+    for row in &rows {
+        let rounds: Vec<String> = row["ratios"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_f64().map(|x| format!("x{x:.2}")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.0} | x{:.2} | {} |",
+            row["case"].as_str().unwrap_or(""),
+            row["run_ns"].as_f64().unwrap_or(0.0),
+            row["run_ns_count_only"].as_f64().unwrap_or(0.0),
+            row["ratio"].as_f64().unwrap_or(0.0),
+            rounds.join(", ")
+        );
+    }
+    let _ = writeln!(s, "\nThe curve (live, flows taking turns: ratio to the count-only program, one `#` per 0.5x):\n\n```");
+    for payload in [64, 4096] {
+        let _ = writeln!(s, "{payload}-byte payloads");
+        for row in rows
+            .iter()
+            .filter(|r| r["burst"] == 1 && r["payload"] == payload)
+        {
+            let ratio = row["ratio"].as_f64().unwrap_or(0.0);
+            let _ = writeln!(
+                s,
+                "  {:>7} flows  x{ratio:<5.2} {}",
+                row["flows"],
+                bar(ratio)
+            );
+        }
+    }
+    let _ = writeln!(s, "```\n\nBPF_PROG_TEST_RUN over a rotating set of frames (each run one frame, the next flow's; every flow created in a pass before the measured one; single runs, so each figure includes the harness's own per-run cost, as the count-only program's does; three interleaved loads, medians):\n\n| flows | frame bytes | XDP ns | XDP ns, cache off | count-only ns | ratio | ratio, cache off |\n| --- | --- | --- | --- | --- | --- | --- |");
+    for row in shapes["test_run"].as_array().into_iter().flatten() {
+        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | x{:.2} | x{:.2} |",
+            row["flows"],
+            row["bytes"],
+            f("xdp_ns"),
+            f("xdp_cache_off_ns"),
+            f("count_only_ns"),
+            f("ratio"),
+            f("ratio_cache_off")
+        );
+    }
+    s
+}
+
+/// The verdict rows of the many-flows targets (live, flows taking turns).
+pub(crate) fn verdicts(r: &Value, verdict: impl Fn(bool) -> &'static str) -> String {
+    let mut s = String::new();
+    for row in r["shapes"]["live"]["rows"].as_array().into_iter().flatten() {
+        let target = match (row["burst"].as_u64(), row["flows"].as_u64()) {
+            (Some(1), Some(1)) => 2.0,
+            (Some(1), Some(1_000)) => 3.0,
+            (Some(1), Some(10_000)) => 4.0,
+            _ => continue,
+        };
+        let ratio = row["ratio"].as_f64().unwrap_or(f64::MAX);
+        let _ = writeln!(
+            s,
+            "| live {}: kernel run time at most {target}x the count-only program | median x{ratio:.2} | {} |",
+            row["case"].as_str().unwrap_or(""),
+            verdict(ratio <= target)
+        );
+    }
+    s
+}

@@ -1,0 +1,302 @@
+//! Traffic shapes: what the XDP program costs with many flows taking turns, as a mirror
+//! collector or a busy host sees them (hundreds to thousands of QPs interleaved packet by
+//! packet), not one frame again and again. The same curve two ways:
+//!
+//! - BPF_PROG_TEST_RUN over a rotating set of frames of N flows (each run one frame, the next
+//!   flow's; every flow created in a first pass that is not measured), rocemon's XDP program
+//!   with its flow cache on and off, against the count-only program run the same way. A single
+//!   run's figure includes the harness's own cost, the same for both;
+//! - live through a veth pair: a raw-socket sender rotating over N flows (one packet each in
+//!   turn, or bursts of [`BURST`]), the agent's XDP program's kernel run time (BPF statistics)
+//!   against the count-only program attached the same way, in interleaved rounds.
+//!
+//! A flow here is the plain RoCE frame with its own destination QP (the flow key's last
+//! field): the sender patches three bytes per packet, so 100,000 flows of 4 KiB frames cost no
+//! memory.
+
+use super::*;
+
+/// Flow counts of the curve.
+pub(crate) const FLOWS: [usize; 5] = [1, 100, 1_000, 10_000, 100_000];
+
+/// Packets per flow in a row, in the bursty case.
+pub(crate) const BURST: usize = 32;
+
+/// Flows of the bursty case.
+const BURST_FLOWS: usize = 1_000;
+
+/// Where the BTH's destination QP sits in a plain IPv4 RoCE frame: Ethernet 14, IPv4 20,
+/// UDP 8, then BTH bytes 5..8.
+const QP_AT: usize = 14 + 20 + 8 + 5;
+
+/// The plain RoCE WRITE_ONLY with `payload` bytes, from the sender's side of the pair.
+fn template(payload: usize) -> Vec<u8> {
+    let mut r = Roce::new(ip("10.77.0.2"), ip("10.77.0.1"), 0xC001, 0x100, 0x0A);
+    r.payload = payload;
+    r.dma_len = payload as u32;
+    r.frame()
+}
+
+/// `frame` as flow `i`'s: its destination QP is 0x100 + i.
+fn as_flow(frame: &mut [u8], i: usize) {
+    let qp = (0x100 + i as u32) & 0xFF_FFFF;
+    frame[QP_AT..QP_AT + 3].copy_from_slice(&qp.to_be_bytes()[1..]);
+}
+
+/// The flow of the `k`th packet: `n` flows taking turns, `burst` packets each.
+fn flow_of(k: usize, n: usize, burst: usize) -> usize {
+    (k / burst) % n
+}
+
+/// Mean kernel-measured ns of `runs` single runs of program `fd`, the frames' flows taking
+/// turns over `n`.
+fn rotate(fd: &aya::programs::ProgramFd, frame: &mut [u8], n: usize, runs: usize) -> Result<f64> {
+    let mut total = 0u64;
+    for k in 0..runs {
+        as_flow(frame, flow_of(k, n, 1));
+        total += u64::from(test_run(fd, frame, 1)?.duration_ns);
+    }
+    Ok(total as f64 / runs as f64)
+}
+
+/// The BPF_PROG_TEST_RUN curve: per frame size and flow count, rocemon's XDP program (cache
+/// on, cache off) and the count-only program, medians over interleaved rounds.
+pub(crate) fn test_run_curve() -> Result<Value> {
+    const RUNS: usize = 20_000;
+    const ROUNDS: usize = 3;
+    let mut rows = Vec::new();
+    for payload in [64usize, 1024] {
+        let mut frame = template(payload);
+        for &n in &FLOWS {
+            // [cache on, cache off, count-only]
+            let mut ns = [(); 3].map(|_| Vec::new());
+            let runs = RUNS.max(n);
+            for _ in 0..ROUNDS {
+                for (i, cache) in [true, false].into_iter().enumerate() {
+                    let sw = loader::Switches {
+                        flow_cache: cache,
+                        ..loader::Switches::default()
+                    };
+                    let mut ebpf = loader::load_object_with(131_072, sw)?;
+                    loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
+                    kernel::load_baselines(&mut ebpf, false)?;
+                    let fd = ebpf
+                        .program(agent_common::PROG_XDP)
+                        .context("program")?
+                        .fd()?;
+                    // Every flow created first: the curve is the cost of flows that exist.
+                    rotate(fd, &mut frame, n, n)?;
+                    ns[i].push(rotate(fd, &mut frame, n, runs)?);
+                    if cache {
+                        let base = ebpf
+                            .program(agent_common::PROG_BASELINE_XDP)
+                            .context("baseline program")?
+                            .fd()?;
+                        ns[2].push(rotate(base, &mut frame, n, runs)?);
+                    }
+                }
+            }
+            let [on, off, base] = ns.map(median);
+            eprintln!(
+                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (cache off x{:.2})",
+                frame.len(),
+                on / base,
+                off / base
+            );
+            rows.push(json!({
+                "flows": n, "bytes": frame.len(), "runs": runs,
+                "xdp_ns": on, "xdp_cache_off_ns": off, "count_only_ns": base,
+                "ratio": on / base, "ratio_cache_off": off / base,
+            }));
+        }
+    }
+    Ok(Value::Array(rows))
+}
+
+/// Sends from `ns`/`ifname` for `secs`: `frame` as `n` flows taking turns, `burst` packets
+/// each (a raw packet socket on CPU 0, as [`live::blast`]). Returns frames sent.
+fn blast_flows(
+    ns: &str,
+    ifname: &str,
+    mut frame: Vec<u8>,
+    (n, burst): (usize, usize),
+    secs: f64,
+) -> Result<u64> {
+    let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    std::thread::spawn(move || -> Result<u64> {
+        use std::os::fd::AsRawFd;
+        testrun::pin_to_cpu(0)?;
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
+        // SAFETY: valid fd; affects this thread only.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns: {}", std::io::Error::last_os_error());
+        }
+        let cname = std::ffi::CString::new(ifname)?;
+        // SAFETY: plain libc calls with checked results.
+        unsafe {
+            let idx = libc::if_nametoindex(cname.as_ptr());
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+            if fd < 0 || idx == 0 {
+                bail!("raw socket: {}", std::io::Error::last_os_error());
+            }
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_ifindex = idx as i32;
+            sll.sll_halen = 6;
+            let end = Instant::now() + Duration::from_secs_f64(secs);
+            let mut k = 0usize;
+            let mut sent = 0u64;
+            while Instant::now() < end {
+                for _ in 0..256 {
+                    as_flow(&mut frame, flow_of(k, n, burst));
+                    k += 1;
+                    let r = libc::sendto(
+                        fd,
+                        frame.as_ptr() as *const _,
+                        frame.len(),
+                        0,
+                        &sll as *const _ as *const libc::sockaddr,
+                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                    );
+                    if r > 0 {
+                        sent += 1;
+                    }
+                }
+            }
+            libc::close(fd);
+            Ok(sent)
+        }
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("sender panicked"))?
+}
+
+/// The kernel's run count and run time of every loaded program named `name` (the agent's).
+fn program_runs(name: &str) -> Result<(u64, f64)> {
+    let mut out = (0, 0.0);
+    for p in aya::programs::loaded_programs() {
+        let p = p?;
+        if p.name_as_str() == Some(name) {
+            out.0 += p.run_count();
+            out.1 += p.run_time().as_secs_f64();
+        }
+    }
+    Ok(out)
+}
+
+/// One live case: its label, flows, packets per turn and payload.
+struct Case {
+    flows: usize,
+    burst: usize,
+    payload: usize,
+}
+
+impl Case {
+    fn label(&self) -> String {
+        let shape = if self.burst == 1 {
+            "taking turns".to_string()
+        } else {
+            format!("in bursts of {}", self.burst)
+        };
+        format!("{} flows {shape}, {}-byte payloads", self.flows, self.payload)
+    }
+}
+
+/// Rounds of the live curve (count-only and rocemon interleaved per round).
+const LIVE_ROUNDS: usize = 2;
+/// Seconds of traffic per case and program.
+const LIVE_SECS: f64 = 2.0;
+
+/// The live curve: per case, the kernel run time per packet of rocemon's XDP program (the
+/// agent, as users run it) and of the count-only program, medians of per-round ratios.
+pub(crate) fn live_curve() -> Result<Value> {
+    let pair = VethPair::new("rcshape")?;
+    let _stats = baseline::Stats::on()?;
+    let mut cases = Vec::new();
+    for payload in [64usize, 4096] {
+        for &flows in &FLOWS {
+            cases.push(Case {
+                flows,
+                burst: 1,
+                payload,
+            });
+        }
+    }
+    for payload in [64usize, 4096] {
+        cases.push(Case {
+            flows: BURST_FLOWS,
+            burst: BURST,
+            payload,
+        });
+    }
+    // [case][round] = (rocemon ns, count-only ns)
+    let mut ns = vec![Vec::new(); cases.len()];
+    for _ in 0..LIVE_ROUNDS {
+        let mut base = Vec::new();
+        {
+            let count_only = baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?;
+            for c in &cases {
+                let (r0, t0) = count_only.runs()?;
+                blast_flows(
+                    &pair.ns_b,
+                    &pair.b_if,
+                    template(c.payload),
+                    (c.flows, c.burst),
+                    LIVE_SECS,
+                )?;
+                let (r1, t1) = count_only.runs()?;
+                base.push((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64);
+            }
+        }
+        let agent = Agent::start(
+            &pair.ns_a,
+            BIN,
+            &[
+                "run",
+                "--iface",
+                &pair.a_if,
+                "--listen",
+                "127.0.0.1:9442",
+                "--no-pin",
+                "--hooks",
+                "xdp",
+                "--xdp-mode",
+                "native",
+                "--flow-map-entries",
+                "131072",
+            ],
+        )?;
+        std::thread::sleep(Duration::from_secs(2));
+        for (i, c) in cases.iter().enumerate() {
+            let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
+            blast_flows(
+                &pair.ns_b,
+                &pair.b_if,
+                template(c.payload),
+                (c.flows, c.burst),
+                LIVE_SECS,
+            )?;
+            let (r1, t1) = program_runs(agent_common::PROG_XDP)?;
+            let rocemon = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
+            eprintln!(
+                "shapes: live, {}: rocemon {rocemon:.0} ns, count-only {:.0} ns (x{:.2})",
+                c.label(),
+                base[i],
+                rocemon / base[i]
+            );
+            ns[i].push((rocemon, base[i]));
+        }
+        agent.stop()?;
+    }
+    let mut rows = Vec::new();
+    for (c, rounds) in cases.iter().zip(ns) {
+        let ratios: Vec<f64> = rounds.iter().map(|(r, b)| r / b).collect();
+        rows.push(json!({
+            "case": c.label(), "flows": c.flows, "burst": c.burst, "payload": c.payload,
+            "run_ns": median(rounds.iter().map(|r| r.0).collect::<Vec<_>>()),
+            "run_ns_count_only": median(rounds.iter().map(|r| r.1).collect::<Vec<_>>()),
+            "ratio": median(ratios.clone()), "ratios": ratios,
+        }));
+    }
+    Ok(json!({ "rounds": LIVE_ROUNDS, "seconds_per_case": LIVE_SECS, "rows": rows }))
+}
