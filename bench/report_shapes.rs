@@ -17,7 +17,10 @@ pub(crate) fn section(r: &Value) -> String {
         return s;
     }
     let _ = writeln!(s, "\n## 4b. Traffic shapes: many flows taking turns\n\nTargets (the live run time per packet against the count-only program attached the same way): 1 flow at most 2x, 1,000 flows taking turns at most 3x, 10,000 at most 4x, with 64-byte and 4 KiB payloads. A flow is the plain RoCE WRITE with its own destination QP; \"taking turns\": one packet of each flow in turn, so no flow comes back before all others have sent one.\n\nLive (veth, raw-socket sender on CPU 0, the agent's XDP program in native mode; {} interleaved rounds of {} s per case; medians):\n\n| case | run ns rocemon | run ns count-only | ratio | rounds |\n| --- | --- | --- | --- | --- |", shapes["live"]["rounds"], shapes["live"]["seconds_per_case"]);
-    let rows = shapes["live"]["rows"].as_array().cloned().unwrap_or_default();
+    let rows = shapes["live"]["rows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for row in &rows {
         let rounds: Vec<String> = row["ratios"]
             .as_array()
@@ -46,7 +49,7 @@ pub(crate) fn section(r: &Value) -> String {
             let _ = writeln!(
                 s,
                 "  {:>7} flows  x{ratio:<5.2} {}",
-                row["flows"],
+                row["flows"].as_u64().unwrap_or(0),
                 bar(ratio)
             );
         }

@@ -198,12 +198,15 @@ impl Case {
         } else {
             format!("in bursts of {}", self.burst)
         };
-        format!("{} flows {shape}, {}-byte payloads", self.flows, self.payload)
+        format!(
+            "{} flows {shape}, {}-byte payloads",
+            self.flows, self.payload
+        )
     }
 }
 
 /// Rounds of the live curve (count-only and rocemon interleaved per round).
-const LIVE_ROUNDS: usize = 2;
+const LIVE_ROUNDS: usize = 3;
 /// Seconds of traffic per case and program.
 const LIVE_SECS: f64 = 2.0;
 
