@@ -3,10 +3,23 @@
 
 use super::*;
 
-/// Sends `frame` from `ns`/`ifname` with a raw packet socket for `secs`; returns frames sent.
-/// The sender stays on CPU 0 (veth receives on the sending CPU, so every measurement runs
-/// its whole path there, not wherever the scheduler moves the thread).
+/// Sends `frame` from `ns`/`ifname` with a raw packet socket for `secs` (see
+/// [`blast_flows`]); returns frames sent.
 pub(crate) fn blast(ns: &str, ifname: &str, frame: Vec<u8>, secs: f64) -> Result<u64> {
+    blast_flows(ns, ifname, frame, (1, 1), secs)
+}
+
+/// Sends from `ns`/`ifname` for `secs`: `frame` as `n` flows taking turns, `burst` packets
+/// each (a raw packet socket; one flow: the frame as it is). The sender stays on CPU 0 (veth
+/// receives on the sending CPU, so every measurement runs its whole path there, not wherever
+/// the scheduler moves the thread). Returns frames sent.
+pub(crate) fn blast_flows(
+    ns: &str,
+    ifname: &str,
+    mut frame: Vec<u8>,
+    (n, burst): (usize, usize),
+    secs: f64,
+) -> Result<u64> {
     let (ns, ifname) = (ns.to_string(), ifname.to_string());
     std::thread::spawn(move || -> Result<u64> {
         use std::os::fd::AsRawFd;
@@ -29,9 +42,14 @@ pub(crate) fn blast(ns: &str, ifname: &str, frame: Vec<u8>, secs: f64) -> Result
             sll.sll_ifindex = idx as i32;
             sll.sll_halen = 6;
             let end = Instant::now() + Duration::from_secs_f64(secs);
+            let mut k = 0usize;
             let mut sent = 0u64;
             while Instant::now() < end {
                 for _ in 0..256 {
+                    if n > 1 {
+                        crate::shapes::as_flow(&mut frame, crate::shapes::flow_of(k, n, burst));
+                    }
+                    k += 1;
                     let r = libc::sendto(
                         fd,
                         frame.as_ptr() as *const _,

@@ -38,13 +38,13 @@ fn template(payload: usize) -> Vec<u8> {
 }
 
 /// `frame` as flow `i`'s: its destination QP is 0x100 + i.
-fn as_flow(frame: &mut [u8], i: usize) {
+pub(crate) fn as_flow(frame: &mut [u8], i: usize) {
     let qp = (0x100 + i as u32) & 0xFF_FFFF;
     frame[QP_AT..QP_AT + 3].copy_from_slice(&qp.to_be_bytes()[1..]);
 }
 
 /// The flow of the `k`th packet: `n` flows taking turns, `burst` packets each.
-fn flow_of(k: usize, n: usize, burst: usize) -> usize {
+pub(crate) fn flow_of(k: usize, n: usize, burst: usize) -> usize {
     (k / burst) % n
 }
 
@@ -113,64 +113,6 @@ pub(crate) fn test_run_curve() -> Result<Value> {
     Ok(Value::Array(rows))
 }
 
-/// Sends from `ns`/`ifname` for `secs`: `frame` as `n` flows taking turns, `burst` packets
-/// each (a raw packet socket on CPU 0, as [`live::blast`]). Returns frames sent.
-fn blast_flows(
-    ns: &str,
-    ifname: &str,
-    mut frame: Vec<u8>,
-    (n, burst): (usize, usize),
-    secs: f64,
-) -> Result<u64> {
-    let (ns, ifname) = (ns.to_string(), ifname.to_string());
-    std::thread::spawn(move || -> Result<u64> {
-        use std::os::fd::AsRawFd;
-        testrun::pin_to_cpu(0)?;
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
-        // SAFETY: valid fd; affects this thread only.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns: {}", std::io::Error::last_os_error());
-        }
-        let cname = std::ffi::CString::new(ifname)?;
-        // SAFETY: plain libc calls with checked results.
-        unsafe {
-            let idx = libc::if_nametoindex(cname.as_ptr());
-            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
-            if fd < 0 || idx == 0 {
-                bail!("raw socket: {}", std::io::Error::last_os_error());
-            }
-            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_ifindex = idx as i32;
-            sll.sll_halen = 6;
-            let end = Instant::now() + Duration::from_secs_f64(secs);
-            let mut k = 0usize;
-            let mut sent = 0u64;
-            while Instant::now() < end {
-                for _ in 0..256 {
-                    as_flow(&mut frame, flow_of(k, n, burst));
-                    k += 1;
-                    let r = libc::sendto(
-                        fd,
-                        frame.as_ptr() as *const _,
-                        frame.len(),
-                        0,
-                        &sll as *const _ as *const libc::sockaddr,
-                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                    );
-                    if r > 0 {
-                        sent += 1;
-                    }
-                }
-            }
-            libc::close(fd);
-            Ok(sent)
-        }
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("sender panicked"))?
-}
-
 /// The kernel's run count and run time of every loaded program named `name` (the agent's).
 fn program_runs(name: &str) -> Result<(u64, f64)> {
     let mut out = (0, 0.0);
@@ -232,6 +174,15 @@ pub(crate) fn live_curve() -> Result<Value> {
             payload,
         });
     }
+    let send = |c: &Case| {
+        live::blast_flows(
+            &pair.ns_b,
+            &pair.b_if,
+            template(c.payload),
+            (c.flows, c.burst),
+            LIVE_SECS,
+        )
+    };
     // [case][round] = (rocemon ns, count-only ns)
     let mut ns = vec![Vec::new(); cases.len()];
     for _ in 0..LIVE_ROUNDS {
@@ -240,13 +191,7 @@ pub(crate) fn live_curve() -> Result<Value> {
             let count_only = baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?;
             for c in &cases {
                 let (r0, t0) = count_only.runs()?;
-                blast_flows(
-                    &pair.ns_b,
-                    &pair.b_if,
-                    template(c.payload),
-                    (c.flows, c.burst),
-                    LIVE_SECS,
-                )?;
+                send(c)?;
                 let (r1, t1) = count_only.runs()?;
                 base.push((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64);
             }
@@ -272,13 +217,7 @@ pub(crate) fn live_curve() -> Result<Value> {
         std::thread::sleep(Duration::from_secs(2));
         for (i, c) in cases.iter().enumerate() {
             let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
-            blast_flows(
-                &pair.ns_b,
-                &pair.b_if,
-                template(c.payload),
-                (c.flows, c.burst),
-                LIVE_SECS,
-            )?;
+            send(c)?;
             let (r1, t1) = program_runs(agent_common::PROG_XDP)?;
             let rocemon = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
             eprintln!(
