@@ -109,6 +109,7 @@ pub(crate) fn markdown(r: &Value) -> String {
         );
     }
     s.push_str(&crate::report_shapes::section(r));
+    s.push_str(&crate::report_sflow_rates::section(r));
     // Against the targets, computed from this run.
     let rows = r["kernel"]["rows"].as_array().cloned().unwrap_or_default();
     let worst = |k: &str| {
@@ -235,6 +236,7 @@ pub(crate) fn markdown(r: &Value) -> String {
         }
     }
     s.push_str(&crate::report_shapes::verdicts(r, verdict));
+    s.push_str(&crate::report_sflow_rates::verdicts(r, verdict));
     let sp = a["speedup_vs_tshark"].as_f64().unwrap_or(0.0);
     let rc = a["ratio_vs_cat"].as_f64().unwrap_or(0.0);
     let _ = writeln!(

@@ -14,6 +14,8 @@
 //! - [`robustness`]: `/metrics` under one hostile client, `analyze` on captures built to blow
 //!   it up, and the last fuzzing run's figures;
 //! - [`sflow`]: samples per second one core takes through the sFlow collector;
+//! - [`sflow_rates`]: the live collector and pmacct's `sfacctd` side by side at rising datagram
+//!   rates (datagrams lost, CPU per 100,000 datagrams, memory at 500 switches x 64 ports);
 //! - [`report`]: `report.json` and `REPORT.md` (with the verdicts) in the directory given as
 //!   the first argument;
 //! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`); its source sits
@@ -34,10 +36,12 @@ mod kernel;
 mod live;
 mod profile;
 mod report;
+mod report_sflow_rates;
 mod report_shapes;
 mod robustness;
 mod scale;
 mod sflow;
+mod sflow_rates;
 mod shapes;
 #[path = "../tests/support/testrun.rs"]
 mod testrun;
@@ -156,6 +160,7 @@ fn main() -> Result<()> {
             Value::Null
         },
         "sflow": if want("sflow") { sflow::sflow_bench()? } else { Value::Null },
+        "sflow_rates": if want("sflow_rates") { sflow_rates::sflow_rates()? } else { Value::Null },
         "robustness": if want("robustness") {
             json!({
                 "http": robustness::http_under_attack(BIN, tmp.path())?,

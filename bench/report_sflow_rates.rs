@@ -1,0 +1,66 @@
+//! The report's section of the sFlow collector at rising rates against `sfacctd`, and its
+//! verdicts (ahead of `sfacctd`; 200,000 datagrams per second on one core).
+
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// The section (empty when the phase has not run).
+pub(crate) fn section(r: &Value) -> String {
+    let mut s = String::new();
+    let x = &r["sflow_rates"];
+    if x.is_null() {
+        return s;
+    }
+    let _ = writeln!(s, "\n## 5b. The sFlow collector against sfacctd at rising rates\n\nThe same stream to each collector on CPU 1 (the sender on CPU 0): {} switches x {} ports, {} sampled RoCE headers per datagram, {} s per rate. Datagrams dropped at the collector's socket (`/proc/net/udp`), its CPU seconds per 100,000 datagrams sent, and its resident memory (every process of it). rocemon runs with the fabric view on.\n\n| datagrams/s | rocemon dropped | rocemon CPU s / 100k | sfacctd dropped | sfacctd CPU s / 100k |\n| --- | --- | --- | --- | --- |", x["switches"], x["ports"], x["samples_per_datagram"], x["seconds_per_rate"]);
+    let rows = |c: &str| x[c]["rows"].as_array().cloned().unwrap_or_default();
+    for (a, b) in rows("rocemon").iter().zip(rows("sfacctd").iter()) {
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "| {} | {} of {} | {:.2} | {} of {} | {:.2} |",
+            a["rate"],
+            a["dropped"],
+            a["sent"],
+            f(a, "cpu_seconds_per_100k"),
+            b["dropped"],
+            b["sent"],
+            f(b, "cpu_seconds_per_100k")
+        );
+    }
+    let rss = |c: &str| {
+        rows(c)
+            .last()
+            .and_then(|r| r["rss_bytes"].as_f64())
+            .unwrap_or(0.0)
+            / 1e6
+    };
+    let _ = writeln!(
+        s,
+        "\nResident memory after the run: rocemon {:.1} MB, sfacctd {:.1} MB.",
+        rss("rocemon"),
+        rss("sfacctd")
+    );
+    s
+}
+
+/// The verdict rows.
+pub(crate) fn verdicts(r: &Value, verdict: impl Fn(bool) -> &'static str) -> String {
+    let mut s = String::new();
+    let x = &r["sflow_rates"];
+    if x.is_null() {
+        return s;
+    }
+    let clean = |c: &str| x[c]["highest_rate_without_loss"].as_u64().unwrap_or(0);
+    let (r, p) = (clean("rocemon"), clean("sfacctd"));
+    let _ = writeln!(
+        s,
+        "| sFlow: no datagram lost at a rate at least sfacctd's | rocemon {r}/s, sfacctd {p}/s (0: loss at every rate) | {} |",
+        verdict(r >= p && r > 0)
+    );
+    let _ = writeln!(
+        s,
+        "| sFlow: 200,000 datagrams/s on one core with the fabric view on, none lost | highest without loss {r}/s | {} |",
+        verdict(r >= 200_000)
+    );
+    s
+}
