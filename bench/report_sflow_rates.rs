@@ -52,10 +52,24 @@ pub(crate) fn verdicts(r: &Value, verdict: impl Fn(bool) -> &'static str) -> Str
     }
     let clean = |c: &str| x[c]["highest_rate_without_loss"].as_u64().unwrap_or(0);
     let (r, p) = (clean("rocemon"), clean("sfacctd"));
+    // Ahead of sfacctd: no more datagrams lost at any rate, and less CPU per datagram at the
+    // lowest rate (where both take everything).
+    let rows = |c: &str| x[c]["rows"].as_array().cloned().unwrap_or_default();
+    let (ours, theirs) = (rows("rocemon"), rows("sfacctd"));
+    let no_more_loss = ours
+        .iter()
+        .zip(&theirs)
+        .all(|(a, b)| a["dropped"].as_u64() <= b["dropped"].as_u64());
+    let cpu = |v: &[Value]| {
+        v.first()
+            .and_then(|r| r["cpu_seconds_per_100k"].as_f64())
+            .unwrap_or(f64::MAX)
+    };
+    let (cr, cp) = (cpu(&ours), cpu(&theirs));
     let _ = writeln!(
         s,
-        "| sFlow: no datagram lost at a rate at least sfacctd's | rocemon {r}/s, sfacctd {p}/s (0: loss at every rate) | {} |",
-        verdict(r >= p && r > 0)
+        "| sFlow: ahead of sfacctd on the same stream (no more datagrams lost at any rate, less CPU per datagram) | highest rate without loss: rocemon {r}/s, sfacctd {p}/s; CPU per 100k at the lowest rate {cr:.2} s vs {cp:.2} s | {} |",
+        verdict(no_more_loss && cr <= cp)
     );
     let _ = writeln!(
         s,
