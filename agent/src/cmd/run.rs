@@ -364,7 +364,10 @@ fn poll(
                         m.map_update_error(&p.iface, MAP_FLOWS, 1);
                     }
                 }
-                for (k, s) in flows.into_iter().filter(|(_, s)| s.last_seen_ns >= before) {
+                for (k, s) in flows
+                    .into_iter()
+                    .filter(|(_, s)| !crate::sources::maps::idle(s, before))
+                {
                     pipeline.flow(i, k, s);
                 }
                 if errors > 0 {

@@ -334,7 +334,7 @@ impl Attachment {
     ) -> Result<(u64, u64)> {
         let idle: Vec<FlowKey> = flows
             .iter()
-            .filter(|(_, s)| s.last_seen_ns < before_ns)
+            .filter(|(_, s)| crate::sources::maps::idle(s, before_ns))
             .map(|(k, _)| *k)
             .collect();
         if idle.is_empty() {

@@ -210,6 +210,13 @@ pub fn delete_flows(ebpf: &mut Ebpf, keys: &[FlowKey]) -> Result<(u64, u64)> {
     Ok((deleted, errors))
 }
 
+/// Whether a flow read from the maps has had no packet since `before_ns`. A flow without a
+/// last-seen time is never idle: its value was read while a CPU counted its first packet
+/// (the reads are unlocked), so it is new, not quiet.
+pub fn idle(s: &FlowStats, before_ns: u64) -> bool {
+    s.last_seen_ns != 0 && s.last_seen_ns < before_ns
+}
+
 /// Whether a failed delete found the key gone already (ENOENT).
 fn gone(e: &aya::maps::MapError) -> bool {
     match e {

@@ -135,7 +135,7 @@ impl Tally {
         let n = self.flows.len();
         let held = &mut self.held;
         self.flows.retain(|k, s| {
-            let keep = s.last_seen_ns >= before_ns;
+            let keep = !super::maps::idle(s, before_ns);
             if !keep {
                 held[usize::from(k.ip_version != 4)] -= 1;
             }
@@ -235,6 +235,32 @@ pub fn merge_sessions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The idle timeout takes the flows quiet since the cut-off, and never a flow without a
+    /// last-seen time (read while its first packet was being counted).
+    #[test]
+    fn expire_takes_quiet_flows_and_never_a_flow_without_a_time() {
+        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(16));
+        for (qp, last_seen_ns) in [(1u32, 100u64), (2, 5_000), (3, 0)] {
+            let key = FlowKey {
+                ip_version: 4,
+                dest_qp: qp,
+                ..FlowKey::default()
+            };
+            let s = FlowStats {
+                packets: 1,
+                last_seen_ns,
+                ..FlowStats::default()
+            };
+            t.flows.insert(key, s);
+        }
+        t.held = [3, 0];
+        assert_eq!(t.expire(1_000), 1);
+        let mut left: Vec<u32> = t.flows.keys().map(|k| k.dest_qp).collect();
+        left.sort_unstable();
+        assert_eq!(left, [2, 3]);
+        assert_eq!(t.held, [2, 0], "the family's count follows");
+    }
 
     /// Ethernet, IPv4, UDP 4791 and a BTH (opcode 0, PSN 0): the smallest RoCE frame.
     fn minimal_roce_frame() -> Vec<u8> {
