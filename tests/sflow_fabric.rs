@@ -158,19 +158,14 @@ fn the_live_fabric_view_finds_the_collision_analyze_finds() {
     std::fs::write(&cfg, FABRIC_CONFIG).unwrap();
     let ns = LoopNs::new("rcsff").unwrap();
     const HTTP: &str = "127.0.0.1:9443";
-    let args = [
-        "run",
-        "--sflow-listen",
-        "127.0.0.1",
-        "--listen",
+    let mut agent = Agent::sflow_collector_with(
+        &ns.0,
+        env!("CARGO_BIN_EXE_rocemon"),
         HTTP,
-        "--poll-interval-ms",
         "200",
-        "--no-pin",
-        "--config",
-        cfg.to_str().unwrap(),
-    ];
-    let mut agent = Agent::start(&ns.0, env!("CARGO_BIN_EXE_rocemon"), &args).unwrap();
+        &["--config", cfg.to_str().unwrap()],
+    )
+    .unwrap();
     agent.wait_ready(&ns.0, HTTP).unwrap();
     // The switches' pace (the rates are estimated over time): each 100 ms step at its time,
     // from a thread, while this one reads the agent.

@@ -301,21 +301,12 @@ fn the_live_collector_bounds_its_series_under_an_agent_flood() {
         .collect();
     let ns = LoopNs::new("rcsfa").unwrap();
     const HTTP: &str = "127.0.0.1:9442";
-    let mut agent = Agent::start(
+    let mut agent = Agent::sflow_collector_with(
         &ns.0,
         env!("CARGO_BIN_EXE_rocemon"),
-        &[
-            "run",
-            "--sflow-listen",
-            "127.0.0.1",
-            "--listen",
-            HTTP,
-            "--poll-interval-ms",
-            "100",
-            "--no-pin",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
+        HTTP,
+        "100",
+        &["--config", cfg.to_str().unwrap()],
     )
     .unwrap();
     agent.wait_ready(&ns.0, HTTP).unwrap();

@@ -351,8 +351,7 @@ fn poll(
             Ok((flows, errors)) => {
                 // The idle timeout: flows quiet that long leave the maps (a full map refuses
                 // new flows) and, not fed this poll, the flow table.
-                let before = idle_before;
-                match p.expire_flows(&flows, before) {
+                match p.expire_flows(&flows, idle_before) {
                     Ok((deleted, failed)) => {
                         m.flows_expired(&p.iface, deleted);
                         if failed > 0 {
@@ -366,7 +365,7 @@ fn poll(
                 }
                 for (k, s) in flows
                     .into_iter()
-                    .filter(|(_, s)| !crate::sources::maps::idle(s, before))
+                    .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
                 {
                     pipeline.flow(i, k, s);
                 }

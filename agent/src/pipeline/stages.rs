@@ -112,10 +112,6 @@ impl Pipeline {
         self.settings = settings;
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     // ---- ingest: a store's flows (live) ----
 
     /// Starts a round of flow snapshots.

@@ -318,7 +318,18 @@ impl Agent {
     /// rocemon as an sFlow collector in namespace `ns` only (no interface): sFlow on
     /// 127.0.0.1:6343, serving on `addr`, polling every `poll_ms`, nothing pinned.
     pub fn sflow_collector(ns: &str, bin: &str, addr: &str, poll_ms: &str) -> Result<Agent> {
-        let args = [
+        Agent::sflow_collector_with(ns, bin, addr, poll_ms, &[])
+    }
+
+    /// [`Agent::sflow_collector`] with `extra` flags (a `--config`, say).
+    pub fn sflow_collector_with(
+        ns: &str,
+        bin: &str,
+        addr: &str,
+        poll_ms: &str,
+        extra: &[&str],
+    ) -> Result<Agent> {
+        let mut args = vec![
             "run",
             "--sflow-listen",
             "127.0.0.1",
@@ -328,6 +339,7 @@ impl Agent {
             poll_ms,
             "--no-pin",
         ];
+        args.extend_from_slice(extra);
         Agent::start(ns, bin, &args)
     }
 
