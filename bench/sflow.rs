@@ -89,6 +89,7 @@ pub(crate) fn sflow_bench() -> Result<Value> {
         collect_s.push(t.elapsed().as_secs_f64());
         roce = c.samples.packets;
     }
+    let fabric = fabric_scale()?;
     let (p, c) = (median(parse_s), median(collect_s));
     let bytes: usize = dgrams.iter().map(Vec::len).sum();
     let r = json!({
@@ -102,6 +103,7 @@ pub(crate) fn sflow_bench() -> Result<Value> {
         "parse_only_seconds": p,
         "parse_only_samples_per_second": samples / p,
         "ratio_vs_parse_only": c / p,
+        "fabric": fabric,
     });
     println!(
         "sflow: {:.0} samples/s ({:.0} datagrams/s) on one core through decode, parse and tables; the parser alone {:.0} samples/s (x{:.1})",
@@ -111,4 +113,79 @@ pub(crate) fn sflow_bench() -> Result<Value> {
         c / p
     );
     Ok(r)
+}
+
+/// Datagrams fed per round of the fabric-scale case.
+const FABRIC_DATAGRAMS: usize = 200_000;
+
+/// The rates bench's stream (500 switches x 64 ports, about 30,000 port keys and 32,000 flows)
+/// through the collector as that bench configures it (room for its ports, two protected uplink
+/// groups), at a simulated 200,000 datagrams/s, with the fabric view ticked once per simulated
+/// second as a live agent's poll does: what one core costs per datagram when the tables hold
+/// a fabric, not 16 switches.
+fn fabric_scale() -> Result<Value> {
+    use rocemon::detect::elephant::ElephantConfig;
+    use rocemon::sflow::collector::Limits;
+    use rocemon::sflow::fabric::{Fabric, UplinkGroup};
+    let groups: Vec<UplinkGroup> = (0..2u8)
+        .map(|g| UplinkGroup {
+            name: format!("leaf-{g}"),
+            agent: std::net::IpAddr::from([10, 100, g, 1]),
+            uplinks: vec![1, 2, 3, 4],
+        })
+        .collect();
+    let limits = Limits {
+        max_ports: 65_536,
+        protected: groups
+            .iter()
+            .map(|g| (g.agent, g.uplinks.clone()))
+            .collect(),
+        ..Limits::default()
+    };
+    let mut stream = crate::sflow_rates::stream();
+    let mut seq = vec![0u32; crate::sflow_rates::SWITCHES as usize];
+    let cfg = ElephantConfig::default();
+    let (mut datagram_s, mut tick_s, mut held) = (Vec::new(), Vec::new(), (0, 0, 0));
+    for _ in 0..3 {
+        let mut c = Collector::new(limits.clone());
+        let mut fabric = Fabric::default();
+        let (mut in_datagrams, mut in_ticks) = (0.0, 0.0);
+        let t = Instant::now();
+        for i in 0..FABRIC_DATAGRAMS {
+            let n = stream.len();
+            let (a, d) = &mut stream[i % n];
+            let q = &mut seq[*a as usize];
+            *q += 1;
+            let at = crate::sflow_rates::SEQ_AT;
+            d[at..at + 4].copy_from_slice(&q.to_be_bytes());
+            c.datagram(d, i as u64 * 5_000);
+            if (i + 1) % 200_000 == 0 {
+                let t = Instant::now();
+                fabric.tick(&c, &groups, &cfg, 10.0, 1.0);
+                in_ticks += t.elapsed().as_secs_f64();
+            }
+        }
+        in_datagrams += t.elapsed().as_secs_f64() - in_ticks;
+        datagram_s.push(in_datagrams);
+        tick_s.push(in_ticks);
+        held = (c.ports.len(), c.flows.len(), c.port_flows.len());
+    }
+    let (d, t) = (median(datagram_s), median(tick_s));
+    let per = d / FABRIC_DATAGRAMS as f64;
+    println!(
+        "sflow at fabric scale: {:.2} us per datagram ({:.0} datagrams/s on one core), fabric tick {:.1} ms; held {} ports, {} flows, {} port-flows",
+        per * 1e6,
+        1.0 / per,
+        t * 1e3,
+        held.0,
+        held.1,
+        held.2
+    );
+    Ok(json!({
+        "datagrams": FABRIC_DATAGRAMS,
+        "seconds_per_datagram": per,
+        "datagrams_per_second": 1.0 / per,
+        "fabric_tick_seconds": t,
+        "ports": held.0, "flows": held.1, "port_flows": held.2,
+    }))
 }

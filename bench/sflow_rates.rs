@@ -13,18 +13,18 @@ use super::*;
 use rocemon_testkit::sflow::{roce_header, Datagram, Sample};
 
 /// Switches and ports of the stream.
-const SWITCHES: u32 = 500;
+pub(crate) const SWITCHES: u32 = 500;
 const PORTS: u32 = 64;
 /// Datagrams per second, rising.
 const RATES: [u64; 5] = [25_000, 50_000, 100_000, 200_000, 400_000];
 /// Seconds of traffic per rate.
 const SECS: f64 = 3.0;
 /// Where the datagram sequence sits (IPv4 agent: version, address type, address, sub-agent).
-const SEQ_AT: usize = 16;
+pub(crate) const SEQ_AT: usize = 16;
 
 /// The datagrams to cycle through, with their switch: each switch sends eight, each with
 /// samples of seven of its ports.
-fn stream() -> Vec<(u32, Vec<u8>)> {
+pub(crate) fn stream() -> Vec<(u32, Vec<u8>)> {
     let mut out = Vec::new();
     for a in 0..SWITCHES {
         let agent = IpAddr::from([10, 100 + (a >> 8) as u8, a as u8, 1]);

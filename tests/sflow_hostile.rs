@@ -3,7 +3,7 @@
 //! expected figure comes from the datagrams the test builds (their count, their sequence
 //! numbers), never from rocemon's own output.
 
-use rocemon::sflow::collector::{Collector, Limits};
+use rocemon::sflow::collector::{Collector, Direction, Limits, PortKey};
 use rocemon_testkit::sflow::{self, Datagram, Sample};
 use rocemon_testkit::{frames, TempDir};
 use serde_json::Value;
@@ -163,6 +163,72 @@ fn idle_ports_and_flows_expire() {
     c.datagram(&datagram(agent, 3, 40_000, vec![s(4, 3)]), 40_000_000_000);
     assert_eq!(c.flows.len(), 1, "flows 1 and 2 expired");
     assert_eq!(c.flows.stats().expired, 2);
+}
+
+/// Flows crossing a configured group's uplinks are the switch's traffic, not configuration:
+/// they stay within `max_flows` and expire when idle; the group's ports stay.
+#[test]
+fn flows_on_a_group_uplink_stay_bounded_and_expire() {
+    let agent: IpAddr = REAL.parse().unwrap();
+    let mut c = Collector::new(Limits {
+        max_flows: 100,
+        idle_timeout_ns: 10_000_000_000,
+        protected: vec![(agent, vec![49, 50])],
+        ..Limits::default()
+    });
+    for k in 0..1_000u32 {
+        let s = flow_sample(k, roce_header("10.9.0.1", k), 49, 100, 1090);
+        c.datagram(
+            &datagram(agent, k + 1, k, vec![s]),
+            u64::from(k) * 1_000_000,
+        );
+    }
+    assert_eq!(c.flows.len(), 100, "{:?}", c.flows.stats());
+    assert_eq!(c.port_flows.len(), 200, "{:?}", c.port_flows.stats());
+    let s = flow_sample(1_000, roce_header("10.9.0.1", 5_000), 49, 100, 1090);
+    c.datagram(&datagram(agent, 1_001, 60_000, vec![s]), 60_000_000_000);
+    assert_eq!(
+        c.flows.len(),
+        1,
+        "the old flows expired: {:?}",
+        c.flows.stats()
+    );
+    assert_eq!(c.port_flows.len(), 1, "{:?}", c.port_flows.stats());
+    let uplink = |direction| PortKey {
+        agent,
+        if_index: 49,
+        direction,
+    };
+    assert!(
+        c.ports.contains_key(&uplink(Direction::Egress)),
+        "the uplink stays"
+    );
+}
+
+/// The fabric view reads each flow's bytes on the groups' uplinks, outward; the collector
+/// keeps those and no other port's.
+#[test]
+fn flows_per_port_are_kept_for_the_groups_uplinks_only() {
+    let agent: IpAddr = REAL.parse().unwrap();
+    let mut c = Collector::new(Limits {
+        protected: vec![(agent, vec![49])],
+        ..Limits::default()
+    });
+    // Out of uplink 49 (in from port 10), and out of port 7 (not an uplink).
+    let on_uplink = flow_sample(1, roce_header("10.9.0.1", 1), 49, 100, 1090);
+    let elsewhere = flow_sample(2, roce_header("10.9.0.1", 2), 7, 100, 1090);
+    c.datagram(&datagram(agent, 1, 1, vec![on_uplink, elsewhere]), 0);
+    let kept: Vec<PortKey> = c.port_flows.iter().map(|((p, _), _)| *p).collect();
+    assert_eq!(
+        kept,
+        [PortKey {
+            agent,
+            if_index: 49,
+            direction: Direction::Egress
+        }]
+    );
+    assert_eq!(c.flows.len(), 2);
+    assert_eq!(c.ports.len(), 3, "port 10 in, ports 49 and 7 out");
 }
 
 const REAL: &str = "192.0.2.10";

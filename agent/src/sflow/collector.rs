@@ -14,8 +14,10 @@ use std::net::IpAddr;
 
 /// Flows held at most by default (a fabric has many; see [`Limits`]).
 pub const MAX_FLOWS: usize = 65_536;
-/// Ports held at most by default.
-pub const MAX_PORTS: usize = 16_384;
+/// Ports held at most by default: a fabric of 500 switches of 64 ports, both directions
+/// (about 200 bytes each; a smaller bound refuses a big fabric's ports one by one, each
+/// refusal after a search for an entry to push out).
+pub const MAX_PORTS: usize = 65_536;
 /// Agents (address, sub-agent) held at most by default: 500 switches with a few sub-agents.
 pub const MAX_AGENTS: usize = 2_048;
 /// Switch ports whose rhythm is followed (480 KB each: the last minute in 1 ms buckets).
@@ -183,8 +185,34 @@ impl Absorb for SequenceState {
 pub struct PortKey {
     pub agent: IpAddr,
     pub if_index: u32,
-    /// "ingress" (the sample's input port), "egress" (its output port).
-    pub direction: &'static str,
+    pub direction: Direction,
+}
+
+/// Which side of a port a figure is from. An enum, not its label: the collector hashes and
+/// compares port keys several times per sample, a string would be hashed and compared byte by
+/// byte each time. Declared in the labels' alphabetical order, so sorted keys read as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    /// The sample's output port.
+    Egress,
+    /// The sample's input port.
+    Ingress,
+    /// A counter sample's interface (both directions).
+    Port,
+    /// The sample's data source, when the agent names neither port.
+    Source,
+}
+
+impl Direction {
+    /// The label: "egress", "ingress", "port" or "source".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Egress => "egress",
+            Direction::Ingress => "ingress",
+            Direction::Port => "port",
+            Direction::Source => "source",
+        }
+    }
 }
 
 /// RoCE of one port: samples, and packets and bytes estimated.
@@ -202,8 +230,9 @@ pub struct PortStats {
     pub roce: PortRoce,
     /// Weighted by the sampling rate.
     pub estimated: PortRoce,
-    /// The port's last interface counters (counter samples).
-    pub counters: Option<IfCounters>,
+    /// The port's last interface counters (counter samples; boxed: only the counter
+    /// samples' ports have them, and the per-sample ports' entries stay small).
+    pub counters: Option<Box<IfCounters>>,
 }
 
 /// A fabric flow: 5-tuple and destination QP, as the sampled header shows it.
@@ -243,7 +272,8 @@ pub struct Collector {
     pub estimated: RoceTotals,
     pub ports: Table<PortKey, PortStats>,
     pub flows: Table<FlowKey, FlowEstimate>,
-    /// Estimated bytes of each flow on each port (the fabric view's rates).
+    /// Estimated bytes of each flow on each configured group's uplink, outward (the fabric
+    /// view's rates; no other port's).
     pub port_flows: Table<(PortKey, FlowKey), u64>,
     /// The training rhythm per switch port (agent, ifIndex), from the RoCE samples' estimated
     /// bytes at the agent's uptime clock.
@@ -317,10 +347,10 @@ impl Collector {
                         let key = PortKey {
                             agent: h.agent,
                             if_index: g.if_index,
-                            direction: "port",
+                            direction: Direction::Port,
                         };
                         if let Some(p) = self.port(key, now_ns) {
-                            p.counters = Some(g);
+                            p.counters = Some(Box::new(g));
                         }
                     }
                 }
@@ -370,71 +400,74 @@ impl Collector {
             Some(parse_record(&SliceReader(h.header), LinkType::Ethernet)).filter(|r| r.is_roce());
         let weight = u64::from(f.sampling_rate);
         let bytes = u64::from(h.frame_length);
-        let mut ports: Vec<PortKey> = Vec::with_capacity(2);
-        for (port, direction) in [(f.input, "ingress"), (f.output, "egress")] {
+        let wire = bytes.saturating_mul(weight);
+        // The sample's ports (at most two; no allocation per sample), each with whether it is
+        // a configured group's uplink (asked once per sample).
+        let mut ports = [None; 2];
+        for (slot, (port, direction)) in ports
+            .iter_mut()
+            .zip([(f.input, Direction::Ingress), (f.output, Direction::Egress)])
+        {
             if let Port::IfIndex(i) = port {
-                ports.push(PortKey {
+                *slot = Some(PortKey {
                     agent,
                     if_index: i,
                     direction,
                 });
             }
         }
-        if ports.is_empty() {
+        if ports == [None, None] {
             // Neither port known (some agents): the sample's data source.
-            ports.push(PortKey {
+            ports[0] = Some(PortKey {
                 agent,
                 if_index: f.source_index,
-                direction: "source",
+                direction: Direction::Source,
             });
         }
-        // Whether each port is a configured group's (asked once per sample).
-        let protected: Vec<bool> = ports
-            .iter()
-            .map(|k| self.limits.protects_port(k.agent, k.if_index))
-            .collect();
-        for (key, prot) in ports.iter().zip(&protected) {
+        let ports = ports.map(|k| k.map(|k| (k, self.limits.protects_port(k.agent, k.if_index))));
+        for (key, prot) in ports.iter().flatten() {
             if let Some(p) = self.ports.touch(key, now_ns, *prot) {
                 p.samples += 1;
                 if roce.is_some() {
                     p.roce.packets += 1;
                     p.roce.bytes = p.roce.bytes.saturating_add(bytes);
                     p.estimated.packets = p.estimated.packets.saturating_add(weight);
-                    p.estimated.bytes = p
-                        .estimated
-                        .bytes
-                        .saturating_add(bytes.saturating_mul(weight));
+                    p.estimated.bytes = p.estimated.bytes.saturating_add(wire);
                 }
             }
         }
         let Some(i) = roce else {
             return;
         };
-        for (port, prot) in ports.iter().zip(&protected) {
+        for (port, prot) in ports.iter().flatten() {
             let k = (port.agent, port.if_index);
             if let Some(t) = self.rhythms.touch(&k, now_ns, *prot) {
-                t.add_restarting(
-                    u64::from(uptime_ms) * 1_000_000,
-                    bytes.saturating_mul(weight),
-                );
+                t.add_restarting(u64::from(uptime_ms) * 1_000_000, wire);
             }
         }
         let (op, ecn, cnp) = (i.opcode(), i.ecn(), i.is_cnp());
         self.samples.add(op, ecn, cnp, bytes, 1);
         self.estimated.add(op, ecn, cnp, bytes, weight);
         let key = i.flow_key(Hook::Xdp);
-        let on_protected = protected.iter().any(|p| *p);
-        for (port, prot) in ports.iter().zip(&protected) {
-            if let Some(v) = self.port_flows.touch(&(*port, key), now_ns, *prot) {
-                *v = v.saturating_add(bytes.saturating_mul(weight));
+        // Each flow's bytes per port are what the fabric view reads, and it reads only the
+        // configured groups' uplinks, outward: the flows of every other port are not kept
+        // (at a fabric's scale that was two lookups in the largest table per sample, for
+        // nothing). Flows are the switches' traffic, not configuration: never protected, so
+        // they stay within their bounds and expire when idle, on a group's uplinks too (a
+        // flow that keeps sending is never pushed out by new ones; see `table`).
+        for (port, _) in ports
+            .iter()
+            .flatten()
+            .filter(|(k, prot)| *prot && k.direction == Direction::Egress)
+        {
+            if let Some(v) = self.port_flows.touch(&(*port, key), now_ns, false) {
+                *v = v.saturating_add(wire);
             }
         }
-        if let Some(fl) = self.flows.touch(&key, now_ns, on_protected) {
+        if let Some(fl) = self.flows.touch(&key, now_ns, false) {
             fl.samples += 1;
             fl.estimated_packets = fl.estimated_packets.saturating_add(weight);
-            fl.estimated_bytes = fl
-                .estimated_bytes
-                .saturating_add(bytes.saturating_mul(weight));
+            fl.estimated_bytes = fl.estimated_bytes.saturating_add(wire);
         }
     }
 

@@ -239,7 +239,9 @@ pub fn decode(buf: &[u8]) -> Result<Datagram<'_>, Malformed> {
     };
     let mut d = Datagram {
         header,
-        samples: Vec::new(),
+        // Room for a datagram's usual samples in one allocation (bounded: the count is the
+        // sender's word).
+        samples: Vec::with_capacity(header.num_samples.min(16) as usize),
         problems: Vec::new(),
     };
     for _ in 0..header.num_samples {

@@ -4,7 +4,7 @@
 //! and the same collision rule marks an uplink that carries two or more elephants while
 //! another uplink of its group carries none.
 
-use super::collector::{Collector, PortKey};
+use super::collector::{Collector, Direction, PortKey};
 use crate::detect::ecmp::{group_view, GroupView, MemberView};
 use crate::detect::elephant::{ElephantConfig, ElephantState};
 use agent_common::FlowKey;
@@ -153,7 +153,7 @@ impl Fabric {
                     let port = PortKey {
                         agent: g.agent,
                         if_index: i,
-                        direction: "egress",
+                        direction: Direction::Egress,
                     };
                     let on: Vec<(&FlowKey, &OnUplink)> = self
                         .flows
@@ -185,9 +185,9 @@ impl Fabric {
         let key = PortKey {
             agent,
             if_index,
-            direction: "port",
+            direction: Direction::Port,
         };
-        let g = c.ports.get(&key)?.counters?;
+        let g = *c.ports.get(&key)?.counters.as_deref()?;
         let prev = self
             .link
             .insert(key, (g.out_octets, g.in_octets, self.now_s));

@@ -209,13 +209,13 @@ pub fn build(c: &Collector, fabric: Option<&super::fabric::Fabric>) -> SflowRepo
             .map(|(k, p)| Port {
                 agent: k.agent.to_string(),
                 ifindex: k.if_index,
-                direction: k.direction,
+                direction: k.direction.as_str(),
                 samples: p.samples,
                 roce_samples: p.roce.packets,
                 estimated_packets: p.estimated.packets,
                 estimated_bytes: p.estimated.bytes,
                 few_samples: p.roce.packets < FEW_SAMPLES,
-                counters: p.counters,
+                counters: p.counters.as_deref().copied(),
             })
             .collect(),
         ports_dropped: c.ports.stats().dropped,

@@ -31,6 +31,13 @@ struct Entry<V> {
     protected: bool,
 }
 
+impl<V> Entry<V> {
+    /// Whether an eviction may take this entry: unprotected and updated once.
+    fn evictable(&self) -> bool {
+        !self.protected && self.busy <= 1
+    }
+}
+
 /// A table's figures, as reported and exported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TableStats {
@@ -54,6 +61,10 @@ pub struct Table<K, V> {
     /// What left the table, absorbed.
     pub gone: V,
     rng: u64,
+    /// Entries an eviction may take (unprotected, updated once): with none, a full table
+    /// refuses a new key without sampling. A full table of busy entries (the rhythm ports,
+    /// 64 of a fabric's thousands) is asked for a place at nearly every sample.
+    evictable: usize,
 }
 
 impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
@@ -66,14 +77,15 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
             expired: 0,
             gone: V::default(),
             rng: 0x9E37_79B9_7F4A_7C15,
+            evictable: 0,
         }
     }
 
     /// The entry of `key`, made if it is new and there is room (or a less busy unprotected
     /// entry to give way); None when the key is refused (counted).
     pub fn touch(&mut self, key: &K, now_ns: u64, protected: bool) -> Option<&mut V> {
-        let i = match self.map.get_index_of(key) {
-            Some(i) => i,
+        let (i, fresh) = match self.map.get_index_of(key) {
+            Some(i) => (i, false),
             None => {
                 if self.map.len() >= self.max && !self.evict_one() && !protected {
                     self.dropped += 1;
@@ -89,13 +101,19 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
                         protected,
                     },
                 );
-                i
+                (i, true)
             }
         };
         let (_, e) = self.map.get_index_mut(i)?;
+        let was = !fresh && e.evictable();
         e.last_seen_ns = e.last_seen_ns.max(now_ns);
         e.busy = e.busy.saturating_add(1);
         e.protected |= protected;
+        match (was, e.evictable()) {
+            (false, true) => self.evictable += 1,
+            (true, false) => self.evictable -= 1,
+            _ => {}
+        }
         Some(&mut e.value)
     }
 
@@ -103,7 +121,7 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
     /// updated only once.
     fn evict_one(&mut self) -> bool {
         let n = self.map.len();
-        if n == 0 {
+        if n == 0 || self.evictable == 0 {
             return false;
         }
         let mut victim: Option<(usize, u64)> = None;
@@ -112,7 +130,8 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
             self.rng ^= self.rng << 13;
             self.rng ^= self.rng >> 7;
             self.rng ^= self.rng << 17;
-            let i = (self.rng % n as u64) as usize;
+            // Lemire's range reduction: the high half of a 64x64 product, no division.
+            let i = ((u128::from(self.rng) * n as u128) >> 64) as usize;
             let Some((_, e)) = self.map.get_index(i) else {
                 continue;
             };
@@ -126,6 +145,7 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
         if let Some((_, e)) = self.map.swap_remove_index(i) {
             self.gone.absorb(&e.value);
             self.evicted += 1;
+            self.evictable -= 1;
         }
         true
     }
@@ -133,11 +153,14 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
     /// Removes the unprotected entries not seen for `idle_ns` before `now_ns`.
     pub fn expire(&mut self, now_ns: u64, idle_ns: u64) {
         let before = self.map.len();
-        let gone = &mut self.gone;
+        let (gone, evictable) = (&mut self.gone, &mut self.evictable);
+        *evictable = 0;
         self.map.retain(|_, e| {
             let keep = e.protected || now_ns.saturating_sub(e.last_seen_ns) <= idle_ns;
             if !keep {
                 gone.absorb(&e.value);
+            } else if e.evictable() {
+                *evictable += 1;
             }
             keep
         });
@@ -253,6 +276,31 @@ mod tests {
         assert_eq!(t.stats().dropped, 1);
         assert!(t.touch(&8, 0, true).is_some());
         assert!(t.contains_key(&8));
+    }
+
+    #[test]
+    fn a_full_table_of_busy_entries_takes_a_key_again_once_one_goes_idle_and_its_successor_is_new()
+    {
+        // The count of evictable entries follows inserts, second updates and removals.
+        let mut t = table(3);
+        for k in 0..3u32 {
+            t.touch(&k, 0, false);
+        }
+        t.touch(&0, 0, false);
+        t.touch(&1, 0, false);
+        assert_eq!(t.evictable, 1, "only key 2 was updated once");
+        assert!(t.touch(&7, 10, false).is_some(), "7 takes 2's place");
+        assert!(!t.contains_key(&2));
+        assert_eq!(t.evictable, 1, "2 gone, 7 new");
+        t.touch(&7, 10, false);
+        assert_eq!(t.evictable, 0);
+        assert!(
+            t.touch(&8, 10, false).is_none(),
+            "every entry busy: refused"
+        );
+        t.expire(1_000, 500);
+        assert_eq!(t.evictable, 0, "all expired");
+        assert!(t.is_empty());
     }
 
     #[test]

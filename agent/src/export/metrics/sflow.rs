@@ -4,16 +4,41 @@
 //! agent addresses, so a series per address ever seen would be unbounded.
 
 use super::{follow, Metrics, ECN_LABELS};
-use crate::sflow::collector::Collector;
+use crate::sflow::collector::{Collector, PortKey};
 use agent_common::opcode;
-use std::collections::{BTreeMap, BTreeSet};
+use prometheus::{IntCounter, IntGauge};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Label sets exported at the last poll.
+/// What was exported at the last poll: agents by label, and each port's series handles, kept
+/// between polls so that a poll over a fabric's tens of thousands of ports follows the
+/// collector's figures into them without formatting a label or looking a series up again
+/// (only a new port's series are made, only a gone port's removed).
 #[derive(Debug, Default)]
 pub struct Exported {
     agents: BTreeSet<String>,
-    ports: BTreeSet<[String; 3]>,
-    port_counters: BTreeSet<[String; 2]>,
+    ports: HashMap<PortKey, PortSeries>,
+    port_counters: HashMap<PortKey, CounterSeries>,
+}
+
+/// The RoCE series of one port (agent, ifIndex, direction).
+#[derive(Debug)]
+struct PortSeries {
+    samples: IntCounter,
+    packets: IntCounter,
+    bytes: IntCounter,
+}
+
+/// A port's series from its counter samples.
+#[derive(Debug)]
+struct CounterSeries {
+    speed: IntGauge,
+    in_octets: IntCounter,
+    out_octets: IntCounter,
+}
+
+/// A port's labels: agent, ifIndex.
+fn port_labels(k: &PortKey) -> [String; 2] {
+    [k.agent.to_string(), k.if_index.to_string()]
 }
 
 /// The name the agents no longer held are summed under.
@@ -83,41 +108,46 @@ impl Metrics {
                 );
             }
         }
+        let mut was = std::mem::take(&mut self.sflow_series);
         for (k, p) in c.ports.iter() {
-            let (agent, ifindex) = (k.agent.to_string(), k.if_index.to_string());
             if p.roce.packets > 0 {
-                let l = [agent.as_str(), ifindex.as_str(), k.direction];
-                follow(
-                    &self.sflow_port_samples.with_label_values(&l),
-                    p.roce.packets,
-                );
-                follow(
-                    &self.sflow_port_packets.with_label_values(&l),
-                    p.estimated.packets,
-                );
-                follow(
-                    &self.sflow_port_bytes.with_label_values(&l),
-                    p.estimated.bytes,
-                );
-                now.ports
-                    .insert([agent.clone(), ifindex.clone(), k.direction.to_string()]);
+                let s = was.ports.remove(k).unwrap_or_else(|| {
+                    let [agent, ifindex] = port_labels(k);
+                    let l = [agent.as_str(), ifindex.as_str(), k.direction.as_str()];
+                    PortSeries {
+                        samples: self.sflow_port_samples.with_label_values(&l),
+                        packets: self.sflow_port_packets.with_label_values(&l),
+                        bytes: self.sflow_port_bytes.with_label_values(&l),
+                    }
+                });
+                follow(&s.samples, p.roce.packets);
+                follow(&s.packets, p.estimated.packets);
+                follow(&s.bytes, p.estimated.bytes);
+                now.ports.insert(*k, s);
             }
             if let Some(g) = &p.counters {
-                self.sflow_port_speed
-                    .with_label_values(&[&agent, &ifindex])
-                    .set(g.speed.min(i64::MAX as u64) as i64);
-                for (dir, v) in [("in", g.in_octets), ("out", g.out_octets)] {
-                    follow(
-                        &self
-                            .sflow_port_octets
-                            .with_label_values(&[&agent, &ifindex, dir]),
-                        v,
-                    );
-                }
-                now.port_counters.insert([agent, ifindex]);
+                let s = was.port_counters.remove(k).unwrap_or_else(|| {
+                    let [agent, ifindex] = port_labels(k);
+                    let octets = |dir| {
+                        self.sflow_port_octets.with_label_values(&[
+                            agent.as_str(),
+                            ifindex.as_str(),
+                            dir,
+                        ])
+                    };
+                    CounterSeries {
+                        speed: self.sflow_port_speed.with_label_values(&[&agent, &ifindex]),
+                        in_octets: octets("in"),
+                        out_octets: octets("out"),
+                    }
+                });
+                s.speed.set(g.speed.min(i64::MAX as u64) as i64);
+                follow(&s.in_octets, g.in_octets);
+                follow(&s.out_octets, g.out_octets);
+                now.port_counters.insert(*k, s);
             }
         }
-        self.remove_gone_sflow_series(&now);
+        self.remove_gone_sflow_series(&was, &now);
         self.sflow_series = now;
         for (op, n) in c.estimated.opcodes() {
             follow(
@@ -139,9 +169,9 @@ impl Metrics {
         );
     }
 
-    /// Removes the series of agents and ports exported before and no longer held.
-    fn remove_gone_sflow_series(&self, now: &Exported) {
-        let was = &self.sflow_series;
+    /// Removes the series of agents and ports exported before and no longer held (`was`:
+    /// what the last poll exported, less what this one took over).
+    fn remove_gone_sflow_series(&self, was: &Exported, now: &Exported) {
         for a in was.agents.difference(&now.agents) {
             for c in [
                 &self.sflow_datagrams,
@@ -151,8 +181,9 @@ impl Metrics {
                 let _ = c.remove_label_values(&[a]);
             }
         }
-        for [a, i, d] in was.ports.difference(&now.ports) {
-            let l = [a.as_str(), i.as_str(), d.as_str()];
+        for k in was.ports.keys() {
+            let [a, i] = port_labels(k);
+            let l = [a.as_str(), i.as_str(), k.direction.as_str()];
             for c in [
                 &self.sflow_port_samples,
                 &self.sflow_port_packets,
@@ -161,10 +192,11 @@ impl Metrics {
                 let _ = c.remove_label_values(&l);
             }
         }
-        for [a, i] in was.port_counters.difference(&now.port_counters) {
-            let _ = self.sflow_port_speed.remove_label_values(&[a, i]);
+        for k in was.port_counters.keys() {
+            let [a, i] = port_labels(k);
+            let _ = self.sflow_port_speed.remove_label_values(&[&a, &i]);
             for dir in ["in", "out"] {
-                let _ = self.sflow_port_octets.remove_label_values(&[a, i, dir]);
+                let _ = self.sflow_port_octets.remove_label_values(&[&a, &i, dir]);
             }
         }
     }

@@ -48,3 +48,75 @@ fn counters_follow_kernel_totals_and_names_follow_conventions() {
         );
     }
 }
+
+/// A port's series are made once, follow the collector poll after poll (their handles kept),
+/// and go when the collector no longer holds the port.
+#[test]
+fn sflow_port_series_follow_the_collector_and_go_with_their_port() {
+    use crate::sflow::collector::{Collector, Limits};
+    use rocemon_testkit::sflow::{roce_header, Datagram, Sample};
+    let flow = |sequence| Sample::Flow {
+        expanded: false,
+        sequence,
+        source_index: 3,
+        sampling_rate: 100,
+        sample_pool: 100 * sequence,
+        drops: 0,
+        input: 3,
+        output: 7,
+        frame_length: 1090,
+        header: roce_header(sequence),
+        switch: false,
+    };
+    let counters = Sample::Counters {
+        expanded: false,
+        sequence: 1,
+        if_index: 7,
+        speed: 100_000_000_000,
+        in_octets: 5,
+        out_octets: 9,
+        ethernet: false,
+    };
+    let datagram = |sequence, samples| {
+        Datagram {
+            agent: "192.0.2.1".parse().unwrap(),
+            sub_agent: 0,
+            sequence,
+            uptime_ms: 1000,
+            samples,
+        }
+        .encode()
+    };
+    let mut c = Collector::new(Limits {
+        idle_timeout_ns: 1_000_000_000,
+        ..Limits::default()
+    });
+    let mut m = Metrics::new().unwrap();
+    let port = r#"rocemon_sflow_port_roce_samples_total{agent="192.0.2.1",direction="egress",ifindex="7"}"#;
+    let octets =
+        r#"rocemon_sflow_port_octets_total{agent="192.0.2.1",direction="out",ifindex="7"}"#;
+    c.datagram(&datagram(1, vec![flow(1), counters]), 0);
+    m.set_sflow(&c, 0);
+    let text = m.encode().unwrap();
+    assert!(text.contains(&format!("{port} 1\n")), "{text}");
+    assert!(text.contains(&format!("{octets} 9\n")), "{text}");
+    c.datagram(&datagram(2, vec![flow(2), flow(3)]), 100_000_000);
+    m.set_sflow(&c, 0);
+    m.set_sflow(&c, 0);
+    let text = m.encode().unwrap();
+    assert!(text.contains(&format!("{port} 3\n")), "{text}");
+    // Two sweeps (the second after the idle timeout) remove every entry of the agent's.
+    c.datagram(&datagram(3, vec![]), 400_000_000);
+    c.datagram(&datagram(4, vec![]), 10_000_000_000);
+    m.set_sflow(&c, 0);
+    let text = m.encode().unwrap();
+    assert!(
+        !text.contains("rocemon_sflow_port_roce_samples_total{"),
+        "{text}"
+    );
+    assert!(!text.contains("rocemon_sflow_port_octets_total{"), "{text}");
+    assert!(
+        !text.contains("rocemon_sflow_port_speed_bits_per_second{"),
+        "{text}"
+    );
+}
