@@ -5,9 +5,8 @@
 //! datagrams the kernel dropped at the collector's socket (`/proc/net/udp`, the same measure
 //! for both), the collector's CPU time per 100,000 datagrams, and its resident memory after
 //! the run (every process of it). rocemon runs with the fabric view on (two uplink groups) and
-//! room for the stream's ports (`max_ports = 65536`: 500 x 64 ports in two directions; the
-//! default, 16,384, would refuse most of them, each refusal after a search for an entry to
-//! push out).
+//! its default bounds (`max_ports` 65,536: room for the stream's 500 x 64 ports in two
+//! directions).
 
 use super::*;
 use rocemon_testkit::sflow::{roce_header, Datagram, Sample};
@@ -198,7 +197,7 @@ pub(crate) fn sflow_rates() -> Result<Value> {
     let cfg = tmp.path().join("rocemon.toml");
     std::fs::write(
         &cfg,
-        "[sflow]\nmax_ports = 65536\n[[sflow.groups]]\nname = \"leaf-0\"\nagent = \"10.100.0.1\"\nuplinks = [1, 2, 3, 4]\n\
+        "[[sflow.groups]]\nname = \"leaf-0\"\nagent = \"10.100.0.1\"\nuplinks = [1, 2, 3, 4]\n\
          [[sflow.groups]]\nname = \"leaf-1\"\nagent = \"10.100.1.1\"\nuplinks = [1, 2, 3, 4]\n",
     )?;
     let mut child = Command::new("ip")

@@ -7,7 +7,8 @@ use super::{follow, Metrics, ECN_LABELS};
 use crate::sflow::collector::{Collector, PortKey};
 use agent_common::opcode;
 use prometheus::{IntCounter, IntGauge};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What was exported at the last poll: agents by label, and each port's series handles, kept
 /// between polls so that a poll over a fabric's tens of thousands of ports follows the
@@ -16,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 #[derive(Debug, Default)]
 pub struct Exported {
     agents: BTreeSet<String>,
-    ports: HashMap<PortKey, PortSeries>,
-    port_counters: HashMap<PortKey, CounterSeries>,
+    ports: FxHashMap<PortKey, PortSeries>,
+    port_counters: FxHashMap<PortKey, CounterSeries>,
 }
 
 /// The RoCE series of one port (agent, ifIndex, direction).
