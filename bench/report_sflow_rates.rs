@@ -40,6 +40,15 @@ pub(crate) fn section(r: &Value) -> String {
         rss("rocemon"),
         rss("sfacctd")
     );
+    if let Some(n) = x["rocemon_series"].as_u64() {
+        let _ = writeln!(
+            s,
+            "\nrocemon's `/metrics` after the run (what a Prometheus shard takes from a collector of this fabric): {n} series, {} of them per switch port; {:.1} MB, one scrape {:.0} ms.",
+            x["rocemon_port_series"],
+            x["rocemon_scrape_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            x["rocemon_scrape_seconds"].as_f64().unwrap_or(0.0) * 1e3
+        );
+    }
     s
 }
 
@@ -75,6 +84,18 @@ pub(crate) fn verdicts(r: &Value, verdict: impl Fn(bool) -> &'static str) -> Str
         s,
         "| sFlow: 200,000 datagrams/s on one core with the fabric view on, none lost | highest without loss {r}/s | {} |",
         verdict(r >= 200_000)
+    );
+    let rss = |v: &[Value]| {
+        v.last()
+            .and_then(|r| r["rss_bytes"].as_f64())
+            .unwrap_or(f64::MAX)
+            / 1e6
+    };
+    let (mr, mp) = (rss(&ours), rss(&theirs));
+    let _ = writeln!(
+        s,
+        "| sFlow: resident memory at 500 switches x 64 ports no more than sfacctd's (rocemon also serves every port's Prometheus series) | rocemon {mr:.0} MB, sfacctd {mp:.0} MB | {} |",
+        verdict(mr <= mp)
     );
     s
 }

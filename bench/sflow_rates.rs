@@ -216,6 +216,10 @@ pub(crate) fn sflow_rates() -> Result<Value> {
     let pid = child.id();
     // `ip netns exec` execs: the child is rocemon itself (taskset execs too).
     let rocemon = through_rates(&ns.0, 6343, &|| vec![pid]);
+    // What a Prometheus shard takes from a collector of this fabric: its series, one scrape.
+    let t = Instant::now();
+    let scrape = rocemon_testkit::netns::http_get_in(&ns.0, "127.0.0.1:9442", "/metrics");
+    let scrape_s = t.elapsed().as_secs_f64();
     let _ = child.kill();
     let _ = child.wait();
     let rocemon = rocemon?;
@@ -246,7 +250,24 @@ pub(crate) fn sflow_rates() -> Result<Value> {
         let _ = Command::new("kill").arg(p.to_string()).status();
     }
     let sfacctd = sfacctd?;
+    let (_, body) = scrape?;
+    let samples: Vec<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let per_port = samples
+        .iter()
+        .filter(|l| l.starts_with("rocemon_sflow_port_"))
+        .count();
+    eprintln!(
+        "sflow rates: rocemon /metrics: {} series ({per_port} per switch port), {} bytes, scraped in {:.0} ms",
+        samples.len(),
+        body.len(),
+        scrape_s * 1e3
+    );
     Ok(json!({
+        "rocemon_series": samples.len(), "rocemon_port_series": per_port,
+        "rocemon_scrape_bytes": body.len(), "rocemon_scrape_seconds": scrape_s,
         "switches": SWITCHES, "ports": PORTS, "samples_per_datagram": 7, "seconds_per_rate": SECS,
         "rocemon": rocemon, "sfacctd": sfacctd,
     }))

@@ -37,6 +37,9 @@ const DATAGRAM_MAX: usize = 65_536;
 /// bytes: a quarter of a second at 50,000 per second); past it the thread waits for the
 /// collector and the socket's buffer fills.
 pub const BACKLOG_BYTES: usize = 16 << 20;
+/// How long the thread waits for a datagram or the collector when the socket is empty and the
+/// collector busy (a poll holds it for milliseconds).
+const BUSY_WAIT_MS: i32 = 1;
 /// The backlog's room kept between waits, in bytes.
 const BACKLOG_KEPT: usize = 1 << 20;
 /// How long a receive waits before the thread looks whether it is to stop.
@@ -209,24 +212,31 @@ fn receive(
     // The collector's clock (idle entries): time since the receiver started.
     let start = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        match batch.recv(sock.as_raw_fd()) {
+        // Wait on the socket (up to WAKE_EVERY) only when nothing waits to go in.
+        let waiting = !backlog.ends.is_empty();
+        let got = match batch.recv(sock.as_raw_fd(), !waiting) {
             Ok(n) => {
                 for d in batch.datagrams(n) {
                     backlog.push(d);
                 }
+                n
             }
             Err(e)
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) => {}
+                ) =>
+            {
+                0
+            }
             Err(e) => {
                 errors.fetch_add(1, Ordering::Relaxed);
                 log::debug!("sFlow receive: {e}");
                 // Not a busy loop on a lasting error.
                 std::thread::sleep(Duration::from_millis(10));
+                0
             }
-        }
+        };
         if backlog.ends.is_empty() {
             continue;
         }
@@ -235,7 +245,14 @@ fn receive(
         } else {
             match c.try_lock() {
                 Ok(g) => Some(g),
-                Err(TryLockError::WouldBlock) => continue,
+                Err(TryLockError::WouldBlock) => {
+                    if got == 0 {
+                        // The socket is empty and the collector busy: a short wait for
+                        // either.
+                        wait_readable(sock.as_raw_fd(), BUSY_WAIT_MS);
+                    }
+                    continue;
+                }
                 Err(TryLockError::Poisoned(_)) => None,
             }
         };
@@ -251,6 +268,17 @@ fn receive(
         backlog.bytes.shrink_to(BACKLOG_KEPT);
         backlog.ends.shrink_to(BACKLOG_KEPT / 64);
     }
+}
+
+/// Waits until the socket has a datagram or `ms` milliseconds passed.
+fn wait_readable(fd: RawFd, ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 /// Buffers and headers for one `recvmmsg`.
@@ -290,17 +318,23 @@ impl Batch {
         Batch { bufs, iovs, msgs }
     }
 
-    /// Waits for at least one datagram (up to the socket's timeout), then takes what else is
-    /// there without waiting, up to [`BATCH`]. Returns how many.
-    fn recv(&mut self, fd: RawFd) -> std::io::Result<usize> {
+    /// Takes up to [`BATCH`] datagrams: with `wait`, waits for the first (up to the socket's
+    /// timeout) and takes what else is there without waiting; else takes what is there.
+    /// Returns how many.
+    fn recv(&mut self, fd: RawFd, wait: bool) -> std::io::Result<usize> {
         debug_assert_eq!(self.iovs.len(), self.msgs.len());
+        let flags = if wait {
+            libc::MSG_WAITFORONE
+        } else {
+            libc::MSG_DONTWAIT
+        };
         // SAFETY: `msgs` holds BATCH headers whose buffers live in `self.bufs`.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
                 self.msgs.as_mut_ptr(),
                 BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
