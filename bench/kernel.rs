@@ -396,7 +396,34 @@ pub(crate) fn ab(files: &str) -> Result<()> {
             }
         }
     }
-    for ((frame, _), per_object) in frames.iter().zip(ns) {
+    // Many flows taking turns (a rotating set of plain RoCE frames, each run one frame): the
+    // flow state's cache misses, which one frame fed again and again never shows.
+    let turns = [1_000usize, 10_000];
+    let mut ns_turns = vec![vec![Vec::new(); objects.len() + 1]; turns.len()];
+    let mut frame = crate::shapes::template(64);
+    for _ in 0..ROUNDS / 2 {
+        for (i, (_, bytes)) in objects.iter().enumerate() {
+            let mut ebpf = loader::load_object_bytes(bytes, 131_072, loader::Switches::default())?;
+            loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
+            load_baselines(&mut ebpf, false)?;
+            for (t, &n) in turns.iter().enumerate() {
+                for (slot, prog) in [
+                    (i, agent_common::PROG_XDP),
+                    (objects.len(), agent_common::PROG_BASELINE_XDP),
+                ] {
+                    let fd = ebpf.program(prog).context("program")?.fd()?;
+                    crate::shapes::rotate(fd, &mut frame, n, n)?;
+                    ns_turns[t][slot].push(crate::shapes::rotate(fd, &mut frame, n, 20_000)?);
+                }
+            }
+        }
+    }
+    let turn_names: Vec<String> = turns
+        .iter()
+        .map(|n| format!("{n} flows taking turns (plain RoCE, one frame a run)"))
+        .collect();
+    let names = frames.iter().map(|(f, _)| f.to_string()).chain(turn_names);
+    for (frame, per_object) in names.zip(ns.into_iter().chain(ns_turns)) {
         println!("{frame}:");
         for (i, mut v) in per_object.into_iter().enumerate() {
             v.sort_by(f64::total_cmp);

@@ -30,7 +30,7 @@ const BURST_FLOWS: usize = 1_000;
 const QP_AT: usize = 14 + 20 + 8 + 5;
 
 /// The plain RoCE WRITE_ONLY with `payload` bytes, from the sender's side of the pair.
-fn template(payload: usize) -> Vec<u8> {
+pub(crate) fn template(payload: usize) -> Vec<u8> {
     let mut r = Roce::new(ip("10.77.0.2"), ip("10.77.0.1"), 0xC001, 0x100, 0x0A);
     r.payload = payload;
     r.dma_len = payload as u32;
@@ -50,7 +50,12 @@ pub(crate) fn flow_of(k: usize, n: usize, burst: usize) -> usize {
 
 /// Mean kernel-measured ns of `runs` single runs of program `fd`, the frames' flows taking
 /// turns over `n`.
-fn rotate(fd: &aya::programs::ProgramFd, frame: &mut [u8], n: usize, runs: usize) -> Result<f64> {
+pub(crate) fn rotate(
+    fd: &aya::programs::ProgramFd,
+    frame: &mut [u8],
+    n: usize,
+    runs: usize,
+) -> Result<f64> {
     let mut total = 0u64;
     for k in 0..runs {
         as_flow(frame, flow_of(k, n, 1));

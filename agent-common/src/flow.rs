@@ -15,24 +15,41 @@ pub struct FlowEvent {
     pub message: Message,
 }
 
-/// What a flow did. `#[repr(C)]`, 240 bytes, no implicit padding (BPF map value).
+/// What a flow did. `#[repr(C)]`, 256 bytes, no implicit padding (BPF map value).
+///
+/// Ordered by how often a packet writes a field, so that a packet touches as few cache lines
+/// as it can (where many flows take turns, each packet's flow state is a cache miss per line):
+/// the first 64 bytes hold what every packet writes (counts, time, the PSN sequence, the SEND
+/// in progress); then the class counts (one per packet), the completed messages (one per
+/// message), and last what only rare packets write (NAKs, gaps, retransmissions, BECN).
+/// Moving a field changes what pinned maps hold: bump [`FLOW_STATS_ORDER`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct FlowStats {
     pub packets: u64,
     /// Wire bytes.
     pub bytes: u64,
+    /// Clock of the recording side (kernel monotonic ns, or capture timestamp ns).
+    pub last_seen_ns: u64,
+    pub first_seen_ns: u64,
+    pub psn: PsnTrack,
+    /// PSN of the last packet seen.
+    pub last_psn: u32,
+    pub last_opcode: u8,
+    pub pad: [u8; 3],
+    /// The SEND message in progress (this record's CPU only).
+    pub send_progress: SendProgress,
     /// Packets that arrived with ECN CE.
     pub ecn_ce: u64,
-    /// CNPs addressed to this flow's destination QP.
-    pub cnp: u64,
-    /// Packets with BECN set.
-    pub becn: u64,
-    /// Clock of the recording side (kernel monotonic ns, or capture timestamp ns).
-    pub first_seen_ns: u64,
-    pub last_seen_ns: u64,
     /// Packets by [`OpClass`].
     pub class_packets: [u64; OpClass::COUNT],
+    /// CNPs addressed to this flow's destination QP.
+    pub cnp: u64,
+    /// RDMA messages by [`MsgOp`] (see [`crate::message`]) and their bytes.
+    pub messages: [u64; MsgOp::COUNT],
+    pub message_bytes: [u64; MsgOp::COUNT],
+    /// Packets with BECN set.
+    pub becn: u64,
     /// Packets missing from the request sequence (see [`crate::psn`]).
     pub psn_gaps: u64,
     /// Requests whose PSN was at or before one already seen.
@@ -40,17 +57,11 @@ pub struct FlowStats {
     /// NAKs received on this flow by code ([`crate::psn::NAK_NAMES`]).
     pub naks: [u64; NAK_SLOTS],
     pub rnr_naks: u64,
-    pub psn: PsnTrack,
-    /// PSN of the last packet seen.
-    pub last_psn: u32,
-    pub last_opcode: u8,
-    pub pad: [u8; 3],
-    /// RDMA messages by [`MsgOp`] (see [`crate::message`]) and their bytes.
-    pub messages: [u64; MsgOp::COUNT],
-    pub message_bytes: [u64; MsgOp::COUNT],
-    /// The SEND message in progress (this record's CPU only).
-    pub send_progress: SendProgress,
 }
+
+/// The order of [`FlowStats`]' fields, in the pinned maps' layout name (1: the order before
+/// the hot fields came first; 2: this one).
+pub const FLOW_STATS_ORDER: u64 = 2;
 
 impl FlowStats {
     /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
@@ -193,6 +204,17 @@ mod tests {
             aeth: None,
             deth: None,
         }
+    }
+
+    #[test]
+    fn a_packets_writes_land_in_the_first_line() {
+        let hot = core::mem::offset_of!(FlowStats, class_packets);
+        assert_eq!(
+            hot, 64,
+            "the fields every packet writes fill the first 64 bytes"
+        );
+        assert_eq!(core::mem::offset_of!(FlowStats, send_progress), 48);
+        assert_eq!(core::mem::offset_of!(FlowStats, ecn_ce), 56);
     }
 
     #[test]

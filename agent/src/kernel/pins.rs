@@ -52,6 +52,7 @@ const FLOW_MAP_KIND: u64 = 2;
 pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
     let parts = [
         FLOW_MAP_KIND,
+        agent_common::flow::FLOW_STATS_ORDER,
         std::mem::size_of::<HookSlot>() as u64,
         Hook::COUNT as u64,
         std::mem::size_of::<FlowKey>() as u64,
