@@ -74,8 +74,11 @@ pub async fn run(
         probes.push(Some(attach_one(iface, &config)?));
     }
 
-    let metrics = Metrics::new()?;
+    let mut metrics = Metrics::new()?;
     metrics.set_build_info();
+    if let Some(r) = &sflow {
+        metrics.attach_sflow(r.collector.clone());
+    }
     for p in probes.iter().flatten() {
         show_attached(&metrics, p);
     }

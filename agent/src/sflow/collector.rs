@@ -15,7 +15,7 @@ use std::net::IpAddr;
 /// Flows held at most by default (a fabric has many; see [`Limits`]).
 pub const MAX_FLOWS: usize = 65_536;
 /// Ports held at most by default: a fabric of 500 switches of 64 ports, both directions
-/// (about 200 bytes each; a smaller bound refuses a big fabric's ports one by one, each
+/// (about 130 bytes each with its index; a smaller bound refuses a big fabric's ports one by one, each
 /// refusal after a search for an entry to push out).
 pub const MAX_PORTS: usize = 65_536;
 /// Agents (address, sub-agent) held at most by default: 500 switches with a few sub-agents.

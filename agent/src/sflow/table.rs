@@ -111,7 +111,7 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
         e.protected |= protected;
         match (was, e.evictable()) {
             (false, true) => self.evictable += 1,
-            (true, false) => self.evictable -= 1,
+            (true, false) => self.evictable = self.evictable.saturating_sub(1),
             _ => {}
         }
         Some(&mut e.value)
@@ -145,7 +145,7 @@ impl<K: Hash + Eq + Clone, V: Default + Absorb> Table<K, V> {
         if let Some((_, e)) = self.map.swap_remove_index(i) {
             self.gone.absorb(&e.value);
             self.evicted += 1;
-            self.evictable -= 1;
+            self.evictable = self.evictable.saturating_sub(1);
         }
         true
     }

@@ -108,14 +108,9 @@ pub struct Metrics {
     sflow_samples: IntCounterVec,
     sflow_malformed: IntCounterVec,
     sflow_dropped: IntCounterVec,
-    sflow_port_samples: IntCounterVec,
-    sflow_port_packets: IntCounterVec,
-    sflow_port_bytes: IntCounterVec,
     sflow_opcode_packets: IntCounterVec,
     sflow_ecn_packets: IntCounterVec,
     sflow_cnp_packets: IntCounterVec,
-    sflow_port_speed: IntGaugeVec,
-    sflow_port_octets: IntCounterVec,
     sflow_uplink_rate: GaugeVec,
     sflow_uplink_elephants: IntGaugeVec,
     sflow_uplink_colliding: IntGaugeVec,
@@ -127,9 +122,11 @@ pub struct Metrics {
     sflow_restarts: IntCounterVec,
     sflow_table_entries: IntGaugeVec,
     sflow_table_removed: IntCounterVec,
-    /// The per-agent and per-port sFlow series exported at the last poll (removed when the
-    /// collector no longer holds their agent or port).
+    /// The per-agent sFlow series exported at the last poll (removed when the collector no
+    /// longer holds their agent).
     sflow_series: sflow::Exported,
+    /// The sFlow collector whose per-port series a scrape writes out ([`Metrics::encode`]).
+    sflow_ports: Option<std::sync::Arc<std::sync::Mutex<crate::sflow::collector::Collector>>>,
     training_period: GaugeVec,
     training_duty: GaugeVec,
     training_step_bytes: GaugeVec,
@@ -354,14 +351,9 @@ impl Metrics {
             sflow_samples: counter(&r, "rocemon_sflow_samples_total", "sFlow samples by kind: flow, counter, unknown (a format rocemon skips).", &["kind"])?,
             sflow_malformed: counter(&r, "rocemon_sflow_malformed_total", "sFlow datagrams or parts of them that could not be read, by reason.", &["reason"])?,
             sflow_dropped: counter(&r, "rocemon_sflow_dropped_datagrams_total", "sFlow datagrams the kernel dropped because the collector's receive buffer was full.", &[])?,
-            sflow_port_samples: counter(&r, "rocemon_sflow_port_roce_samples_total", "RoCEv2 flow samples per switch port (agent, ifIndex, direction: ingress, egress, or source when the agent names neither port).", &["agent", "ifindex", "direction"])?,
-            sflow_port_packets: counter(&r, "rocemon_sflow_port_roce_packets_estimated_total", "RoCEv2 packets per switch port, estimated: each sample weighted by its sampling rate.", &["agent", "ifindex", "direction"])?,
-            sflow_port_bytes: counter(&r, "rocemon_sflow_port_roce_bytes_estimated_total", "RoCEv2 bytes (the samples' frame lengths) per switch port, estimated.", &["agent", "ifindex", "direction"])?,
             sflow_opcode_packets: counter(&r, "rocemon_sflow_packets_estimated_total", "RoCEv2 packets across the sampled fabric by BTH opcode, estimated.", &["opcode"])?,
             sflow_ecn_packets: counter(&r, "rocemon_sflow_ecn_packets_estimated_total", "RoCEv2 packets across the sampled fabric by ECN codepoint, estimated.", &["codepoint"])?,
             sflow_cnp_packets: counter(&r, "rocemon_sflow_cnp_packets_estimated_total", "RoCEv2 CNPs across the sampled fabric, estimated.", &[])?,
-            sflow_port_speed: int_gauge(&r, "rocemon_sflow_port_speed_bits_per_second", "A switch port's speed from its counter samples.", &["agent", "ifindex"])?,
-            sflow_port_octets: counter(&r, "rocemon_sflow_port_octets_total", "A switch port's octets from its counter samples (direction in or out): its link load.", &["agent", "ifindex", "direction"])?,
             sflow_uplink_rate: gauge(&r, "rocemon_sflow_uplink_bytes_per_second", "Load of a switch uplink in an sFlow ECMP group ([[sflow.groups]]): from counter samples where the switch sends them, else the sampled estimate.", &["group", "uplink"])?,
             sflow_uplink_elephants: int_gauge(&r, "rocemon_sflow_uplink_elephants", "Elephant flows on a switch uplink, by estimated rate.", &["group", "uplink"])?,
             sflow_uplink_colliding: int_gauge(&r, "rocemon_sflow_uplink_colliding", "1 when the switch uplink carries two or more elephants while another uplink of its group carries none.", &["group", "uplink"])?,
@@ -374,10 +366,15 @@ impl Metrics {
             sflow_table_entries: int_gauge(&r, "rocemon_sflow_table_entries", "Entries the sFlow collector holds per table (agents, ports, flows, port_flows, rhythm_ports); each is bounded ([sflow] max_*).", &["table"])?,
             sflow_table_removed: counter(&r, "rocemon_sflow_table_entries_removed_total", "sFlow collector table entries refused (dropped: the table was full of busy or protected entries), pushed out by a new key (evicted: the least busy of a sample) or expired after the idle timeout (expired).", &["table", "reason"])?,
             sflow_series: Default::default(),
+            sflow_ports: None,
             link_speed_bps: HashMap::new(),
             poll_duration,
             prev: HashMap::new(),
-            catalog: r.names.take(),
+            catalog: {
+                let mut names = r.names.take();
+                names.extend(sflow::PORT_FAMILIES.iter().map(|f| f.name.to_string()));
+                names
+            },
             registry: r.r,
         })
     }
@@ -400,7 +397,22 @@ impl Metrics {
         }
         let mut buf = Vec::new();
         TextEncoder::new().encode(&families, &mut buf)?;
-        Ok(String::from_utf8(buf)?)
+        let mut text = String::from_utf8(buf)?;
+        if let Some(c) = &self.sflow_ports {
+            if let Ok(c) = c.lock() {
+                sflow::write_port_series(&c, &mut text);
+            }
+        }
+        Ok(text)
+    }
+
+    /// The sFlow collector whose per-port series each scrape writes out, read then (see
+    /// [`sflow::write_port_series`]).
+    pub fn attach_sflow(
+        &mut self,
+        c: std::sync::Arc<std::sync::Mutex<crate::sflow::collector::Collector>>,
+    ) {
+        self.sflow_ports = Some(c);
     }
 }
 

@@ -1,45 +1,106 @@
-//! The sFlow collector's series, set from its totals at every poll (declared in the catalog,
-//! `mod.rs`). Per-agent and per-port series exist only while the collector holds their agent
-//! or port (its tables are bounded and aged): anyone who can reach the sFlow port chooses
-//! agent addresses, so a series per address ever seen would be unbounded.
+//! The sFlow collector's series (declared in the catalog, `mod.rs`, but for the per-port
+//! families here). Per-agent series are set from its totals at every poll and exist only while
+//! the collector holds their agent: anyone who can reach the sFlow port chooses agent
+//! addresses, so a series per address ever seen would be unbounded. Per-port series (a
+//! fabric's tens of thousands of ports, three series each) are not kept as registry objects at
+//! all: each scrape writes them out of the collector's port table, as ebpf_exporter reads its
+//! maps at scrape time, so they are exactly the ports the collector holds, cost no memory
+//! between scrapes and no work at a poll.
 
 use super::{follow, Metrics, ECN_LABELS};
-use crate::sflow::collector::{Collector, PortKey};
+use crate::sflow::collector::Collector;
 use agent_common::opcode;
-use prometheus::{IntCounter, IntGauge};
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
-/// What was exported at the last poll: agents by label, and each port's series handles, kept
-/// between polls so that a poll over a fabric's tens of thousands of ports follows the
-/// collector's figures into them without formatting a label or looking a series up again
-/// (only a new port's series are made, only a gone port's removed).
+/// What was exported at the last poll: the agents, by label.
 #[derive(Debug, Default)]
 pub struct Exported {
     agents: BTreeSet<String>,
-    ports: FxHashMap<PortKey, PortSeries>,
-    port_counters: FxHashMap<PortKey, CounterSeries>,
 }
 
-/// The RoCE series of one port (agent, ifIndex, direction).
-#[derive(Debug)]
-struct PortSeries {
-    samples: IntCounter,
-    packets: IntCounter,
-    bytes: IntCounter,
+/// A per-port family written at scrape time.
+pub struct PortFamily {
+    pub name: &'static str,
+    kind: &'static str,
+    help: &'static str,
 }
 
-/// A port's series from its counter samples.
-#[derive(Debug)]
-struct CounterSeries {
-    speed: IntGauge,
-    in_octets: IntCounter,
-    out_octets: IntCounter,
-}
+/// The per-port families, in the order [`write_port_series`] writes them.
+pub const PORT_FAMILIES: [PortFamily; 5] = [
+    PortFamily {
+        name: "rocemon_sflow_port_roce_samples_total",
+        kind: "counter",
+        help: "RoCEv2 flow samples per switch port (agent, ifIndex, direction: ingress, egress, or source when the agent names neither port).",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_roce_packets_estimated_total",
+        kind: "counter",
+        help: "RoCEv2 packets per switch port, estimated: each sample weighted by its sampling rate.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_roce_bytes_estimated_total",
+        kind: "counter",
+        help: "RoCEv2 bytes (the samples' frame lengths) per switch port, estimated.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_speed_bits_per_second",
+        kind: "gauge",
+        help: "A switch port's speed from its counter samples.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_octets_total",
+        kind: "counter",
+        help: "A switch port's octets from its counter samples (direction in or out): its link load.",
+    },
+];
 
-/// A port's labels: agent, ifIndex.
-fn port_labels(k: &PortKey) -> [String; 2] {
-    [k.agent.to_string(), k.if_index.to_string()]
+/// Appends the per-port series of the ports `c` holds to `out` (Prometheus text format, a
+/// family's series together, labels in name order as the registry writes them): RoCE samples
+/// and estimates of the ports that carried RoCE, speed and octets of those with counter
+/// samples. A counter restarts from zero when its port left the table and came back, as after
+/// a restart.
+pub fn write_port_series(c: &Collector, out: &mut String) {
+    for (f, family) in PORT_FAMILIES.iter().enumerate() {
+        let _ = write!(
+            out,
+            "# HELP {0} {1}\n# TYPE {0} {2}\n",
+            family.name, family.help, family.kind
+        );
+        for (k, p) in c.ports.iter() {
+            let (agent, ifindex) = (k.agent, k.if_index);
+            let _ = match f {
+                0..=2 if p.roce.packets > 0 => {
+                    let v = [p.roce.packets, p.estimated.packets, p.estimated.bytes][f];
+                    writeln!(
+                        out,
+                        "{}{{agent=\"{agent}\",direction=\"{}\",ifindex=\"{ifindex}\"}} {v}",
+                        family.name,
+                        k.direction.as_str()
+                    )
+                }
+                3 => match &p.counters {
+                    Some(g) => writeln!(
+                        out,
+                        "{}{{agent=\"{agent}\",ifindex=\"{ifindex}\"}} {}",
+                        family.name,
+                        g.speed.min(i64::MAX as u64)
+                    ),
+                    None => Ok(()),
+                },
+                4 => match &p.counters {
+                    Some(g) => writeln!(
+                        out,
+                        "{0}{{agent=\"{agent}\",direction=\"in\",ifindex=\"{ifindex}\"}} {1}\n\
+                         {0}{{agent=\"{agent}\",direction=\"out\",ifindex=\"{ifindex}\"}} {2}",
+                        family.name, g.in_octets, g.out_octets
+                    ),
+                    None => Ok(()),
+                },
+                _ => Ok(()),
+            };
+        }
+    }
 }
 
 /// The name the agents no longer held are summed under.
@@ -109,45 +170,7 @@ impl Metrics {
                 );
             }
         }
-        let mut was = std::mem::take(&mut self.sflow_series);
-        for (k, p) in c.ports.iter() {
-            if p.roce.packets > 0 {
-                let s = was.ports.remove(k).unwrap_or_else(|| {
-                    let [agent, ifindex] = port_labels(k);
-                    let l = [agent.as_str(), ifindex.as_str(), k.direction.as_str()];
-                    PortSeries {
-                        samples: self.sflow_port_samples.with_label_values(&l),
-                        packets: self.sflow_port_packets.with_label_values(&l),
-                        bytes: self.sflow_port_bytes.with_label_values(&l),
-                    }
-                });
-                follow(&s.samples, p.roce.packets);
-                follow(&s.packets, p.estimated.packets);
-                follow(&s.bytes, p.estimated.bytes);
-                now.ports.insert(*k, s);
-            }
-            if let Some(g) = &p.counters {
-                let s = was.port_counters.remove(k).unwrap_or_else(|| {
-                    let [agent, ifindex] = port_labels(k);
-                    let octets = |dir| {
-                        self.sflow_port_octets.with_label_values(&[
-                            agent.as_str(),
-                            ifindex.as_str(),
-                            dir,
-                        ])
-                    };
-                    CounterSeries {
-                        speed: self.sflow_port_speed.with_label_values(&[&agent, &ifindex]),
-                        in_octets: octets("in"),
-                        out_octets: octets("out"),
-                    }
-                });
-                s.speed.set(g.speed.min(i64::MAX as u64) as i64);
-                follow(&s.in_octets, g.in_octets);
-                follow(&s.out_octets, g.out_octets);
-                now.port_counters.insert(*k, s);
-            }
-        }
+        let was = std::mem::take(&mut self.sflow_series);
         self.remove_gone_sflow_series(&was, &now);
         self.sflow_series = now;
         for (op, n) in c.estimated.opcodes() {
@@ -170,8 +193,7 @@ impl Metrics {
         );
     }
 
-    /// Removes the series of agents and ports exported before and no longer held (`was`:
-    /// what the last poll exported, less what this one took over).
+    /// Removes the series of agents exported before and no longer held.
     fn remove_gone_sflow_series(&self, was: &Exported, now: &Exported) {
         for a in was.agents.difference(&now.agents) {
             for c in [
@@ -180,24 +202,6 @@ impl Metrics {
                 &self.sflow_restarts,
             ] {
                 let _ = c.remove_label_values(&[a]);
-            }
-        }
-        for k in was.ports.keys() {
-            let [a, i] = port_labels(k);
-            let l = [a.as_str(), i.as_str(), k.direction.as_str()];
-            for c in [
-                &self.sflow_port_samples,
-                &self.sflow_port_packets,
-                &self.sflow_port_bytes,
-            ] {
-                let _ = c.remove_label_values(&l);
-            }
-        }
-        for k in was.port_counters.keys() {
-            let [a, i] = port_labels(k);
-            let _ = self.sflow_port_speed.remove_label_values(&[&a, &i]);
-            for dir in ["in", "out"] {
-                let _ = self.sflow_port_octets.remove_label_values(&[&a, &i, dir]);
             }
         }
     }

@@ -49,12 +49,13 @@ fn counters_follow_kernel_totals_and_names_follow_conventions() {
     }
 }
 
-/// A port's series are made once, follow the collector poll after poll (their handles kept),
-/// and go when the collector no longer holds the port.
+/// A port's series are written at each scrape from the ports the collector holds: they follow
+/// its figures and go when it no longer holds the port.
 #[test]
-fn sflow_port_series_follow_the_collector_and_go_with_their_port() {
+fn sflow_port_series_are_read_from_the_collector_at_scrape_and_go_with_their_port() {
     use crate::sflow::collector::{Collector, Limits};
     use rocemon_testkit::sflow::{roce_header, Datagram, Sample};
+    use std::sync::{Arc, Mutex};
     let flow = |sequence| Sample::Flow {
         expanded: false,
         sequence,
@@ -87,28 +88,42 @@ fn sflow_port_series_follow_the_collector_and_go_with_their_port() {
         }
         .encode()
     };
-    let mut c = Collector::new(Limits {
+    let c = Arc::new(Mutex::new(Collector::new(Limits {
         idle_timeout_ns: 1_000_000_000,
         ..Limits::default()
-    });
+    })));
     let mut m = Metrics::new().unwrap();
+    m.attach_sflow(c.clone());
     let port = r#"rocemon_sflow_port_roce_samples_total{agent="192.0.2.1",direction="egress",ifindex="7"}"#;
+    let bytes = r#"rocemon_sflow_port_roce_bytes_estimated_total{agent="192.0.2.1",direction="ingress",ifindex="3"}"#;
     let octets =
         r#"rocemon_sflow_port_octets_total{agent="192.0.2.1",direction="out",ifindex="7"}"#;
-    c.datagram(&datagram(1, vec![flow(1), counters]), 0);
-    m.set_sflow(&c, 0);
+    let speed = r#"rocemon_sflow_port_speed_bits_per_second{agent="192.0.2.1",ifindex="7"}"#;
+    c.lock()
+        .unwrap()
+        .datagram(&datagram(1, vec![flow(1), counters]), 0);
     let text = m.encode().unwrap();
     assert!(text.contains(&format!("{port} 1\n")), "{text}");
+    assert!(text.contains(&format!("{bytes} 109000\n")), "{text}");
     assert!(text.contains(&format!("{octets} 9\n")), "{text}");
-    c.datagram(&datagram(2, vec![flow(2), flow(3)]), 100_000_000);
-    m.set_sflow(&c, 0);
-    m.set_sflow(&c, 0);
+    assert!(text.contains(&format!("{speed} 100000000000\n")), "{text}");
+    assert_eq!(
+        text.matches("# TYPE rocemon_sflow_port_octets_total counter\n")
+            .count(),
+        1
+    );
+    c.lock()
+        .unwrap()
+        .datagram(&datagram(2, vec![flow(2), flow(3)]), 100_000_000);
     let text = m.encode().unwrap();
     assert!(text.contains(&format!("{port} 3\n")), "{text}");
     // Two sweeps (the second after the idle timeout) remove every entry of the agent's.
-    c.datagram(&datagram(3, vec![]), 400_000_000);
-    c.datagram(&datagram(4, vec![]), 10_000_000_000);
-    m.set_sflow(&c, 0);
+    c.lock()
+        .unwrap()
+        .datagram(&datagram(3, vec![]), 400_000_000);
+    c.lock()
+        .unwrap()
+        .datagram(&datagram(4, vec![]), 10_000_000_000);
     let text = m.encode().unwrap();
     assert!(
         !text.contains("rocemon_sflow_port_roce_samples_total{"),
@@ -117,6 +132,44 @@ fn sflow_port_series_follow_the_collector_and_go_with_their_port() {
     assert!(!text.contains("rocemon_sflow_port_octets_total{"), "{text}");
     assert!(
         !text.contains("rocemon_sflow_port_speed_bits_per_second{"),
+        "{text}"
+    );
+}
+
+/// The text a scrape writes out parses as Prometheus' exposition format (promtool's parser
+/// is the oracle in `tests/`; here: every series line is `name{labels} integer`).
+#[test]
+fn sflow_port_series_lines_are_well_formed() {
+    use crate::sflow::collector::Collector;
+    let mut c = Collector::default();
+    let d = rocemon_testkit::sflow::Datagram {
+        agent: "2001:db8::1".parse().unwrap(),
+        sub_agent: 0,
+        sequence: 1,
+        uptime_ms: 1,
+        samples: vec![rocemon_testkit::sflow::Sample::Counters {
+            expanded: true,
+            sequence: 1,
+            if_index: 4,
+            speed: u64::MAX,
+            in_octets: 1,
+            out_octets: 2,
+            ethernet: true,
+        }],
+    };
+    c.datagram(&d.encode(), 0);
+    let mut text = String::new();
+    super::sflow::write_port_series(&c, &mut text);
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = l.rsplit_once(' ').unwrap();
+        assert!(value.parse::<u64>().is_ok(), "{l}");
+        assert!(
+            series.ends_with('}') && series.contains("{agent=\"2001:db8::1\""),
+            "{l}"
+        );
+    }
+    assert!(
+        text.contains(&format!("ifindex=\"4\"}} {}\n", i64::MAX)),
         "{text}"
     );
 }
