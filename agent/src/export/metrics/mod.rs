@@ -183,6 +183,43 @@ fn int_gauge(r: &Reg, name: &str, help: &str, labels: &[&str]) -> Result<IntGaug
     Ok(g)
 }
 
+/// A per-port family written at scrape time.
+pub struct PortFamily {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub help: &'static str,
+}
+
+/// The sFlow per-port families: not registry objects, written at each scrape from the
+/// collector's port table, in this order ([`sflow::write_port_series`]).
+pub const PORT_FAMILIES: [PortFamily; 5] = [
+    PortFamily {
+        name: "rocemon_sflow_port_roce_samples_total",
+        kind: "counter",
+        help: "RoCEv2 flow samples per switch port (agent, ifIndex, direction: ingress, egress, or source when the agent names neither port).",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_roce_packets_estimated_total",
+        kind: "counter",
+        help: "RoCEv2 packets per switch port, estimated: each sample weighted by its sampling rate.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_roce_bytes_estimated_total",
+        kind: "counter",
+        help: "RoCEv2 bytes (the samples' frame lengths) per switch port, estimated.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_speed_bits_per_second",
+        kind: "gauge",
+        help: "A switch port's speed from its counter samples.",
+    },
+    PortFamily {
+        name: "rocemon_sflow_port_octets_total",
+        kind: "counter",
+        help: "A switch port's octets from its counter samples (direction in or out): its link load.",
+    },
+];
+
 const HOOK: &[&str] = &["iface", "direction", "hook"];
 const FLOW: &[&str] = &["iface", "direction", "src", "dst", "sport", "dest_qp"];
 const SESSION: &[&str] = &["iface", "hook", "tunnel", "session"];
@@ -372,7 +409,7 @@ impl Metrics {
             prev: HashMap::new(),
             catalog: {
                 let mut names = r.names.take();
-                names.extend(sflow::PORT_FAMILIES.iter().map(|f| f.name.to_string()));
+                names.extend(PORT_FAMILIES.iter().map(|f| f.name.to_string()));
                 names
             },
             registry: r.r,

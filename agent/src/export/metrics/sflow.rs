@@ -1,13 +1,13 @@
-//! The sFlow collector's series (declared in the catalog, `mod.rs`, but for the per-port
-//! families here). Per-agent series are set from its totals at every poll and exist only while
-//! the collector holds their agent: anyone who can reach the sFlow port chooses agent
-//! addresses, so a series per address ever seen would be unbounded. Per-port series (a
+//! The sFlow collector's series (declared in the catalog, `mod.rs`). Per-agent series are
+//! set from its totals at every poll and exist only while the collector holds their agent:
+//! anyone who can reach the sFlow port chooses agent addresses, so a series per address ever
+//! seen would be unbounded. Per-port series (a
 //! fabric's tens of thousands of ports, three series each) are not kept as registry objects at
 //! all: each scrape writes them out of the collector's port table, as ebpf_exporter reads its
 //! maps at scrape time, so they are exactly the ports the collector holds, cost no memory
 //! between scrapes and no work at a poll.
 
-use super::{follow, Metrics, ECN_LABELS};
+use super::{follow, Metrics, ECN_LABELS, PORT_FAMILIES};
 use crate::sflow::collector::Collector;
 use agent_common::opcode;
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,42 +18,6 @@ use std::fmt::Write as _;
 pub struct Exported {
     agents: BTreeSet<String>,
 }
-
-/// A per-port family written at scrape time.
-pub struct PortFamily {
-    pub name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-}
-
-/// The per-port families, in the order [`write_port_series`] writes them.
-pub const PORT_FAMILIES: [PortFamily; 5] = [
-    PortFamily {
-        name: "rocemon_sflow_port_roce_samples_total",
-        kind: "counter",
-        help: "RoCEv2 flow samples per switch port (agent, ifIndex, direction: ingress, egress, or source when the agent names neither port).",
-    },
-    PortFamily {
-        name: "rocemon_sflow_port_roce_packets_estimated_total",
-        kind: "counter",
-        help: "RoCEv2 packets per switch port, estimated: each sample weighted by its sampling rate.",
-    },
-    PortFamily {
-        name: "rocemon_sflow_port_roce_bytes_estimated_total",
-        kind: "counter",
-        help: "RoCEv2 bytes (the samples' frame lengths) per switch port, estimated.",
-    },
-    PortFamily {
-        name: "rocemon_sflow_port_speed_bits_per_second",
-        kind: "gauge",
-        help: "A switch port's speed from its counter samples.",
-    },
-    PortFamily {
-        name: "rocemon_sflow_port_octets_total",
-        kind: "counter",
-        help: "A switch port's octets from its counter samples (direction in or out): its link load.",
-    },
-];
 
 /// Appends the per-port series of the ports `c` holds to `out` (Prometheus text format, a
 /// family's series together, labels in name order as the registry writes them): RoCE samples
