@@ -288,9 +288,6 @@ struct Batch {
     msgs: Vec<libc::mmsghdr>,
 }
 
-// SAFETY: the raw pointers in `iovs` and `msgs` point into `bufs` and `iovs`, owned alongside.
-unsafe impl Send for Batch {}
-
 impl Batch {
     fn new() -> Batch {
         // Pages are touched only as far as datagrams fill them.
