@@ -1,5 +1,8 @@
-//! `--profile=FRAME[,SECONDS]`: where this build's XDP program spends its time on one bench
-//! frame, by source line. The program runs the frame through BPF_PROG_TEST_RUN for a few
+//! `--profile=FRAME[,SECONDS[,FLOWS]]`: where this build's XDP program spends its time on one
+//! bench frame, by source line; with FLOWS, on that many flows taking turns (the plain RoCE
+//! frame of the shapes phase, one run per frame, each the next flow's: the many-flow case
+//! where the flow state and the flow maps' lookups miss the CPU's caches). The kernel
+//! functions the program calls (the hash maps' lookups) are listed beside its lines. The program runs the frame through BPF_PROG_TEST_RUN for a few
 //! seconds under `perf record -a`; each sample inside the program's JIT image is mapped to the
 //! BPF instruction it came from (the program's `jited_line_info`) and that to its source line
 //! (the line text the compiler stored in the program's BTF). `bpftool` here has no
@@ -181,7 +184,7 @@ fn jit_lines(prog_fd: i32) -> Result<JitLines> {
     })
 }
 
-/// `--profile=FRAME[,SECONDS]` (see the module doc).
+/// `--profile=FRAME[,SECONDS[,FLOWS]]` (see the module doc).
 pub(crate) fn profile(arg: &str) -> Result<()> {
     let mut parts = arg.split(',');
     let which: usize = parts
@@ -193,10 +196,22 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
         .next()
         .map_or(Ok(5.0), str::parse)
         .context("--profile seconds")?;
-    let (name, frame) = kernel::bench_frames()
-        .into_iter()
-        .nth(which)
-        .context("no bench frame of that number (0 is the plain RoCE WRITE)")?;
+    let flows: usize = parts
+        .next()
+        .map_or(Ok(1), str::parse)
+        .context("--profile flows")?;
+    let (name, mut frame) = if flows > 1 {
+        (
+            format!("{flows} flows taking turns, RoCE WRITE 64 B"),
+            shapes::template(64),
+        )
+    } else {
+        let (name, frame) = kernel::bench_frames()
+            .into_iter()
+            .nth(which)
+            .context("no bench frame of that number (0 is the plain RoCE WRITE)")?;
+        (name.to_string(), frame)
+    };
     let mut ebpf = loader::load_object_with(131_072, loader::Switches::default())?;
     loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
     let prog = ebpf
@@ -214,27 +229,41 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
         .spawn()
         .context("run perf (install linux-perf)")?;
     std::thread::sleep(Duration::from_millis(500));
+    if flows > 1 {
+        // Every flow created first, as in the shapes phase.
+        shapes::rotate(prog.fd()?, &mut frame, flows, flows)?;
+    }
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut ns = Vec::new();
     while Instant::now() < end {
-        ns.push(test_run(prog.fd()?, &frame, 200_000)?.duration_ns as f64);
+        ns.push(if flows > 1 {
+            shapes::rotate(prog.fd()?, &mut frame, flows, 20_000)?
+        } else {
+            test_run(prog.fd()?, &frame, 200_000)?.duration_ns as f64
+        });
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
     perf.wait()?;
     let script = Command::new("perf")
-        .args(["script", "-F", "ip", "-i"])
+        .args(["script", "-F", "ip,sym", "-i"])
         .arg(&data)
         .output()?;
     let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut by_sym: BTreeMap<String, u64> = BTreeMap::new();
     let mut total = 0u64;
     for l in String::from_utf8_lossy(&script.stdout).lines() {
-        let Ok(ip) = u64::from_str_radix(l.trim(), 16) else {
+        let mut f = l.split_whitespace();
+        let Some(Ok(ip)) = f.next().map(|a| u64::from_str_radix(a, 16)) else {
             continue;
         };
         if let Some(line) = jit.line_at(ip) {
             *by_line.entry(line).or_default() += 1;
             total += 1;
+        } else if let Some(sym) = f.next() {
+            *by_sym
+                .entry(sym.split('+').next().unwrap_or(sym).to_string())
+                .or_default() += 1;
         }
     }
     if total == 0 {
@@ -245,6 +274,12 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
         median(&ns),
         ns.len()
     );
+    let mut syms: Vec<_> = by_sym.into_iter().collect();
+    syms.sort_by_key(|l| std::cmp::Reverse(l.1));
+    println!("outside the program (samples, against {total} inside):");
+    for (sym, n) in syms.into_iter().take(15) {
+        println!("{n:8}  {sym}");
+    }
     let mut lines: Vec<_> = by_line.into_iter().collect();
     lines.sort_by_key(|l| std::cmp::Reverse(l.1));
     for (line, n) in lines.into_iter().take(40) {

@@ -8,7 +8,7 @@ mod support;
 #[path = "support/testrun.rs"]
 mod testrun;
 
-use agent_common::flow_cache::{slot_of, KeyWords};
+use agent_common::flow_cache::{slot_of, KeyWords, FLOW_CACHE_SLOTS, FLUSH_CHUNK};
 use agent_common::{parse_record, FlowKey, FlowKey4, FlowStats, Hook, LinkType, SliceReader};
 use rocemon::kernel::loader;
 use rocemon::sources::tally::Tally;
@@ -181,6 +181,38 @@ fn a_cached_flow_reaches_its_map_at_the_flush() {
     let key: FlowKey = flows[0].0;
     assert_eq!((flows.len(), flows[0].1.packets), (1, 5), "{key:?}");
     assert_eq!(raw_packets(&ebpf), 5, "the map after the flush");
+}
+
+/// The flush runs in chunks of slots (the verifier walks each iteration of its loop): flows
+/// cached in the first chunk, a middle one and the last all reach their maps at one read.
+#[test]
+fn every_chunk_of_slots_is_flushed() {
+    if !ready(true) {
+        return;
+    }
+    let chunks = FLOW_CACHE_SLOTS / FLUSH_CHUNK;
+    let wanted = [0, chunks / 2, chunks - 1];
+    let sports: Vec<u16> = wanted
+        .iter()
+        .map(|&c| {
+            (0xC000..=0xFFFF)
+                .find(|&s| slot(&write_only(s, 0)) / FLUSH_CHUNK == c)
+                .expect("a source port whose flow's slot is in the chunk")
+        })
+        .collect();
+    let ebpf = xdp_object(1024, loader::Switches::default());
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    for &sport in &sports {
+        for psn in 0..3 {
+            test_run(prog.fd().unwrap(), &write_only(sport, psn), 1).unwrap();
+        }
+    }
+    assert_eq!(raw_packets(&ebpf), 0, "the map before the flush");
+    let (flows, errors) = loader::read_flows(&ebpf).unwrap();
+    assert_eq!((flows.len(), errors), (3, 0));
+    for &sport in &sports {
+        assert_eq!(raw_flow_packets(&ebpf, sport), 3, "source port {sport:#x}");
+    }
 }
 
 /// With the switch off the programs take it: every packet is in the map at once.

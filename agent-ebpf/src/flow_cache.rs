@@ -7,7 +7,7 @@ use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
 use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
-    CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS,
+    CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK,
 };
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
@@ -184,10 +184,12 @@ fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
 /// unchanged one emptied (its flow had no packet since the last flush: the map holds the same,
 /// and a flow the agent deletes as idle must not come back from a slot with its old totals).
 /// Never attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
-/// before it reads the flow maps. Returns the slots the maps refused (they stay changed and
-/// are tried again at the next flush; each refusal is a flow update error of the flow's hook).
+/// before it reads the flow maps, once per [`FLUSH_CHUNK`] slots, the chunk's first slot in the
+/// context's first argument. Returns the slots the maps refused (they stay changed and are
+/// tried again at the next flush; each refusal is a flow update error of the flow's hook).
 #[raw_tracepoint(tracepoint = "rocemon_flow_flush")]
-pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
+pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
+    let start = (ctx.arg::<u64>(0) as u32) & (FLOW_CACHE_SLOTS - 1) & !(FLUSH_CHUNK - 1);
     let Some(f) = FLUSHING.get_ptr_mut(0) else {
         return 0;
     };
@@ -195,7 +197,8 @@ pub fn rocemon_flow_flush(_ctx: RawTracePointContext) -> i32 {
     unsafe { write_volatile(f, 1) };
     compiler_fence(Ordering::SeqCst);
     let mut refused = 0;
-    for slot in 0..FLOW_CACHE_SLOTS {
+    for i in 0..FLUSH_CHUNK {
+        let slot = start + i;
         let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
             continue;
         };

@@ -28,7 +28,7 @@ impl FlowMapSizes {
     /// About what an interface's flow state costs in kernel memory: the two maps,
     /// preallocated, per entry a value per CPU (the maps are per CPU), the key and the
     /// hash element's own overhead; and the per-CPU flow cache in front of them (fixed:
-    /// 256 slots of a whole flow state per CPU, 76 KiB).
+    /// 4,096 slots of a whole flow state per CPU, 1.2 MiB).
     pub fn bytes(&self, cpus: usize) -> u64 {
         let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
         let maps: u64 = [

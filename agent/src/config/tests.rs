@@ -77,9 +77,9 @@ flow_map_entries_ipv6 = 16",
 
 #[test]
 fn the_flow_cache_is_in_the_memory_figure() {
-    // 76 KiB per CPU whatever the maps' sizes: the smallest maps on 4 CPUs cost more.
-    let cache = 4 * 256 * std::mem::size_of::<agent_common::flow_cache::CachedFlow>() as u64;
-    assert_eq!(cache, 4 * 76 * 1024);
+    // 1.2 MiB per CPU whatever the maps' sizes: the smallest maps on 4 CPUs cost more.
+    let cache = 4 * 4096 * std::mem::size_of::<agent_common::flow_cache::CachedFlow>() as u64;
+    assert_eq!(cache, 4 * 1216 * 1024);
     assert!(FlowMapSizes::both(16).bytes(4) > cache);
 }
 

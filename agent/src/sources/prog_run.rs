@@ -3,7 +3,7 @@
 //! ([`flush_flow_cache`]); tests and benchmarks feed frames through the packet programs with
 //! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) itself ([`crate::bpf_sys`]).
 
-use agent_common::flow_cache::PROG_FLOW_FLUSH;
+use agent_common::flow_cache::{flush_starts, PROG_FLOW_FLUSH};
 use aya::Ebpf;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
@@ -40,12 +40,15 @@ pub fn test_run(attr: &mut TestRunAttr) -> std::io::Result<()> {
     unsafe { crate::bpf_sys::bpf(BPF_PROG_TEST_RUN, attr) }.map(drop)
 }
 
-/// Runs a raw tracepoint program (no context) on one CPU.
-fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<()> {
+/// Runs a raw tracepoint program on one CPU, `arg` its context's first argument.
+fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<()> {
+    let args = [arg];
     let mut attr = TestRunAttr {
         prog_fd: prog.as_raw_fd() as u32,
         flags: BPF_F_TEST_RUN_ON_CPU,
         cpu,
+        ctx_size_in: std::mem::size_of_val(&args) as u32,
+        ctx_in: args.as_ptr() as u64,
         ..TestRunAttr::default()
     };
     test_run(&mut attr)
@@ -53,7 +56,7 @@ fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32) -> std::io::Result<()> {
 
 /// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
 /// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
-/// ones). A slot the maps refuse stays in the cache for the next flush (the kernel counts the
+/// ones), once per chunk of slots. A slot the maps refuse stays in the cache for the next flush (the kernel counts the
 /// refusal as a flow update error of the flow's hook). Returns the CPUs it could not run on
 /// (one that went offline in between: its slots are read from userspace, see
 /// [`crate::sources::maps::read_flows`]). An object without the program (a build from before
@@ -68,9 +71,12 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     };
     let mut missed = Vec::new();
     for &cpu in cpus {
-        if let Err(e) = run_on_cpu(fd.as_fd(), cpu) {
-            log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu}: {e}");
-            missed.push(cpu);
+        for start in flush_starts() {
+            if let Err(e) = run_on_cpu(fd.as_fd(), cpu, u64::from(start)) {
+                log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu} from slot {start}: {e}");
+                missed.push(cpu);
+                break;
+            }
         }
     }
     missed
