@@ -2,7 +2,10 @@
 //! bench frame, by source line; with FLOWS, on that many flows taking turns (the plain RoCE
 //! frame of the shapes phase, one run per frame, each the next flow's: the many-flow case
 //! where the flow state and the flow maps' lookups miss the CPU's caches). The kernel
-//! functions the program calls (the hash maps' lookups) are listed beside its lines. The program runs the frame through BPF_PROG_TEST_RUN for a few
+//! functions the program calls (the hash maps' lookups) are listed beside its lines.
+//! `--profile=live[,SECONDS[,FLOWS]]`: the agent's own XDP program live, as the shapes phase
+//! runs it (a veth pair, native mode, a raw-socket sender over FLOWS flows taking turns);
+//! `ROCEMON_PROFILE_BIN` names another build of the agent to run instead. The program runs the frame through BPF_PROG_TEST_RUN for a few
 //! seconds under `perf record -a`; each sample inside the program's JIT image is mapped to the
 //! BPF instruction it came from (the program's `jited_line_info`) and that to its source line
 //! (the line text the compiler stored in the program's BTF). `bpftool` here has no
@@ -184,14 +187,45 @@ fn jit_lines(prog_fd: i32) -> Result<JitLines> {
     })
 }
 
-/// `--profile=FRAME[,SECONDS[,FLOWS]]` (see the module doc).
+/// `perf record -a` running until it is stopped.
+struct Perf {
+    child: std::process::Child,
+    _tmp: rocemon_testkit::TempDir,
+    data: std::path::PathBuf,
+}
+
+impl Perf {
+    fn start() -> Result<Perf> {
+        let tmp = rocemon_testkit::TempDir::new("rocemon-profile")?;
+        let data = tmp.path().join("perf.data");
+        let child = Command::new("perf")
+            .args(["record", "-a", "-F", "9999", "-o"])
+            .arg(&data)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("run perf (install linux-perf)")?;
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(Perf {
+            child,
+            _tmp: tmp,
+            data,
+        })
+    }
+
+    fn stop(mut self) -> Result<Perf> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.child.wait()?;
+        Ok(self)
+    }
+}
+
+/// `--profile=FRAME[,SECONDS[,FLOWS]]` or `--profile=live[,SECONDS[,FLOWS]]` (see the module
+/// doc).
 pub(crate) fn profile(arg: &str) -> Result<()> {
     let mut parts = arg.split(',');
-    let which: usize = parts
-        .next()
-        .unwrap_or("0")
-        .parse()
-        .context("--profile=FRAME[,SECONDS]")?;
+    let first = parts.next().unwrap_or("0");
     let secs: f64 = parts
         .next()
         .map_or(Ok(5.0), str::parse)
@@ -200,6 +234,12 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
         .next()
         .map_or(Ok(1), str::parse)
         .context("--profile flows")?;
+    if first == "live" {
+        return profile_live(secs, flows);
+    }
+    let which: usize = first
+        .parse()
+        .context("--profile=FRAME[,SECONDS[,FLOWS]] (FRAME a number, or live)")?;
     let (name, mut frame) = if flows > 1 {
         (
             format!("{flows} flows taking turns, RoCE WRITE 64 B"),
@@ -219,16 +259,7 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
         .context("XDP program")?;
     let fd = prog.fd()?.as_fd().as_raw_fd();
     let jit = jit_lines(fd)?;
-    let tmp = rocemon_testkit::TempDir::new("rocemon-profile")?;
-    let data = tmp.path().join("perf.data");
-    let mut perf = Command::new("perf")
-        .args(["record", "-a", "-F", "9999", "-o"])
-        .arg(&data)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("run perf (install linux-perf)")?;
-    std::thread::sleep(Duration::from_millis(500));
+    let perf = Perf::start()?;
     if flows > 1 {
         // Every flow created first, as in the shapes phase.
         shapes::rotate(prog.fd()?, &mut frame, flows, flows)?;
@@ -242,12 +273,81 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
             test_run(prog.fd()?, &frame, 200_000)?.duration_ns as f64
         });
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
-    perf.wait()?;
+    let perf = perf.stop()?;
+    let head = format!(
+        "{name}: {:.0} ns per packet (median of {} runs)",
+        median(&ns),
+        ns.len()
+    );
+    report(&jit, &perf.data, &head)
+}
+
+/// The agent's XDP program live (as the shapes phase runs it: a veth pair, the agent in
+/// native mode, a raw-socket sender rotating over `flows` flows of 64-byte payloads).
+fn profile_live(secs: f64, flows: usize) -> Result<()> {
+    let pair = VethPair::new("rcprof")?;
+    let _stats = baseline::Stats::on()?;
+    // Another build of the agent to compare with (`ROCEMON_PROFILE_BIN`), else this one.
+    let bin = std::env::var("ROCEMON_PROFILE_BIN").unwrap_or_else(|_| BIN.to_string());
+    let agent = Agent::start(
+        &pair.ns_a,
+        &bin,
+        &[
+            "run",
+            "--iface",
+            &pair.a_if,
+            "--listen",
+            "127.0.0.1:9442",
+            "--no-pin",
+            "--hooks",
+            "xdp",
+            "--xdp-mode",
+            "native",
+            "--flow-map-entries",
+            "131072",
+        ],
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    let mut fd = None;
+    for p in aya::programs::loaded_programs() {
+        let p = p?;
+        if p.name_as_str() == Some(agent_common::PROG_XDP) {
+            fd = Some(p.fd()?);
+        }
+    }
+    let fd = fd.context("the agent's XDP program is not loaded")?;
+    let jit = jit_lines(fd.as_fd().as_raw_fd())?;
+    let send = |secs| {
+        live::blast_flows(
+            &pair.ns_b,
+            &pair.b_if,
+            shapes::template(64),
+            (flows, 1),
+            secs,
+        )
+    };
+    // Every flow created first.
+    send(1.0)?;
+    let perf = Perf::start()?;
+    let (r0, t0) = shapes::program_runs(agent_common::PROG_XDP)?;
+    send(secs)?;
+    let (r1, t1) = shapes::program_runs(agent_common::PROG_XDP)?;
+    let perf = perf.stop()?;
+    agent.stop()?;
+    let head = format!(
+        "live, {flows} flows taking turns, 64-byte payloads: {:.0} ns per packet over {} packets",
+        (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64,
+        r1 - r0
+    );
+    report(&jit, &perf.data, &head)
+}
+
+/// Prints `head`, the kernel functions outside the program and the program's source lines
+/// by their share of the samples in `data`.
+fn report(jit: &JitLines, data: &std::path::Path, head: &str) -> Result<()> {
     let script = Command::new("perf")
         .args(["script", "-F", "ip,sym", "-i"])
-        .arg(&data)
+        .arg(data)
         .output()?;
     let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
     let mut by_sym: BTreeMap<String, u64> = BTreeMap::new();
@@ -269,11 +369,7 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
     if total == 0 {
         bail!("no sample landed in the program (is kernel.kptr_restrict keeping addresses from perf?)");
     }
-    println!(
-        "{name}: {:.0} ns per packet (median of {} runs); {total} samples in the program",
-        median(&ns),
-        ns.len()
-    );
+    println!("{head}; {total} samples in the program");
     let mut syms: Vec<_> = by_sym.into_iter().collect();
     syms.sort_by_key(|l| std::cmp::Reverse(l.1));
     println!("outside the program (samples, against {total} inside):");

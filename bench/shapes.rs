@@ -119,7 +119,7 @@ pub(crate) fn test_run_curve() -> Result<Value> {
 }
 
 /// The kernel's run count and run time of every loaded program named `name` (the agent's).
-fn program_runs(name: &str) -> Result<(u64, f64)> {
+pub(crate) fn program_runs(name: &str) -> Result<(u64, f64)> {
     let mut out = (0, 0.0);
     for p in aya::programs::loaded_programs() {
         let p = p?;

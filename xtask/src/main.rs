@@ -48,8 +48,8 @@ enum Task {
         ab: Option<String>,
         /// Instead of the benchmarks: where the XDP program spends its time on bench frame
         /// FRAME (0: the plain RoCE WRITE), by source line, under `perf record`; with FLOWS,
-        /// on that many flows taking turns.
-        #[arg(long, value_name = "FRAME[,SECONDS[,FLOWS]]")]
+        /// on that many flows taking turns; `live`: the agent's program on a veth pair.
+        #[arg(long, value_name = "FRAME|live[,SECONDS[,FLOWS]]")]
         profile: Option<String>,
     },
     /// Fuzz the shared parser and the capture reader (cargo-fuzz), and the kernel programs
