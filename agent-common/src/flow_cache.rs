@@ -191,22 +191,41 @@ mod tests {
         }
     }
 
+    /// How many of `n` flows share a fingerprint with another flow of their slot.
+    fn shared_fingerprints(n: u32, key: impl Fn(u32) -> FlowKey) -> usize {
+        let mut by_slot: [std::vec::Vec<u32>; FLOW_CACHE_SLOTS as usize] =
+            core::array::from_fn(|_| std::vec::Vec::new());
+        for i in 0..n {
+            let h = hash_of(&key_words(&key(i)));
+            by_slot[slot_of_hash(h) as usize].push(fingerprint(h));
+        }
+        let mut shared = 0;
+        for fps in by_slot.iter_mut() {
+            let n = fps.len();
+            fps.sort_unstable();
+            fps.dedup();
+            shared += n - fps.len();
+        }
+        shared
+    }
+
     /// Flows of one slot taking turns differ in their fingerprints (or the slot would swap
     /// for a flow that only shares bits with the last one to miss).
     #[test]
     fn flows_of_one_slot_have_distinct_fingerprints() {
-        let mut by_slot: [std::vec::Vec<u32>; FLOW_CACHE_SLOTS as usize] =
-            core::array::from_fn(|_| std::vec::Vec::new());
-        for i in 0..20_000 {
-            let h = hash_of(&key_words(&key(i)));
-            by_slot[slot_of_hash(h) as usize].push(fingerprint(h));
-        }
-        for (slot, fps) in by_slot.iter_mut().enumerate() {
-            let n = fps.len();
-            fps.sort_unstable();
-            fps.dedup();
-            assert_eq!(fps.len(), n, "slot {slot}: fingerprints collide");
-        }
+        assert_eq!(shared_fingerprints(20_000, key), 0);
+    }
+
+    /// The QPs between one pair of hosts: keys that differ only in the destination QP (the
+    /// key's last bytes, the upper half of its last word) differ in their fingerprints too.
+    #[test]
+    fn flows_that_differ_only_in_their_qp_have_distinct_fingerprints() {
+        let base = key(0);
+        let qp_only = |i| FlowKey {
+            dest_qp: 0x100 + i,
+            ..base
+        };
+        assert_eq!(shared_fingerprints(20_000, qp_only), 0);
     }
 
     #[test]
