@@ -309,13 +309,17 @@ pub(crate) fn markdown(r: &Value) -> String {
         if !x.is_null() {
             let _ = writeln!(
                 s,
-                "\nAt a fabric's scale (the stream of section 5b: {} ports, {} flows held, the fabric view over two groups' {} uplink flows, ticked once per simulated second): **{:.2} us per datagram** ({:.0} datagrams/s on one core, without the socket), the fabric view's tick {:.1} ms.",
+                "\nAt a fabric's scale (the stream of section 5b: {} ports, {} flows held, the fabric view over two groups' {} uplink flows, ticked once per simulated second): **{:.2} us per datagram** ({:.0} datagrams/s on one core, without the socket), the fabric view's tick {:.1} ms{}.",
                 x["ports"],
                 x["flows"],
                 x["port_flows"],
                 x["seconds_per_datagram"].as_f64().unwrap_or(0.0) * 1e6,
                 x["datagrams_per_second"].as_f64().unwrap_or(0.0),
-                x["fabric_tick_seconds"].as_f64().unwrap_or(0.0) * 1e3
+                x["fabric_tick_seconds"].as_f64().unwrap_or(0.0) * 1e3,
+                x["view_seconds"].as_f64().map_or(String::new(), |v| format!(
+                    "; the live poll's view of the collector (its API report of every port and the top flows, built under the collector's lock once a second) {:.1} ms",
+                    v * 1e3
+                ))
             );
         }
     }
