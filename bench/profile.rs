@@ -289,25 +289,7 @@ fn profile_live(secs: f64, flows: usize) -> Result<()> {
     let _stats = baseline::Stats::on()?;
     // Another build of the agent to compare with (`ROCEMON_PROFILE_BIN`), else this one.
     let bin = std::env::var("ROCEMON_PROFILE_BIN").unwrap_or_else(|_| BIN.to_string());
-    let agent = Agent::start(
-        &pair.ns_a,
-        &bin,
-        &[
-            "run",
-            "--iface",
-            &pair.a_if,
-            "--listen",
-            "127.0.0.1:9442",
-            "--no-pin",
-            "--hooks",
-            "xdp",
-            "--xdp-mode",
-            "native",
-            "--flow-map-entries",
-            "131072",
-        ],
-    )?;
-    std::thread::sleep(Duration::from_secs(2));
+    let agent = shapes::start_agent(&pair, &bin)?;
     let mut fd = None;
     for p in aya::programs::loaded_programs() {
         let p = p?;

@@ -152,6 +152,31 @@ impl Case {
     }
 }
 
+/// The agent `bin` on the pair's first end, its XDP program in native mode (as the live
+/// curve measures it), given two seconds to attach.
+pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
+    let agent = Agent::start(
+        &pair.ns_a,
+        bin,
+        &[
+            "run",
+            "--iface",
+            &pair.a_if,
+            "--listen",
+            "127.0.0.1:9442",
+            "--no-pin",
+            "--hooks",
+            "xdp",
+            "--xdp-mode",
+            "native",
+            "--flow-map-entries",
+            "131072",
+        ],
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    Ok(agent)
+}
+
 /// Rounds of the live curve (count-only and rocemon interleaved per round).
 const LIVE_ROUNDS: usize = 3;
 /// Seconds of traffic per case and program.
@@ -201,25 +226,7 @@ pub(crate) fn live_curve() -> Result<Value> {
                 base.push((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64);
             }
         }
-        let agent = Agent::start(
-            &pair.ns_a,
-            BIN,
-            &[
-                "run",
-                "--iface",
-                &pair.a_if,
-                "--listen",
-                "127.0.0.1:9442",
-                "--no-pin",
-                "--hooks",
-                "xdp",
-                "--xdp-mode",
-                "native",
-                "--flow-map-entries",
-                "131072",
-            ],
-        )?;
-        std::thread::sleep(Duration::from_secs(2));
+        let agent = start_agent(&pair, BIN)?;
         for (i, c) in cases.iter().enumerate() {
             let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
             send(c)?;
