@@ -1,16 +1,17 @@
 //! `--profile=FRAME[,SECONDS[,FLOWS]]`: where this build's XDP program spends its time on one
-//! bench frame, by source line; with FLOWS, on that many flows taking turns (the plain RoCE
-//! frame of the shapes phase, one run per frame, each the next flow's: the many-flow case
-//! where the flow state and the flow maps' lookups miss the CPU's caches). The kernel
-//! functions the program calls (the hash maps' lookups) are listed beside its lines.
-//! `--profile=live[,SECONDS[,FLOWS]]`: the agent's own XDP program live, as the shapes phase
-//! runs it (a veth pair, native mode, a raw-socket sender over FLOWS flows taking turns);
-//! `ROCEMON_PROFILE_BIN` names another build of the agent to run instead. The program runs the frame through BPF_PROG_TEST_RUN for a few
+//! bench frame, by source line. The program runs the frame through BPF_PROG_TEST_RUN for a few
 //! seconds under `perf record -a`; each sample inside the program's JIT image is mapped to the
 //! BPF instruction it came from (the program's `jited_line_info`) and that to its source line
 //! (the line text the compiler stored in the program's BTF). `bpftool` here has no
 //! disassembler and `perf annotate` cannot read a BPF program, so the mapping is done here,
-//! through bpf(2) directly (aya 0.14 does not expose line info).
+//! through bpf(2) directly (aya 0.14 does not expose line info). The kernel functions the
+//! program calls (the hash maps' lookups) are listed beside its lines.
+//!
+//! With FLOWS, the plain RoCE frame of the shapes phase as that many flows taking turns (one
+//! run per frame, each the next flow's: where the flow state and the flow maps' lookups miss
+//! the CPU's caches). `--profile=live[,SECONDS[,FLOWS]]`: the agent's own XDP program live, as
+//! the shapes phase runs it (a veth pair, native mode, a raw-socket sender over FLOWS flows
+//! taking turns); `ROCEMON_PROFILE_BIN` names another build of the agent to run instead.
 //!
 //! A sample lands on the instruction after the one that waited (skid): read a line's share as
 //! "around here". The frames are numbered as in the kernel phase's table (0: the plain RoCE
@@ -290,14 +291,11 @@ fn profile_live(secs: f64, flows: usize) -> Result<()> {
     // Another build of the agent to compare with (`ROCEMON_PROFILE_BIN`), else this one.
     let bin = std::env::var("ROCEMON_PROFILE_BIN").unwrap_or_else(|_| BIN.to_string());
     let agent = shapes::start_agent(&pair, &bin)?;
-    let mut fd = None;
-    for p in aya::programs::loaded_programs() {
-        let p = p?;
-        if p.name_as_str() == Some(agent_common::PROG_XDP) {
-            fd = Some(p.fd()?);
-        }
-    }
-    let fd = fd.context("the agent's XDP program is not loaded")?;
+    let prog = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| p.name_as_str() == Some(agent_common::PROG_XDP))
+        .context("the agent's XDP program is not loaded")?;
+    let fd = prog.fd()?;
     let jit = jit_lines(fd.as_fd().as_raw_fd())?;
     let send = |secs| {
         live::blast_flows(
