@@ -1,7 +1,8 @@
-//! The live phase's yardstick: the one-counter program (`rocemon_baseline_xdp` /
+//! The live phases' yardsticks: the one-counter program (`rocemon_baseline_xdp` /
 //! `rocemon_baseline_tc`) attached to the same veth the same way as rocemon's programs, so that
 //! rocemon is compared with the cheapest program that counts, not with "no program" (attaching
-//! any XDP program changes veth's receive path).
+//! any XDP program changes veth's receive path); and the flow floor (`rocemon_flow_floor_xdp`),
+//! the least an exact per-flow counter costs, for the traffic shapes.
 
 use anyhow::{bail, Context, Result};
 use aya::programs::{xdp::XdpMode, SchedClassifier, TcAttachType, Xdp};
@@ -18,12 +19,34 @@ impl Attached {
     /// Attaches the count-only program to `iface` in namespace `ns`: XDP in native mode, or
     /// tc ingress (TCX), as the agent attaches its own.
     pub fn new(ns: &str, iface: &str, tc: bool) -> Result<Attached> {
-        let (ns, iface) = (ns.to_string(), iface.to_string());
         let program = if tc {
             agent_common::PROG_BASELINE_TC
         } else {
             agent_common::PROG_BASELINE_XDP
         };
+        Attached::load(ns, iface, program, tc, || loader::load_object(1024))
+    }
+
+    /// Attaches the flow floor (the least an exact per-flow counter costs: a per-CPU hash map
+    /// of `flow_entries`, as the agent's IPv4 flow map is sized) to `iface` in native XDP mode.
+    pub fn flow_floor(ns: &str, iface: &str, flow_entries: u32) -> Result<Attached> {
+        Attached::load(
+            ns,
+            iface,
+            agent_common::PROG_FLOW_FLOOR_XDP,
+            false,
+            move || flow_floor_object(flow_entries),
+        )
+    }
+
+    fn load(
+        ns: &str,
+        iface: &str,
+        program: &'static str,
+        tc: bool,
+        object: impl FnOnce() -> Result<aya::Ebpf> + Send + 'static,
+    ) -> Result<Attached> {
+        let (ns, iface) = (ns.to_string(), iface.to_string());
         // The interface name resolves in the thread's namespace; the link outlives the thread.
         let ebpf = std::thread::spawn(move || -> Result<aya::Ebpf> {
             let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
@@ -31,8 +54,8 @@ impl Attached {
             if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 bail!("setns: {}", std::io::Error::last_os_error());
             }
-            let mut ebpf = loader::load_object(1024)?;
-            let p = ebpf.program_mut(program).context("baseline program")?;
+            let mut ebpf = object()?;
+            let p = ebpf.program_mut(program).context("yardstick program")?;
             if tc {
                 let p: &mut SchedClassifier = p.try_into()?;
                 p.load()?;
@@ -54,10 +77,17 @@ impl Attached {
         let info = self
             .ebpf
             .program(self.program)
-            .context("baseline program")?
+            .context("yardstick program")?
             .info()?;
         Ok((info.run_count(), info.run_time().as_secs_f64()))
     }
+}
+
+/// The object with the flow floor's map sized to `flow_entries` (nothing loaded yet).
+pub fn flow_floor_object(flow_entries: u32) -> Result<aya::Ebpf> {
+    Ok(aya::EbpfLoader::new()
+        .map_max_entries(agent_common::MAP_FLOW_FLOOR, flow_entries)
+        .load(loader::EBPF_OBJECT)?)
 }
 
 /// `kernel.bpf_stats_enabled` on while it lives, as it was afterwards.

@@ -16,7 +16,7 @@ pub(crate) fn section(r: &Value) -> String {
     if shapes.is_null() {
         return s;
     }
-    let _ = writeln!(s, "\n## 4b. Traffic shapes: many flows taking turns\n\nTargets (the live run time per packet against the count-only program attached the same way): 1 flow at most 2x, 1,000 flows taking turns at most 3x, 10,000 at most 4x, with 64-byte and 4 KiB payloads. A flow is the plain RoCE WRITE with its own destination QP; \"taking turns\": one packet of each flow in turn, so no flow comes back before all others have sent one.\n\nLive (veth, raw-socket sender on CPU 0, the agent's XDP program in native mode; {} interleaved rounds of {} s per case; medians):\n\n| case | run ns rocemon | run ns count-only | ratio | rounds |\n| --- | --- | --- | --- | --- |", shapes["live"]["rounds"], shapes["live"]["seconds_per_case"]);
+    let _ = writeln!(s, "\n## 4b. Traffic shapes: many flows taking turns\n\nTargets (the live run time per packet against the count-only program attached the same way): 1 flow at most 2x, 1,000 flows taking turns at most 3x, 10,000 at most 4x, with 64-byte and 4 KiB payloads. A flow is the plain RoCE WRITE with its own destination QP; \"taking turns\": one packet of each flow in turn, so no flow comes back before all others have sent one.\n\nThe flow floor is the least an exact per-flow counter costs (each packet's IPv4 RoCE flow looked up in a per-CPU hash map of the agent's size, inserted when new, a packet and its bytes added: the simplest flow agents' shape). Where flows outnumber what a CPU's caches hold, the floor's own ratio to the count-only program is the memory cost any exact per-flow count pays, and rocemon's ratio to the floor is what it adds.\n\nLive (veth, raw-socket sender on CPU 0, the agent's XDP program in native mode; {} interleaved rounds of {} s per case; medians):\n\n| case | run ns rocemon | run ns count-only | ratio | rounds | run ns flow floor | floor / count-only | rocemon / floor |\n| --- | --- | --- | --- | --- | --- | --- | --- |", shapes["live"]["rounds"], shapes["live"]["seconds_per_case"]);
     let rows = shapes["live"]["rows"]
         .as_array()
         .cloned()
@@ -28,17 +28,21 @@ pub(crate) fn section(r: &Value) -> String {
             .flatten()
             .filter_map(|x| x.as_f64().map(|x| format!("x{x:.2}")))
             .collect();
+        let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.0} | x{:.2} | {} |",
+            "| {} | {:.0} | {:.0} | x{:.2} | {} | {:.0} | x{:.2} | x{:.2} |",
             row["case"].as_str().unwrap_or(""),
-            row["run_ns"].as_f64().unwrap_or(0.0),
-            row["run_ns_count_only"].as_f64().unwrap_or(0.0),
-            row["ratio"].as_f64().unwrap_or(0.0),
-            rounds.join(", ")
+            f("run_ns"),
+            f("run_ns_count_only"),
+            f("ratio"),
+            rounds.join(", "),
+            f("run_ns_flow_floor"),
+            f("floor_ratio"),
+            f("ratio_to_floor")
         );
     }
-    let _ = writeln!(s, "\nThe curve (live, flows taking turns: ratio to the count-only program, one `#` per 0.5x):\n\n```");
+    let _ = writeln!(s, "\nThe curve (live, flows taking turns: ratio to the count-only program, one `#` per 0.5x; the flow floor's own ratio below each):\n\n```");
     for payload in [64, 4096] {
         let _ = writeln!(s, "{payload}-byte payloads");
         for row in rows
@@ -46,27 +50,31 @@ pub(crate) fn section(r: &Value) -> String {
             .filter(|r| r["burst"] == 1 && r["payload"] == payload)
         {
             let ratio = row["ratio"].as_f64().unwrap_or(0.0);
+            let floor = row["floor_ratio"].as_f64().unwrap_or(0.0);
             let _ = writeln!(
                 s,
-                "  {:>7} flows  x{ratio:<5.2} {}",
+                "  {:>7} flows  x{ratio:<5.2} {}\n          floor  x{floor:<5.2} {}",
                 row["flows"].as_u64().unwrap_or(0),
-                bar(ratio)
+                bar(ratio),
+                bar(floor)
             );
         }
     }
-    let _ = writeln!(s, "```\n\nBPF_PROG_TEST_RUN over a rotating set of frames (each run one frame, the next flow's; every flow created in a pass before the measured one; single runs, so each figure includes the harness's own per-run cost, as the count-only program's does; three interleaved loads, medians):\n\n| flows | frame bytes | XDP ns | XDP ns, cache off | count-only ns | ratio | ratio, cache off |\n| --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(s, "```\n\nBPF_PROG_TEST_RUN over a rotating set of frames (each run one frame, the next flow's; every flow created in a pass before the measured one; single runs, so each figure includes the harness's own per-run cost, as the count-only program's does; three interleaved loads, medians):\n\n| flows | frame bytes | XDP ns | XDP ns, cache off | count-only ns | ratio | ratio, cache off | flow floor ns | floor / count-only |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for row in shapes["test_run"].as_array().into_iter().flatten() {
         let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {:.0} | {:.0} | x{:.2} | x{:.2} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | x{:.2} | x{:.2} | {:.0} | x{:.2} |",
             row["flows"],
             row["bytes"],
             f("xdp_ns"),
             f("xdp_cache_off_ns"),
             f("count_only_ns"),
             f("ratio"),
-            f("ratio_cache_off")
+            f("ratio_cache_off"),
+            f("flow_floor_ns"),
+            f("floor_ratio")
         );
     }
     s

@@ -65,7 +65,7 @@ pub(crate) fn rotate(
 }
 
 /// The BPF_PROG_TEST_RUN curve: per frame size and flow count, rocemon's XDP program (cache
-/// on, cache off) and the count-only program, medians over interleaved rounds.
+/// on, cache off), the count-only program and the flow floor, medians over interleaved rounds.
 pub(crate) fn test_run_curve() -> Result<Value> {
     const RUNS: usize = 20_000;
     const ROUNDS: usize = 3;
@@ -73,8 +73,8 @@ pub(crate) fn test_run_curve() -> Result<Value> {
     for payload in [64usize, 1024] {
         let mut frame = template(payload);
         for &n in &FLOWS {
-            // [cache on, cache off, count-only]
-            let mut ns = [(); 3].map(|_| Vec::new());
+            // [cache on, cache off, count-only, flow floor]
+            let mut ns = [(); 4].map(|_| Vec::new());
             let runs = RUNS.max(n);
             for _ in 0..ROUNDS {
                 for (i, cache) in [true, false].into_iter().enumerate() {
@@ -82,7 +82,7 @@ pub(crate) fn test_run_curve() -> Result<Value> {
                         flow_cache: cache,
                         ..loader::Switches::default()
                     };
-                    let mut ebpf = loader::load_object_with(131_072, sw)?;
+                    let mut ebpf = loader::load_object_with(SHAPES_FLOW_MAP_ENTRIES, sw)?;
                     loader::load_programs(&mut ebpf, &[Hook::Xdp])?;
                     kernel::load_baselines(&mut ebpf, false)?;
                     let fd = ebpf
@@ -100,18 +100,28 @@ pub(crate) fn test_run_curve() -> Result<Value> {
                         ns[2].push(rotate(base, &mut frame, n, runs)?);
                     }
                 }
+                let mut floor = baseline::flow_floor_object(SHAPES_FLOW_MAP_ENTRIES)?;
+                let p: &mut aya::programs::Xdp = floor
+                    .program_mut(agent_common::PROG_FLOW_FLOOR_XDP)
+                    .context("flow floor")?
+                    .try_into()?;
+                p.load()?;
+                let fd = p.fd()?;
+                rotate(fd, &mut frame, n, n)?;
+                ns[3].push(rotate(fd, &mut frame, n, runs)?);
             }
-            let [on, off, base] = ns.map(median);
+            let [on, off, base, floor] = ns.map(median);
             eprintln!(
-                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (cache off x{:.2})",
+                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (cache off x{:.2}); flow floor {floor:>4.0} ns (x{:.2})",
                 frame.len(),
                 on / base,
-                off / base
+                off / base,
+                floor / base
             );
             rows.push(json!({
                 "flows": n, "bytes": frame.len(), "runs": runs,
-                "xdp_ns": on, "xdp_cache_off_ns": off, "count_only_ns": base,
-                "ratio": on / base, "ratio_cache_off": off / base,
+                "xdp_ns": on, "xdp_cache_off_ns": off, "count_only_ns": base, "flow_floor_ns": floor,
+                "ratio": on / base, "ratio_cache_off": off / base, "floor_ratio": floor / base,
             }));
         }
     }
@@ -170,12 +180,15 @@ pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
             "--xdp-mode",
             "native",
             "--flow-map-entries",
-            "131072",
+            &SHAPES_FLOW_MAP_ENTRIES.to_string(),
         ],
     )?;
     std::thread::sleep(Duration::from_secs(2));
     Ok(agent)
 }
+
+/// The flow maps of the shapes (the agent, the test runs) and the flow floor's map.
+const SHAPES_FLOW_MAP_ENTRIES: u32 = 131_072;
 
 /// Rounds of the live curve (count-only and rocemon interleaved per round).
 const LIVE_ROUNDS: usize = 3;
@@ -183,7 +196,8 @@ const LIVE_ROUNDS: usize = 3;
 const LIVE_SECS: f64 = 2.0;
 
 /// The live curve: per case, the kernel run time per packet of rocemon's XDP program (the
-/// agent, as users run it) and of the count-only program, medians of per-round ratios.
+/// agent, as users run it), of the count-only program and of the flow floor (the least an
+/// exact per-flow counter costs), medians of per-round ratios.
 pub(crate) fn live_curve() -> Result<Value> {
     let pair = VethPair::new("rcshape")?;
     let _stats = baseline::Stats::on()?;
@@ -213,43 +227,52 @@ pub(crate) fn live_curve() -> Result<Value> {
             LIVE_SECS,
         )
     };
-    // [case][round] = (rocemon ns, count-only ns)
+    // The three programs back to back within each case (the agent started afresh for it),
+    // so that the machine's drift over a round (2-3x on this VM) falls between cases, not
+    // between a case's figures. [case][round] = (rocemon ns, count-only ns, flow floor ns)
     let mut ns = vec![Vec::new(); cases.len()];
     for _ in 0..LIVE_ROUNDS {
-        let mut base = Vec::new();
-        {
-            let count_only = baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?;
-            for c in &cases {
-                let (r0, t0) = count_only.runs()?;
-                send(c)?;
-                let (r1, t1) = count_only.runs()?;
-                base.push((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64);
-            }
-        }
-        let agent = start_agent(&pair, BIN)?;
         for (i, c) in cases.iter().enumerate() {
+            let yardstick = |program: baseline::Attached| -> Result<f64> {
+                let (r0, t0) = program.runs()?;
+                send(c)?;
+                let (r1, t1) = program.runs()?;
+                Ok((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64)
+            };
+            let base = yardstick(baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?)?;
+            let floor = yardstick(baseline::Attached::flow_floor(
+                &pair.ns_a,
+                &pair.a_if,
+                SHAPES_FLOW_MAP_ENTRIES,
+            )?)?;
+            let agent = start_agent(&pair, BIN)?;
             let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
             send(c)?;
             let (r1, t1) = program_runs(agent_common::PROG_XDP)?;
+            agent.stop()?;
             let rocemon = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
             eprintln!(
-                "shapes: live, {}: rocemon {rocemon:.0} ns, count-only {:.0} ns (x{:.2})",
+                "shapes: live, {}: rocemon {rocemon:.0} ns, count-only {base:.0} ns (x{:.2}), flow floor {floor:.0} ns (x{:.2} the count-only; rocemon x{:.2} the floor)",
                 c.label(),
-                base[i],
-                rocemon / base[i]
+                rocemon / base,
+                floor / base,
+                rocemon / floor
             );
-            ns[i].push((rocemon, base[i]));
+            ns[i].push((rocemon, base, floor));
         }
-        agent.stop()?;
     }
     let mut rows = Vec::new();
     for (c, rounds) in cases.iter().zip(ns) {
-        let ratios: Vec<f64> = rounds.iter().map(|(r, b)| r / b).collect();
+        let per_round = |f: fn(&(f64, f64, f64)) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+        let ratios = per_round(|r| r.0 / r.1);
         rows.push(json!({
             "case": c.label(), "flows": c.flows, "burst": c.burst, "payload": c.payload,
-            "run_ns": median(rounds.iter().map(|r| r.0).collect::<Vec<_>>()),
-            "run_ns_count_only": median(rounds.iter().map(|r| r.1).collect::<Vec<_>>()),
+            "run_ns": median(per_round(|r| r.0)),
+            "run_ns_count_only": median(per_round(|r| r.1)),
+            "run_ns_flow_floor": median(per_round(|r| r.2)),
             "ratio": median(ratios.clone()), "ratios": ratios,
+            "floor_ratio": median(per_round(|r| r.2 / r.1)),
+            "ratio_to_floor": median(per_round(|r| r.0 / r.2)),
         }));
     }
     Ok(json!({ "rounds": LIVE_ROUNDS, "seconds_per_case": LIVE_SECS, "rows": rows }))

@@ -128,3 +128,7 @@ pub const GLOBAL_CNP_DSCP: &str = "ROCEMON_CNP_DSCP";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";
+/// Benchmark yardstick: the least an exact per-flow counter costs (IPv4 RoCE flows in a
+/// per-CPU hash map, [`MAP_FLOW_FLOOR`], sized by the bench at load time).
+pub const PROG_FLOW_FLOOR_XDP: &str = "rocemon_flow_floor_xdp";
+pub const MAP_FLOW_FLOOR: &str = "FLOW_FLOOR";

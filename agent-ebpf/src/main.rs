@@ -21,6 +21,7 @@ mod flow_maps;
 mod helper_reader;
 mod tc;
 mod xdp;
+mod yardsticks;
 
 use agent_common::{
     fast::Fast, FlowKey, FlowKey4, FlowStats, Hook, HookSlot, SessionKey, SessionStats,
@@ -245,29 +246,3 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[link_section = "license"]
 #[no_mangle]
 static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
-
-/// Benchmark baseline (`cargo xtask bench`): the cheapest useful program, one per-CPU counter
-/// bump. Never attached by the agent.
-#[map]
-static BASELINE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// `frags` like rocemon's own XDP programs: attached the same way (jumbo MTU veths need it).
-#[xdp(frags)]
-pub fn rocemon_baseline_xdp(_ctx: XdpContext) -> u32 {
-    bump_baseline();
-    xdp_action::XDP_PASS
-}
-
-#[classifier]
-pub fn rocemon_baseline_tc(_ctx: TcContext) -> i32 {
-    bump_baseline();
-    TC_ACT_PIPE
-}
-
-#[inline(always)]
-fn bump_baseline() {
-    if let Some(c) = BASELINE.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot.
-        unsafe { *c += 1 };
-    }
-}
