@@ -194,6 +194,9 @@ const SHAPES_FLOW_MAP_ENTRIES: u32 = 131_072;
 const LIVE_ROUNDS: usize = 3;
 /// Seconds of traffic per case and program.
 const LIVE_SECS: f64 = 2.0;
+/// Seconds of the case's traffic before each measurement: the steady state users run in (the
+/// agent's flow cache is judged at its polls, a second apart, and steps aside over two).
+const LIVE_WARMUP_SECS: f64 = 3.0;
 
 /// The live curve: per case, the kernel run time per packet of rocemon's XDP program (the
 /// agent, as users run it), of the count-only program and of the flow floor (the least an
@@ -218,15 +221,16 @@ pub(crate) fn live_curve() -> Result<Value> {
             payload,
         });
     }
-    let send = |c: &Case| {
+    let send_for = |c: &Case, secs: f64| {
         live::blast_flows(
             &pair.ns_b,
             &pair.b_if,
             template(c.payload),
             (c.flows, c.burst),
-            LIVE_SECS,
+            secs,
         )
     };
+    let send = |c: &Case| send_for(c, LIVE_SECS);
     // The three programs back to back within each case (the agent started afresh for it),
     // so that the machine's drift over a round (2-3x on this VM) falls between cases, not
     // between a case's figures. [case][round] = (rocemon ns, count-only ns, flow floor ns)
@@ -234,6 +238,7 @@ pub(crate) fn live_curve() -> Result<Value> {
     for _ in 0..LIVE_ROUNDS {
         for (i, c) in cases.iter().enumerate() {
             let yardstick = |program: baseline::Attached| -> Result<f64> {
+                send_for(c, LIVE_WARMUP_SECS)?;
                 let (r0, t0) = program.runs()?;
                 send(c)?;
                 let (r1, t1) = program.runs()?;
@@ -246,6 +251,7 @@ pub(crate) fn live_curve() -> Result<Value> {
                 SHAPES_FLOW_MAP_ENTRIES,
             )?)?;
             let agent = start_agent(&pair, BIN)?;
+            send_for(c, LIVE_WARMUP_SECS)?;
             let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
             send(c)?;
             let (r1, t1) = program_runs(agent_common::PROG_XDP)?;
@@ -275,5 +281,7 @@ pub(crate) fn live_curve() -> Result<Value> {
             "ratio_to_floor": median(per_round(|r| r.0 / r.2)),
         }));
     }
-    Ok(json!({ "rounds": LIVE_ROUNDS, "seconds_per_case": LIVE_SECS, "rows": rows }))
+    Ok(
+        json!({ "rounds": LIVE_ROUNDS, "seconds_per_case": LIVE_SECS, "warmup_seconds": LIVE_WARMUP_SECS, "rows": rows }),
+    )
 }

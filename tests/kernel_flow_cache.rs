@@ -3,76 +3,20 @@
 //! same frames, whether packets hit their slot, swap it with another flow, or the cache is
 //! switched off; and the flush is what brings a cached flow's packets into the maps.
 
+#[path = "support/flow_cache.rs"]
+mod cached;
 #[path = "support/kernel.rs"]
 mod support;
 #[path = "support/testrun.rs"]
 mod testrun;
 
-use agent_common::flow_cache::{slot_of, KeyWords, FLOW_CACHE_SLOTS, FLUSH_CHUNK};
-use agent_common::{parse_record, FlowKey, FlowKey4, FlowStats, Hook, LinkType, SliceReader};
+use agent_common::flow_cache::{FLOW_CACHE_SLOTS, FLUSH_CHUNK};
+use agent_common::{FlowKey, FlowKey4, FlowStats, Hook};
+use cached::{compare, raw_packets, run, run_and_compare, slot, write_only};
 use rocemon::kernel::loader;
-use rocemon::sources::tally::Tally;
 use rocemon_testkit::fixtures;
-use rocemon_testkit::frames::Roce;
 use support::{comparable, ready, xdp_object};
-use testrun::{record_as_kernel, test_run};
-
-/// An RDMA WRITE_ONLY of 256 bytes from 10.1.0.1 to 10.2.0.1, source port `sport`.
-fn write_only(sport: u16, psn: u32) -> Vec<u8> {
-    let mut r = Roce::new(
-        "10.1.0.1".parse().unwrap(),
-        "10.2.0.1".parse().unwrap(),
-        sport,
-        0x123,
-        0x0A,
-    );
-    r.psn = psn;
-    r.payload = 256;
-    r.dma_len = 256;
-    r.frame()
-}
-
-/// The cache slot of a frame's flow as the XDP hook counts it.
-fn slot(frame: &[u8]) -> u32 {
-    let mut rec = parse_record(&SliceReader(frame), LinkType::Ethernet);
-    rec.key.hook = Hook::Xdp as u8;
-    slot_of(&rec.key_words() as &KeyWords)
-}
-
-/// Runs frames through the XDP program and the host's counting, then checks the flows the
-/// agent reads and the counter block against the host's.
-fn run_and_compare(ebpf: &aya::Ebpf, frames: &[Vec<u8>], what: &str) {
-    let host = run(ebpf, frames);
-    compare(ebpf, &host, what);
-}
-
-/// Runs frames through the XDP program and the host's counting.
-fn run(ebpf: &aya::Ebpf, frames: &[Vec<u8>]) -> Tally {
-    let mut host = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::UNBOUNDED);
-    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-    for f in frames {
-        test_run(prog.fd().unwrap(), f, 1).unwrap();
-        record_as_kernel(&mut host, f, 0);
-    }
-    host
-}
-
-/// The flows the agent reads (a flush first) and the counter block, against the host's.
-fn compare(ebpf: &aya::Ebpf, host: &Tally, what: &str) {
-    let (flows, errors) = loader::read_flows(ebpf).unwrap();
-    assert_eq!(errors, 0, "{what}: read errors");
-    assert_eq!(flows.len(), host.flows.len(), "{what}: flows");
-    for (key, got) in &flows {
-        let want = host.flows.get(key).expect("a flow the host never saw");
-        assert_eq!(comparable(got), comparable(want), "{what}: {key:?}");
-    }
-    let k = loader::read_counters(ebpf).unwrap();
-    assert_eq!(
-        k[Hook::Xdp as usize],
-        host.counters,
-        "{what}: counter block"
-    );
-}
+use testrun::test_run;
 
 /// Two flows in one slot, their packets in pairs (A A B B A A ...): the second packet of a
 /// pair misses in a slot that had no hit since the last miss, so it writes the other flow
@@ -141,16 +85,6 @@ fn the_cache_on_and_off_count_the_same() {
         let ebpf = xdp_object(65_536, sw);
         run_and_compare(&ebpf, &frames, &format!("flow cache {flow_cache}"));
     }
-}
-
-/// This CPU's packets of every flow in the raw IPv4 flow map, without a flush.
-fn raw_packets(ebpf: &aya::Ebpf) -> u64 {
-    let map = ebpf.map(agent_common::MAP_FLOWS4).unwrap();
-    let m: aya::maps::PerCpuHashMap<_, FlowKey4, FlowStats> =
-        aya::maps::PerCpuHashMap::try_from(map).unwrap();
-    m.iter()
-        .map(|r| r.unwrap().1.iter().map(|s| s.packets).sum::<u64>())
-        .sum()
 }
 
 /// Five packets of one flow through the XDP program of an object loaded with `switches`.
@@ -252,12 +186,7 @@ fn an_offline_cpu_s_cached_flows_are_read_from_its_slots() {
         .flat_map(|psn| ports.iter().map(move |&p| write_only(p, psn)))
         .collect();
     let ebpf = xdp_object(1024, loader::Switches::default());
-    let mut host = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::UNBOUNDED);
-    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-    for f in &frames {
-        test_run(prog.fd().unwrap(), f, 1).unwrap();
-        record_as_kernel(&mut host, f, 0);
-    }
+    let host = run(&ebpf, &frames);
     let check = |flows: &[(FlowKey, FlowStats)], what: &str| {
         assert_eq!(flows.len(), host.flows.len(), "{what}: flows");
         for (key, got) in flows {

@@ -4,6 +4,7 @@
 //! atomics); `analyze` keeps one block for a capture. Both call [`HookCounters::record`], so a
 //! frame is counted the same way wherever it is seen.
 
+use crate::cache_mode::CacheUse;
 use crate::classes::TrafficClasses;
 use crate::clock::ClockCache;
 use crate::flow::FlowEvent;
@@ -420,6 +421,8 @@ pub struct HookSlot {
     /// The cached readings of the fine and the coarse clock ([`crate::clock`]).
     pub fine_clock: ClockCache,
     pub coarse_clock: ClockCache,
+    /// This CPU's flow cache as the hook sees it ([`crate::cache_mode`]).
+    pub cache: CacheUse,
 }
 
 /// No implicit padding: the kernel and userspace agree on the value's size.
@@ -428,6 +431,7 @@ const _: () = assert!(
         == core::mem::size_of::<HookCounters>()
             + core::mem::size_of::<PacketRecord>()
             + 2 * core::mem::size_of::<ClockCache>()
+            + core::mem::size_of::<CacheUse>()
 );
 
 /// The fast path writes its record into the slot it asks for.

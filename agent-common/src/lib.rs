@@ -5,7 +5,7 @@
 //! count a packet the same way.
 //!
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
-//! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`clock`],
+//! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`clock`], [`cache_mode`],
 //!   [`headers`], [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
 //!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`]; [`flow_cache`];
 //!   [`counters`] on top.
@@ -25,10 +25,13 @@
 //!   parsers write it; [`parse_frame`] rebuilds the rich [`Parsed`] from it).
 //! - [`classes`]: the traffic classes RoCE and CNPs are expected in (lossy RoCE).
 //! - [`counters`]: the per-hook counter block and its update function; the kernel's per-CPU
-//!   value around it ([`HookSlot`]: the block, the parse record, the clock caches).
+//!   value around it ([`HookSlot`]: the block, the parse record, the clock caches, the flow
+//!   cache's mode).
 //! - [`flow`]: `FlowKey`, `FlowStats` and `FlowStats::record`.
 //! - [`flow_cache`]: the kernel's per-CPU direct-mapped flow cache in front of the flow maps
 //!   (slot layout, hash, states of the write-back protocol).
+//! - [`cache_mode`]: when the flow cache steps aside (flows outnumber its slots): its modes,
+//!   the flush's judgement of them, the hook slots' view of them.
 //! - [`ring`]: RoCE packets and bytes per millisecond, the kernel's ring (training rhythm).
 //! - [`clock`]: the kernel's per-CPU cache of a clock reading (a packet reads the clock only
 //!   now and then).
@@ -40,6 +43,7 @@
 //!   tally, `analyze`'s flow table).
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod cache_mode;
 pub mod classes;
 pub mod clock;
 pub mod count;

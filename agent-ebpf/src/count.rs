@@ -5,6 +5,7 @@
 
 pub use crate::flow_maps::{on, slot};
 use crate::{clock, flow_cache, flow_maps, SESSIONS};
+use agent_common::cache_mode::{CacheUse, CACHE_OFF, CACHE_ON};
 use agent_common::clock::ClockCache;
 use agent_common::count::{count, count_outcome, Store};
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
@@ -206,6 +207,7 @@ struct KernelStore<'a> {
     hook: Hook,
     fine_clock: &'a mut ClockCache,
     coarse_clock: &'a mut ClockCache,
+    cache: &'a mut CacheUse,
 }
 
 impl Store for KernelStore<'_> {
@@ -254,13 +256,24 @@ impl Store for KernelStore<'_> {
         _psn: bool,
     ) -> bool {
         if flow_cache::enabled() {
-            if let Some(e) = flow_cache::hit(&rec.key_words()) {
-                // SAFETY: this CPU's slot (see `flow_cache`).
-                unsafe { flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now) };
-                flow_cache::counted(e);
-                return false;
+            // SAFETY: a field of this CPU's hook slot that the flush program writes.
+            let mode = unsafe { core::ptr::read_volatile(&self.cache.mode) };
+            if mode != CACHE_OFF {
+                let words = rec.key_words();
+                if let Some(e) = flow_cache::hit(&words) {
+                    // Draining: the slot is taken out unless it must stay (see
+                    // `rocemon_flow_take_out`), then the packet goes to the map.
+                    if mode == CACHE_ON || flow_cache::rocemon_flow_take_out(hook as u32) == 0 {
+                        // SAFETY: this CPU's slot (see `flow_cache`).
+                        unsafe { flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now) };
+                        flow_cache::counted(e);
+                        return false;
+                    }
+                } else if mode == CACHE_ON {
+                    self.cache.misses += 1;
+                    return flow_cache::rocemon_flow_miss(hook as u32, frame_len, now) != 0;
+                }
             }
-            return flow_cache::rocemon_flow_miss(hook as u32, frame_len, now) != 0;
         }
         flow_maps::flow_to_map(rec, c, frame_len, now)
     }
@@ -275,6 +288,7 @@ fn parsed(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) -> bool {
         record: rec,
         fine_clock,
         coarse_clock,
+        cache,
     } = slot;
     if matches!(path, Path::Slow | Path::SlowRedirectFailed) {
         c.slow_path_frames += 1;
@@ -289,6 +303,7 @@ fn parsed(slot: &mut HookSlot, hook: Hook, frame_len: u64, path: Path) -> bool {
         hook,
         fine_clock,
         coarse_clock,
+        cache,
     };
     count(&mut store, c, rec, hook, frame_len)
 }

@@ -5,6 +5,7 @@
 
 use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
+use agent_common::cache_mode::{mode_after_pass, mode_at_pass, pass_use, FlushState};
 use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
     CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK,
@@ -22,10 +23,17 @@ use core::sync::atomic::{compiler_fence, Ordering};
 #[map]
 static FLOW_CACHE: PerCpuArray<CachedFlow> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
 
-/// Per CPU: 1 while the flush program runs there (a packet that interrupts it and misses
-/// goes to the map, not into a slot the flush may be copying).
+/// Per CPU: the flush program's state ([`FlushState`]): its flag, set while it runs there (a
+/// packet that interrupts it and misses goes to the map, not into a slot the flush may be
+/// copying), and the cache's mode ([`agent_common::cache_mode`]).
 #[map]
-static FLUSHING: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+static FLUSHING: PerCpuArray<FlushState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether the flush runs on this CPU (the packet interrupted it).
+#[inline(always)]
+fn flushing() -> bool {
+    FLUSHING.get(0).is_some_and(|f| f.flushing != 0)
+}
 
 /// The load-time switch ([`agent_common::flow_cache::SWITCH_FLOW_CACHE`]).
 #[no_mangle]
@@ -131,8 +139,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     let words = rec.key_words();
     let hash = hash_of(&words);
     let slot = slot_of_hash(hash);
-    let flushing = FLUSHING.get(0).is_some_and(|f| *f != 0);
-    let e = if flushing {
+    let e = if flushing() {
         None
     } else {
         FLOW_CACHE
@@ -163,6 +170,41 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     0
 }
 
+/// A packet whose flow holds its slot while this CPU's cache drains
+/// ([`agent_common::cache_mode`]): the slot is written back (when changed) and emptied, and
+/// the caller counts the packet in the map (returns 1). The slot stays, and the caller counts
+/// the packet there as when the cache is on (returns 0), while the flush runs on this CPU (it
+/// may be copying that slot into the map) or when the map refuses the write-back (the flush
+/// tries again). Takes only scalars (a global function): the packet is in this CPU's record.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_flow_take_out(hook: u32) -> u32 {
+    if flushing() {
+        return 0;
+    }
+    let Some(HookSlot {
+        counters: c,
+        record: rec,
+        ..
+    }) = flow_maps::slot(Hook::from_u32(hook))
+    else {
+        return 0;
+    };
+    let slot = slot_of(&rec.key_words());
+    let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
+        return 0;
+    };
+    let s = state(e);
+    set_state(e, BUSY);
+    if s == DIRTY && rocemon_flow_write_back(slot) == 0 {
+        set_state(e, DIRTY);
+        c.flow_update_errors += 1;
+        return 0;
+    }
+    set_state(e, EMPTY);
+    1
+}
+
 /// Whether a slot keeps its flow at a miss of the flow with fingerprint `fp`: not when it is
 /// empty, nor when the same flow missed there last with no hit in between; else it keeps it
 /// and remembers `fp` (see [`agent_common::flow_cache`]).
@@ -185,18 +227,30 @@ fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
 /// and a flow the agent deletes as idle must not come back from a slot with its old totals).
 /// Never attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
 /// before it reads the flow maps, once per [`FLUSH_CHUNK`] slots, the chunk's first slot in the
-/// context's first argument. Returns the slots the maps refused (they stay changed and are
-/// tried again at the next flush; each refusal is a flow update error of the flow's hook).
+/// context's first argument. The first chunk of a pass judges the cache's mode over the
+/// interval, the last turns a drained cache off ([`agent_common::cache_mode`]). Returns the
+/// slots the maps refused (they stay changed and are tried again at the next flush; each
+/// refusal is a flow update error of the flow's hook).
 #[raw_tracepoint(tracepoint = "rocemon_flow_flush")]
 pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     let start = (ctx.arg::<u64>(0) as u32) & (FLOW_CACHE_SLOTS - 1) & !(FLUSH_CHUNK - 1);
     let Some(f) = FLUSHING.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: this CPU's state; packets that interrupt the flush read only its flag.
+    let f = unsafe { &mut *f };
     // SAFETY: this CPU's flag.
-    unsafe { write_volatile(f, 1) };
+    unsafe { write_volatile(addr_of_mut!(f.flushing), 1) };
     compiler_fence(Ordering::SeqCst);
+    if start == 0 {
+        let (hits, misses) = take_use(f);
+        let mode = mode_at_pass(f.mode, hits, misses, &mut f.passes_off);
+        set_mode(f, mode);
+        f.held = 0;
+        f.chunks = 0;
+    }
     let mut refused = 0;
+    let mut held = 0;
     for i in 0..FLUSH_CHUNK {
         let slot = start + i;
         let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
@@ -211,8 +265,13 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
                 set_state(e, EMPTY);
                 continue;
             }
-            _ => continue,
+            EMPTY => continue,
+            _ => {
+                held += 1;
+                continue;
+            }
         }
+        held += 1;
         set_state(e, CLEAN);
         if rocemon_flow_write_back(slot) == 0 {
             set_state(e, DIRTY);
@@ -224,8 +283,51 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
+    f.held += held;
+    f.chunks |= 1 << (start / FLUSH_CHUNK);
+    if start == FLOW_CACHE_SLOTS - FLUSH_CHUNK {
+        let all = f.chunks == ALL_CHUNKS;
+        set_mode(f, mode_after_pass(f.mode, all, f.held));
+    }
     compiler_fence(Ordering::SeqCst);
     // SAFETY: as above.
-    unsafe { write_volatile(f, 0) };
+    unsafe { write_volatile(addr_of_mut!(f.flushing), 0) };
     refused
+}
+
+/// A bit per chunk of a pass.
+const ALL_CHUNKS: u32 = ((1u64 << (FLOW_CACHE_SLOTS / FLUSH_CHUNK)) - 1) as u32;
+const _: () = assert!(FLOW_CACHE_SLOTS / FLUSH_CHUNK <= 32);
+
+/// This CPU's hits and misses since the last pass, over its hooks (the misses reset: a
+/// packet that interrupts between the read and the reset loses its count here, a judgement's
+/// sample).
+#[inline(always)]
+fn take_use(f: &mut FlushState) -> (u64, u64) {
+    let (mut roce, mut misses) = (0, 0);
+    for h in Hook::ALL {
+        if let Some(s) = flow_maps::slot(h) {
+            roce += s.counters.roce_packets();
+            misses += s.cache.misses;
+            s.cache.misses = 0;
+        }
+    }
+    let seen = core::mem::replace(&mut f.roce_seen, roce);
+    pass_use(roce, seen, misses)
+}
+
+/// Sets this CPU's cache mode, and its copy in every hook slot (what packets read); the
+/// count of passes off starts again at each change.
+#[inline(always)]
+fn set_mode(f: &mut FlushState, mode: u32) {
+    if f.mode != mode {
+        f.mode = mode;
+        f.passes_off = 0;
+    }
+    for h in Hook::ALL {
+        if let Some(s) = flow_maps::slot(h) {
+            // SAFETY: a field of this CPU's hook slot that only the flush writes.
+            unsafe { write_volatile(addr_of_mut!(s.cache.mode), mode) };
+        }
+    }
 }

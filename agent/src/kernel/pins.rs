@@ -60,6 +60,7 @@ pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
         std::mem::size_of::<FlowStats>() as u64,
         std::mem::size_of::<CachedFlow>() as u64,
         u64::from(FLOW_CACHE_SLOTS),
+        std::mem::size_of::<agent_common::cache_mode::FlushState>() as u64,
         std::mem::size_of::<SessionKey>() as u64,
         std::mem::size_of::<SessionStats>() as u64,
         u64::from(SESSION_MAP_ENTRIES),

@@ -41,7 +41,7 @@ pub fn test_run(attr: &mut TestRunAttr) -> std::io::Result<()> {
 }
 
 /// Runs a raw tracepoint program on one CPU, `arg` its context's first argument.
-fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<()> {
+pub fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<()> {
     let args = [arg];
     let mut attr = TestRunAttr {
         prog_fd: prog.as_raw_fd() as u32,

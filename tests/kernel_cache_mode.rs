@@ -1,0 +1,121 @@
+//! The flow cache steps aside where flows outnumber its slots (`agent_common::cache_mode`),
+//! through BPF_PROG_TEST_RUN on one CPU: the flush judges the cache over each poll's interval,
+//! drains it, turns it off and tries it again, and at every step the flows the agent reads
+//! hold exactly what the host counts.
+
+#[path = "support/flow_cache.rs"]
+mod cached;
+#[path = "support/kernel.rs"]
+mod support;
+#[path = "support/testrun.rs"]
+mod testrun;
+
+use agent_common::cache_mode::{FlushState, CACHE_DRAINING, CACHE_OFF, CACHE_ON, OFF_PASSES};
+use agent_common::flow_cache::{MAP_FLOW_FLUSHING, PROG_FLOW_FLUSH};
+use cached::{compare, feed, raw_packets, run, write_only};
+use rocemon::kernel::loader;
+use std::os::fd::AsFd;
+use support::{ready, xdp_object};
+
+/// Flows (by source port) that outnumber the cache's 4,096 slots.
+const MANY: u16 = 10_000;
+
+/// One packet of each of `flows` flows in turn, `rounds` times (PSNs from `psn`).
+fn taking_turns(flows: u16, rounds: u32, psn: u32) -> Vec<Vec<u8>> {
+    (0..rounds)
+        .flat_map(|r| (0..flows).map(move |i| write_only(0xC000 + i, psn + r)))
+        .collect()
+}
+
+/// The CPU this test runs on (`ready(true)` pinned it).
+fn here() -> u32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    unsafe { libc::sched_getcpu() as u32 }
+}
+
+/// This CPU's flow cache mode, as the flush left it.
+fn mode(ebpf: &aya::Ebpf) -> u32 {
+    let m: aya::maps::PerCpuArray<_, FlushState> =
+        aya::maps::PerCpuArray::try_from(ebpf.map(MAP_FLOW_FLUSHING).unwrap()).unwrap();
+    m.get(&0, 0).unwrap()[here() as usize].mode
+}
+
+/// The agent's read (a flush pass on every CPU) `n` times.
+fn polls(ebpf: &aya::Ebpf, n: u32) {
+    for _ in 0..n {
+        loader::read_flows(ebpf).unwrap();
+    }
+}
+
+#[test]
+fn where_flows_outnumber_the_slots_the_cache_steps_aside_and_back_with_exact_counts() {
+    if !ready(true) {
+        return;
+    }
+    let ebpf = xdp_object(65_536, loader::Switches::default());
+    let mut host = run(&ebpf, &taking_turns(MANY, 2, 0));
+    assert_eq!(mode(&ebpf), CACHE_ON, "judged at the next pass");
+    compare(&ebpf, &host, "on, many flows");
+    assert_eq!(mode(&ebpf), CACHE_DRAINING, "most packets missed");
+
+    // The flows that held slots are taken out at their next packet; the flush empties the
+    // rest, and a pass that finds every slot empty turns the cache off.
+    feed(&ebpf, &mut host, &taking_turns(MANY, 1, 2));
+    compare(&ebpf, &host, "draining");
+    assert_eq!(mode(&ebpf), CACHE_OFF, "drained");
+
+    // Off: every packet goes straight to the map.
+    feed(&ebpf, &mut host, &taking_turns(MANY, 1, 3));
+    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
+    assert_eq!(raw_packets(&ebpf), packets, "the map before any flush");
+    compare(&ebpf, &host, "off");
+
+    // Tried again after its passes off; few flows then use it.
+    polls(&ebpf, OFF_PASSES);
+    assert_eq!(mode(&ebpf), CACHE_ON, "tried again");
+    let one: Vec<Vec<u8>> = (4..200).map(|psn| write_only(0xC000, psn)).collect();
+    feed(&ebpf, &mut host, &one);
+    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
+    assert!(
+        raw_packets(&ebpf) < packets,
+        "the flow's packets are in its slot until the flush"
+    );
+    compare(&ebpf, &host, "on again");
+    assert_eq!(mode(&ebpf), CACHE_ON, "one flow hits");
+}
+
+/// A flow whose slot changed since the flush comes back while the cache drains: its slot is
+/// written back before it is emptied, so the map then holds every packet without a flush.
+#[test]
+fn a_changed_slot_is_written_back_when_its_flow_comes_back_while_draining() {
+    if !ready(true) {
+        return;
+    }
+    let ebpf = xdp_object(65_536, loader::Switches::default());
+    let mut host = run(&ebpf, &taking_turns(MANY, 2, 0));
+    // The first chunk of a pass only: the cache drains from here, the other chunks' slots
+    // are still changed.
+    let flush = ebpf.program(PROG_FLOW_FLUSH).unwrap().fd().unwrap();
+    rocemon::sources::prog_run::run_on_cpu(flush.as_fd(), here(), 0).unwrap();
+    assert_eq!(mode(&ebpf), CACHE_DRAINING);
+    feed(&ebpf, &mut host, &taking_turns(MANY, 1, 2));
+    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
+    assert_eq!(
+        raw_packets(&ebpf),
+        packets,
+        "every slot taken out by its flow"
+    );
+    compare(&ebpf, &host, "draining");
+}
+
+/// A cache that mostly hits is never drained, however many packets it counts.
+#[test]
+fn a_cache_that_mostly_hits_stays_on() {
+    if !ready(true) {
+        return;
+    }
+    let ebpf = xdp_object(65_536, loader::Switches::default());
+    let host = run(&ebpf, &taking_turns(500, 10, 0));
+    compare(&ebpf, &host, "500 flows");
+    assert_eq!(mode(&ebpf), CACHE_ON);
+}
