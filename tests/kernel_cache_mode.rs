@@ -63,6 +63,11 @@ fn where_flows_outnumber_the_slots_the_cache_steps_aside_and_back_with_exact_cou
     feed(&ebpf, &mut host, &taking_turns(MANY, 1, 2));
     compare(&ebpf, &host, "draining");
     assert_eq!(mode(&ebpf), CACHE_OFF, "drained");
+    let modes = rocemon::sources::maps::cache_modes(&ebpf).unwrap();
+    assert_eq!(
+        modes[CACHE_OFF as usize], 1,
+        "what the agent exports: {modes:?}"
+    );
 
     // Off: every packet goes straight to the map.
     feed(&ebpf, &mut host, &taking_turns(MANY, 1, 3));

@@ -39,6 +39,10 @@
 //! from its third; a flow that keeps coming keeps its slot against any number of one-off
 //! flows. The slot remembers the last missing flow by a fingerprint of the key's hash (32
 //! bits: a collision only swaps a slot early, the counts stay exact either way).
+//!
+//! Where flows outnumber the slots even the probe costs more than the hits save (the slot's
+//! lines, then the map's): the flush then drains this CPU's cache and turns it off for a
+//! while ([`crate::cache_mode`]).
 
 use crate::flow::FlowStats;
 use crate::flow_key::FlowKey;

@@ -350,6 +350,10 @@ fn poll(
         for (hook, program, runs, seconds) in p.program_stats() {
             m.set_program_stats(&p.iface, hook, program, runs, seconds);
         }
+        match p.flow_cache_modes() {
+            Ok(modes) => m.set_flow_cache_modes(&p.iface, modes),
+            Err(e) => log::debug!("read the flow cache's modes on {}: {e:#}", p.iface),
+        }
         match p.read_flows() {
             Ok((flows, errors)) => {
                 // The idle timeout: flows quiet that long leave the maps (a full map refuses

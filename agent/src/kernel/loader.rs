@@ -348,6 +348,12 @@ impl Attachment {
         Ok((deleted, errors))
     }
 
+    /// The online CPUs whose flow cache is on, draining and off (see
+    /// [`crate::sources::maps::cache_modes`]).
+    pub fn flow_cache_modes(&self) -> Result<[u64; 3]> {
+        crate::sources::maps::cache_modes(&self.ebpf)
+    }
+
     /// RoCE packets and bytes per millisecond, `from_ms..=to_ms` (see
     /// [`crate::sources::maps::read_ring`]).
     pub fn read_ring(&self, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {

@@ -66,6 +66,7 @@ pub struct Metrics {
     attach_errors: IntCounterVec,
     program_runs: IntCounterVec,
     program_seconds: prometheus::CounterVec,
+    flow_cache_cpus: IntGaugeVec,
     tunnels: IntCounterVec,
     rdma_counters: IntCounterVec,
     build_info: IntGaugeVec,
@@ -341,6 +342,7 @@ impl Metrics {
             attached: int_gauge(&r, "rocemon_attached", "1 for every program attached (mode: native, skb or tcx).", &["iface", "hook", "mode"])?,
             interface_up: int_gauge(&r, "rocemon_interface_up", "1 while a watched interface exists and rocemon's programs are attached to it, 0 while it is gone.", &["iface"])?,
             attach_errors: counter(&r, "rocemon_attach_errors_total", "Attempts to attach to a watched interface (after it came back) that failed.", &["iface"])?,
+            flow_cache_cpus: int_gauge(&r, "rocemon_flow_cache_cpus", "Online CPUs whose kernel flow cache is on, draining or off (it steps aside where a CPU's flows outnumber its 4,096 slots: most packets missed it in a poll interval; tried again 16 polls later).", &["iface", "mode"])?,
             program_runs: counter(&r, "rocemon_program_runs_total", "Runs of each rocemon kernel program, as the kernel counts them (BPF run-time statistics on).", &["iface", "hook", "program"])?,
             program_seconds: {
                 let name = "rocemon_program_run_seconds_total";

@@ -37,6 +37,15 @@ impl Metrics {
         follow(&self.program_seconds.with_label_values(&l), seconds);
     }
 
+    /// The online CPUs whose flow cache is on, draining and off.
+    pub fn set_flow_cache_modes(&self, iface: &str, modes: [u64; 3]) {
+        for (mode, n) in ["on", "draining", "off"].into_iter().zip(modes) {
+            self.flow_cache_cpus
+                .with_label_values(&[iface, mode])
+                .set(n as i64);
+        }
+    }
+
     /// Whether a watched interface is there with the programs attached.
     pub fn set_interface_up(&self, iface: &str, up: bool) {
         self.interface_up

@@ -173,3 +173,15 @@ fn sflow_port_series_lines_are_well_formed() {
         "{text}"
     );
 }
+
+/// The flow cache's modes per interface: one series per mode, every mode present.
+#[test]
+fn flow_cache_modes_are_a_gauge_per_mode() {
+    let m = Metrics::new().unwrap();
+    m.set_flow_cache_modes("veth0", [3, 0, 1]);
+    let text = m.encode().unwrap();
+    for (mode, n) in [("on", 3), ("draining", 0), ("off", 1)] {
+        let line = format!(r#"rocemon_flow_cache_cpus{{iface="veth0",mode="{mode}"}} {n}"#);
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+}
