@@ -303,6 +303,27 @@ pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)
     Ok(out)
 }
 
+/// The online CPUs whose flow cache is on, draining and off
+/// ([`agent_common::cache_mode`]), as the flush left them. An object without the cache's
+/// state (a build from before it) has every CPU on.
+pub fn cache_modes(ebpf: &Ebpf) -> Result<[u64; 3]> {
+    let online = aya::util::online_cpus()
+        .map_err(|(_, e)| e)
+        .context("read the online CPUs")?;
+    let mut out = [0u64; 3];
+    let Some(map) = ebpf.map(MAP_FLOW_FLUSHING) else {
+        out[0] = online.len() as u64;
+        return Ok(out);
+    };
+    let states: PerCpuArray<_, FlushState> = PerCpuArray::try_from(map)?;
+    let values = states.get(&0, 0)?;
+    for cpu in online {
+        let mode = values.get(cpu as usize).map_or(0, |s| s.mode) as usize;
+        out[mode.min(2)] += 1;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,25 +350,4 @@ mod tests {
     fn held_states_alone_make_a_flow_the_map_no_longer_has() {
         assert_eq!(merged(&[], &[(0, packets(3)), (5, packets(4))]).packets, 7);
     }
-}
-
-/// The online CPUs whose flow cache is on, draining and off
-/// ([`agent_common::cache_mode`]), as the flush left them. An object without the cache's
-/// state (a build from before it) has every CPU on.
-pub fn cache_modes(ebpf: &Ebpf) -> Result<[u64; 3]> {
-    let online = aya::util::online_cpus()
-        .map_err(|(_, e)| e)
-        .context("read the online CPUs")?;
-    let mut out = [0u64; 3];
-    let Some(map) = ebpf.map(MAP_FLOW_FLUSHING) else {
-        out[0] = online.len() as u64;
-        return Ok(out);
-    };
-    let states: PerCpuArray<_, FlushState> = PerCpuArray::try_from(map)?;
-    let values = states.get(&0, 0)?;
-    for cpu in online {
-        let mode = values.get(cpu as usize).map_or(0, |s| s.mode) as usize;
-        out[mode.min(2)] += 1;
-    }
-    Ok(out)
 }
