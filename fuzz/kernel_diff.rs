@@ -36,13 +36,32 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
     use std::collections::BTreeMap;
     const BATCH: usize = 20_000; // frames per batch: at most one flow each, map of 65,536
     const SMALL_MAP: u32 = 256;
+    // Frames between two flushes (as the agent's polls): 8 passes a batch, each over enough
+    // RoCE packets for the flush to judge the cache.
+    const FLUSH_EVERY: usize = BATCH / 8;
     loader::raise_memlock();
     crate::testrun::pin_to_one_cpu()?;
+    let online = aya::util::online_cpus().map_err(|(_, e)| e)?;
+    // Flushes that left a CPU's flow cache draining, and off.
+    let mut stepped_aside = [0u64; 2];
     let seeds: Vec<Vec<u8>> = rocemon_testkit::fixtures::all()
         .into_iter()
         .filter(|f| f.link == rocemon_testkit::fixtures::Link::Ethernet)
         .flat_map(|f| f.records().map(|r| r.2).collect::<Vec<_>>())
         .collect();
+    let roce_seed = seeds
+        .iter()
+        .find(|f| {
+            f.len() > 60
+                && f[12..15] == [0x08, 0x00, 0x45]
+                && agent_common::parse_record(
+                    &agent_common::SliceReader(f),
+                    agent_common::LinkType::Ethernet,
+                )
+                .is_roce()
+        })
+        .context("a plain IPv4 RoCE seed")?
+        .clone();
     let mut rng = Rng(0xF022);
     let started = Instant::now();
     let end = match limit {
@@ -69,7 +88,26 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
         }
         let limits = rocemon::sources::tally::FlowLimits::both(entries as usize);
         let mut host = Hook::ALL.map(|h| Tally::new(h, limits));
-        for _ in 0..BATCH {
+        for n in 0..BATCH {
+            // The agent's flush at its polls, many times a batch: each pass judges the flow
+            // cache, which steps aside (drains, turns off, comes back) while frames come.
+            if n % FLUSH_EVERY == FLUSH_EVERY - 1 {
+                for (_, ebpf) in &objects {
+                    rocemon::sources::prog_run::flush_flow_cache(ebpf, &online);
+                    let modes = rocemon::sources::maps::cache_modes(ebpf)?;
+                    stepped_aside[0] += u64::from(modes[1] > 0);
+                    stepped_aside[1] += u64::from(modes[2] > 0);
+                }
+            }
+            if n % 3 != 0 {
+                // Two frames in three a flow of its own (the plain RoCE seed with its own
+                // destination QP): more flows than the cache's slots, so the flushes judge
+                // it missed and it steps aside while the fuzzed frames keep coming.
+                let mut f = roce_seed.clone();
+                f[47..50].copy_from_slice(&(n as u32 | (batches as u32) << 20).to_be_bytes()[1..]);
+                run_all(&objects, &f, &mut host, &mut runs, &mut refused)?;
+                continue;
+            }
             let mut f = seeds[rng.below(seeds.len() as u64) as usize].clone();
             for _ in 0..rng.below(6) {
                 let i = rng.below(f.len() as u64) as usize;
@@ -84,36 +122,7 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
             if f.len() < 14 {
                 continue;
             }
-            for (hook, ebpf) in &objects {
-                let hook = *hook;
-                let xdp = matches!(hook, Hook::Xdp | Hook::AfXdp);
-                let p = ebpf.program(hook.program()).context("program")?;
-                let r = match test_run(p.fd()?, &f, 1) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let einval = e.chain().any(|c| c.to_string().contains("os error 22"));
-                        if !xdp && einval && skb_harness_refuses(&f) {
-                            refused += 1;
-                            continue;
-                        }
-                        return Err(e.context(format!(
-                            "{} refused a {}-byte frame the harness should run",
-                            hook.name(),
-                            f.len()
-                        )));
-                    }
-                };
-                let want = if xdp { 2 } else { 3 };
-                if r.retval != want {
-                    bail!(
-                        "{} returned {} for a fuzzed frame: traffic must never be dropped",
-                        hook.name(),
-                        r.retval
-                    );
-                }
-                crate::testrun::record_as_kernel(&mut host[hook as usize], &f, 0);
-                runs += 1;
-            }
+            run_all(&objects, &f, &mut host, &mut runs, &mut refused)?;
         }
         batches += 1;
         if small {
@@ -183,8 +192,55 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
         }
     }
     eprintln!(
-        "fuzz-kernel: {runs} program runs in {batches} batches over {:.0} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness; {full_batches} batches past flow maps of {SMALL_MAP} entries, {flows_refused} packets of refused flows); every counter, session and flow ({flows_compared} flows) equal to the host's",
-        started.elapsed().as_secs_f64()
+        "fuzz-kernel: {runs} program runs in {batches} batches over {:.0} s (xdp, tc_ingress, tc_egress, afxdp; {refused} runts refused by the skb harness; {full_batches} batches past flow maps of {SMALL_MAP} entries, {flows_refused} packets of refused flows; the flow cache draining after {} flushes and off after {}); every counter, session and flow ({flows_compared} flows) equal to the host's",
+        started.elapsed().as_secs_f64(),
+        stepped_aside[0],
+        stepped_aside[1]
     );
+    if batches > 0 && stepped_aside[1] == 0 {
+        bail!("the flow cache never stepped aside: the fuzzer tested none of its modes");
+    }
+    Ok(())
+}
+
+/// Runs one frame through every program (the test harness's refusals of runts counted) and
+/// into the host's counts; traffic must never be dropped.
+fn run_all(
+    objects: &[(Hook, aya::Ebpf)],
+    f: &[u8],
+    host: &mut [rocemon::sources::tally::Tally; Hook::COUNT],
+    runs: &mut u64,
+    refused: &mut u64,
+) -> Result<()> {
+    for (hook, ebpf) in objects {
+        let hook = *hook;
+        let xdp = matches!(hook, Hook::Xdp | Hook::AfXdp);
+        let p = ebpf.program(hook.program()).context("program")?;
+        let r = match test_run(p.fd()?, f, 1) {
+            Ok(r) => r,
+            Err(e) => {
+                let einval = e.chain().any(|c| c.to_string().contains("os error 22"));
+                if !xdp && einval && skb_harness_refuses(f) {
+                    *refused += 1;
+                    continue;
+                }
+                return Err(e.context(format!(
+                    "{} refused a {}-byte frame the harness should run",
+                    hook.name(),
+                    f.len()
+                )));
+            }
+        };
+        let want = if xdp { 2 } else { 3 };
+        if r.retval != want {
+            bail!(
+                "{} returned {} for a fuzzed frame: traffic must never be dropped",
+                hook.name(),
+                r.retval
+            );
+        }
+        crate::testrun::record_as_kernel(&mut host[hook as usize], f, 0);
+        *runs += 1;
+    }
     Ok(())
 }
