@@ -35,7 +35,9 @@ pub fn slot(hook: Hook) -> Option<&'static mut HookSlot> {
     // SAFETY: a per-CPU array value for this CPU; the packet programs run with bottom halves
     // disabled and do not interrupt each other on a CPU, so no other reference to it is live
     // (the flush program, which can be interrupted by them, touches only the counter block's
-    // `flow_update_errors`).
+    // `flow_update_errors` and the slot's `cache`: it sets the mode packets only read, and
+    // resets the misses, where a packet's count lost to the interruption is a judgement's
+    // sample, see `agent_common::cache_mode`).
     Some(unsafe { &mut *s })
 }
 
