@@ -190,7 +190,7 @@ pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
 /// The flow maps of the shapes (the agent, the test runs) and the flow floor's map.
 const SHAPES_FLOW_MAP_ENTRIES: u32 = 131_072;
 
-/// Rounds of the live curve (count-only and rocemon interleaved per round).
+/// Rounds of the live curve (the three programs back to back per case in each).
 const LIVE_ROUNDS: usize = 3;
 /// Seconds of traffic per case and program.
 const LIVE_SECS: f64 = 2.0;
@@ -237,13 +237,15 @@ pub(crate) fn live_curve() -> Result<Value> {
     let mut ns = vec![Vec::new(); cases.len()];
     for _ in 0..LIVE_ROUNDS {
         for (i, c) in cases.iter().enumerate() {
-            let yardstick = |program: baseline::Attached| -> Result<f64> {
+            // The case's traffic, then the ns per run it cost the program `runs` reads.
+            let measure = |runs: &dyn Fn() -> Result<(u64, f64)>| -> Result<f64> {
                 send_for(c, LIVE_WARMUP_SECS)?;
-                let (r0, t0) = program.runs()?;
+                let (r0, t0) = runs()?;
                 send(c)?;
-                let (r1, t1) = program.runs()?;
+                let (r1, t1) = runs()?;
                 Ok((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64)
             };
+            let yardstick = |program: baseline::Attached| measure(&|| program.runs());
             let base = yardstick(baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?)?;
             let floor = yardstick(baseline::Attached::flow_floor(
                 &pair.ns_a,
@@ -251,12 +253,8 @@ pub(crate) fn live_curve() -> Result<Value> {
                 SHAPES_FLOW_MAP_ENTRIES,
             )?)?;
             let agent = start_agent(&pair, BIN)?;
-            send_for(c, LIVE_WARMUP_SECS)?;
-            let (r0, t0) = program_runs(agent_common::PROG_XDP)?;
-            send(c)?;
-            let (r1, t1) = program_runs(agent_common::PROG_XDP)?;
+            let rocemon = measure(&|| program_runs(agent_common::PROG_XDP))?;
             agent.stop()?;
-            let rocemon = (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64;
             eprintln!(
                 "shapes: live, {}: rocemon {rocemon:.0} ns, count-only {base:.0} ns (x{:.2}), flow floor {floor:.0} ns (x{:.2} the count-only; rocemon x{:.2} the floor)",
                 c.label(),

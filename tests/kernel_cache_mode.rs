@@ -40,6 +40,11 @@ fn mode(ebpf: &aya::Ebpf) -> u32 {
     m.get(&0, 0).unwrap()[here() as usize].mode
 }
 
+/// Every flow's packets as the host counted them.
+fn host_packets(host: &rocemon::sources::tally::Tally) -> u64 {
+    host.flows.values().map(|s| s.packets).sum()
+}
+
 /// The agent's read (a flush pass on every CPU) `n` times.
 fn polls(ebpf: &aya::Ebpf, n: u32) {
     for _ in 0..n {
@@ -71,8 +76,11 @@ fn where_flows_outnumber_the_slots_the_cache_steps_aside_and_back_with_exact_cou
 
     // Off: every packet goes straight to the map.
     feed(&ebpf, &mut host, &taking_turns(MANY, 1, 3));
-    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
-    assert_eq!(raw_packets(&ebpf), packets, "the map before any flush");
+    assert_eq!(
+        raw_packets(&ebpf),
+        host_packets(&host),
+        "the map before any flush"
+    );
     compare(&ebpf, &host, "off");
 
     // Tried again after its passes off; few flows then use it.
@@ -80,9 +88,8 @@ fn where_flows_outnumber_the_slots_the_cache_steps_aside_and_back_with_exact_cou
     assert_eq!(mode(&ebpf), CACHE_ON, "tried again");
     let one: Vec<Vec<u8>> = (4..200).map(|psn| write_only(0xC000, psn)).collect();
     feed(&ebpf, &mut host, &one);
-    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
     assert!(
-        raw_packets(&ebpf) < packets,
+        raw_packets(&ebpf) < host_packets(&host),
         "the flow's packets are in its slot until the flush"
     );
     compare(&ebpf, &host, "on again");
@@ -104,10 +111,9 @@ fn a_changed_slot_is_written_back_when_its_flow_comes_back_while_draining() {
     rocemon::sources::prog_run::run_on_cpu(flush.as_fd(), here(), 0).unwrap();
     assert_eq!(mode(&ebpf), CACHE_DRAINING);
     feed(&ebpf, &mut host, &taking_turns(MANY, 1, 2));
-    let packets: u64 = host.flows.values().map(|s| s.packets).sum();
     assert_eq!(
         raw_packets(&ebpf),
-        packets,
+        host_packets(&host),
         "every slot taken out by its flow"
     );
     compare(&ebpf, &host, "draining");
