@@ -1,6 +1,7 @@
 //! bpf(2) for the commands aya 0.14 does not wrap: BPF_PROG_TEST_RUN (the flow cache's flush,
 //! tests and benchmarks), BPF_MAP_LOOKUP_BATCH (the flow maps), BPF_OBJ_GET (what a pin is),
-//! and the program and BTF info the benchmarks' profile reads.
+//! BPF_LINK_DETACH (a pinned link off its device), and the program and BTF info the
+//! benchmarks' profile reads.
 
 /// Calls bpf(2) with command `cmd` and the attribute `attr`; returns the call's non-negative
 /// result (a new descriptor for the commands that open one, else 0).

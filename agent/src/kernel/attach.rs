@@ -233,6 +233,7 @@ fn reattach(
         log::warn!(
             "XDP mode changes from {mode} to {want}: replacing the pinned link (counts continue; a few packets may pass uncounted)"
         );
+        crate::kernel::pin_object::detach_link(&pin);
         let _ = std::fs::remove_file(&pin);
         return None;
     }

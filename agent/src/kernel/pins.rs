@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::FlowMapSizes;
 pub use crate::config::DEFAULT_PIN_DIR;
+use crate::kernel::pin_object::{detach_link, object_kind, ObjectKind};
 /// The maps that carry counts across restarts (the rest is per process: scratch, logs), and
 /// the program arrays of the slow programs: the kernel empties a program array when its last
 /// user reference closes, so without a pin the pinned links' fast programs would lose their
@@ -154,41 +155,6 @@ pub fn ensure_bpffs(root: &Path) -> Result<()> {
     check_root(root)
 }
 
-/// The kind of a pinned kernel object, read from `/proc/self/fdinfo` of a descriptor that
-/// `BPF_OBJ_GET` returns for the pin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjectKind {
-    Map,
-    Link,
-    Program,
-}
-
-/// What the pin at `path` is, or None when it is no pin (or cannot be opened).
-pub fn object_kind(path: &Path) -> Option<ObjectKind> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // bpf_attr for BPF_OBJ_GET: pathname (u64), bpf_fd (u32), file_flags (u32), path_fd.
-    let mut attr = [0u64; 4];
-    attr[0] = c.as_ptr() as u64;
-    const BPF_OBJ_GET: libc::c_long = 7;
-    // SAFETY: attr is a valid, zero-padded bpf_attr prefix of the size given; the path
-    // outlives the call.
-    let fd = unsafe { crate::bpf_sys::bpf(BPF_OBJ_GET, &mut attr) }.ok()? as i32;
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
-    // SAFETY: fd was returned to us by the kernel and is closed once.
-    unsafe { libc::close(fd) };
-    info.lines().find_map(|l| {
-        if l.starts_with("link_type:") {
-            Some(ObjectKind::Link)
-        } else if l.starts_with("map_type:") {
-            Some(ObjectKind::Map)
-        } else if l.starts_with("prog_type:") {
-            Some(ObjectKind::Program)
-        } else {
-            None
-        }
-    })
-}
-
 /// Whether `name` is a link pin name of rocemon's: `link_<hook>` or `link_<hook>@<mode>`.
 fn is_link_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("link_") else {
@@ -277,6 +243,7 @@ fn remove_in_iface(
                 if !keep_hooks.is_empty() {
                     log::info!("detaching {hook} from a previous run (no longer configured)");
                 }
+                detach_link(&p);
                 out.remove_file(p)?;
             }
             continue;

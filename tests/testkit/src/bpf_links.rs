@@ -91,3 +91,28 @@ pub fn wait_links_gone(ids: &[u64], timeout: std::time::Duration) -> Result<Vec<
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A descriptor of the BPF object pinned at `path`, held by the test: another process that
+/// keeps a link open (bpftool, a tool of the operator's, an agent that hangs on exit), so
+/// removing the pin alone does not take the link off its device.
+pub fn hold_pinned(path: &std::path::Path) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // bpf_attr for BPF_OBJ_GET (7): pathname (u64), bpf_fd, file_flags, path_fd.
+    let attr = [c.as_ptr() as u64, 0, 0, 0];
+    // SAFETY: a zero-padded bpf_attr prefix of the size given; the path outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            7 as libc::c_long,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("open the pin {}", path.display()));
+    }
+    // SAFETY: the kernel just opened fd for us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -383,7 +383,7 @@ impl Agent {
                 }
             }
             if let Some(st) = self.try_wait() {
-                bail!("rocemon exited early with {st}");
+                bail!("rocemon exited early with {st}: {}", self.exited_log());
             }
             if t.elapsed() > timeout {
                 bail!("rocemon did not serve the expected /metrics within {timeout:?}");
@@ -430,6 +430,20 @@ impl Agent {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// What an exited agent wrote to stderr (its error names the cause), or a note that it
+    /// cannot be read.
+    fn exited_log(&mut self) -> String {
+        use std::io::Read;
+        let mut log = String::new();
+        match self.child.as_mut().and_then(|c| c.stderr.as_mut()) {
+            Some(err) => match err.read_to_string(&mut log) {
+                Ok(_) => log,
+                Err(e) => format!("(its stderr cannot be read: {e})"),
+            },
+            None => "(its stderr was already read)".into(),
+        }
     }
 
     /// Sends SIGTERM and waits; returns the exit status and stderr.
