@@ -6,8 +6,8 @@
 //! two heavy writers that become elephants on one predicted path, an incast (CE marks,
 //! CNPs), a PFC storm with RoCE outside the lossless class, and a training job's rhythm. Each
 //! finding is announced when rocemon shows it, with where to see it. `--prometheus` adds a
-//! local Prometheus with the shipped rules. Ctrl-C or `--duration` stops everything and
-//! removes what the demo created.
+//! local Prometheus with the shipped rules. Ctrl-C (or SIGTERM, SIGHUP) or `--duration` stops
+//! everything and removes what the demo created.
 
 use crate::{root, setup, sh};
 use anyhow::{bail, Context, Result};
@@ -163,7 +163,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     let stopped = Arc::new(AtomicBool::new(false));
     let s = stopped.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))
-        .context("install the Ctrl-C handler")?;
+        .context("install the Ctrl-C (SIGINT, SIGTERM, SIGHUP) handler")?;
 
     let dir = TempDir::new("rocemon-demo")?;
     let links = HostLinks::new("rcd", &["f", "j"])?;

@@ -57,16 +57,18 @@ type Started = (
     std::thread::JoinHandle<()>,
 );
 
-fn start_demo(_attempt: usize) -> Option<Started> {
+fn start_demo(prometheus: bool) -> Option<Started> {
     let (addr, prom) = (
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
+    let mut cmd = Command::new(XTASK);
+    cmd.args(["demo", "--duration", "600", "--listen", &addr]);
+    if prometheus {
+        cmd.args(["--prometheus", "--prometheus-listen", &prom]);
+    }
     let mut demo = Demo(
-        Command::new(XTASK)
-            .args(["demo", "--duration", "600", "--listen", &addr])
-            .args(["--prometheus", "--prometheus-listen", &prom])
-            .stdout(Stdio::piped())
+        cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -120,7 +122,7 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
     // Ports the OS had free a moment ago; another process may take one before the demo
     // binds it, and the demo then exits saying so: start again on others.
     let (mut demo, addr, prom, out, reader) = (0..5)
-        .find_map(start_demo)
+        .find_map(|_| start_demo(true))
         .expect("the demo found its ports taken five times");
     // From the host's namespace: /metrics shows every finding.
     let want: [Finding; 6] = [
@@ -188,14 +190,19 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
     ] {
         assert!(out.contains(said), "the demo did not say {said:?}\n{out}");
     }
-    // Nothing left: the namespace, the links, the listeners.
-    let ns = after(&out, "traffic comes from namespace ").trim();
+    assert_nothing_left(&out, &[&addr, &prom]);
+}
+
+/// Nothing of the demo left: its namespace, its links, its listeners (`addrs`); `out` is
+/// what it printed (it names them).
+fn assert_nothing_left(out: &str, addrs: &[&str]) {
+    let ns = after(out, "traffic comes from namespace ").trim();
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(
         !String::from_utf8_lossy(&netns.stdout).contains(ns),
         "{ns} left"
     );
-    let watched = after(&out, "rocemon watches ");
+    let watched = after(out, "rocemon watches ");
     for l in watched.split_whitespace().filter(|w| w.starts_with("rcd")) {
         let shown = Command::new("ip")
             .args(["link", "show", l])
@@ -203,12 +210,39 @@ fn the_demo_shows_every_finding_on_the_host_and_leaves_nothing_behind() {
             .unwrap();
         assert!(!shown.status.success(), "link {l} left");
     }
-    for a in [&addr, &prom] {
+    for a in addrs {
         assert!(
             std::net::TcpStream::connect(a).is_err(),
             "{a} still listens"
         );
     }
+}
+
+/// Stopped the way `timeout`, a CI runner or a service manager stop it (SIGTERM, not
+/// Ctrl-C): the demo still removes its namespace and links and exits cleanly.
+#[test]
+fn the_demo_stopped_with_sigterm_leaves_nothing_behind() {
+    if !require_root("the demo (namespaces, BPF)") {
+        return;
+    }
+    let (mut demo, addr, _prom, out, _reader) = (0..5)
+        .find_map(|_| start_demo(false))
+        .expect("the demo found its port taken five times");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(demo.0.id() as i32, libc::SIGTERM) };
+    let status = demo.0.wait().unwrap();
+    // Not joining the reader: a demo killed outright leaves rocemon running with its output
+    // pipe open. What it printed before it exited arrives at once.
+    let t = Instant::now();
+    while !out.lock().unwrap().contains("nothing left behind")
+        && t.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = out.lock().unwrap().clone();
+    assert!(status.success(), "demo exit {status}\n{out}");
+    assert!(out.contains("nothing left behind"), "{out}");
+    assert_nothing_left(&out, &[&addr]);
 }
 
 #[test]
