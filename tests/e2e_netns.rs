@@ -417,7 +417,7 @@ fn hook_case(c: Case) {
         "{}: XDP still attached after SIGTERM",
         c.name
     );
-    let left = wait_links_gone(&own, Duration::from_secs(5)).unwrap();
+    let left = wait_links_gone(&own, Duration::from_secs(30)).unwrap();
     assert!(
         left.is_empty(),
         "{}: links left after SIGTERM: {left:?}",
