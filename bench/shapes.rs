@@ -3,9 +3,11 @@
 //! packet), not one frame again and again. The same curve two ways:
 //!
 //! - BPF_PROG_TEST_RUN over a rotating set of frames of N flows (each run one frame, the next
-//!   flow's; every flow created in a first pass that is not measured), rocemon's XDP program
-//!   with its flow cache on and off, against the count-only program run the same way. A single
-//!   run's figure includes the harness's own cost, the same for both;
+//!   flow's; every flow created in a first pass that is not measured, then the agent's flush
+//!   between passes until the flow cache's mode settles, as the agent's polls leave it),
+//!   rocemon's XDP program with its flow cache in that mode and switched off, against the
+//!   count-only program run the same way. A single run's figure includes the harness's own
+//!   cost, the same for both;
 //! - live through a veth pair: a raw-socket sender rotating over N flows (one packet each in
 //!   turn, or bursts of [`BURST`]), the agent's XDP program's kernel run time (BPF statistics)
 //!   against the count-only program attached the same way, in interleaved rounds.
@@ -64,9 +66,64 @@ pub(crate) fn rotate(
     Ok(total as f64 / runs as f64)
 }
 
+/// Polls of the agent a test-run pass may take to settle the flow cache's mode: on to
+/// draining at the first, draining to off at the second (a whole pass finds every slot
+/// empty); two more to spare.
+const SETTLE_POLLS: usize = 4;
+
+/// What the agent does between passes of traffic: its flush on this CPU (every chunk, as a
+/// poll runs it), each after a pass of the `n` flows (at least 4,096 packets, so the flush
+/// has as many to judge the cache by as the kernel asks for), until the cache's mode stays
+/// the same over a poll. Returns the mode it settled in ("on", "draining", "off").
+fn settle_cache(
+    ebpf: &aya::Ebpf,
+    fd: &aya::programs::ProgramFd,
+    frame: &mut [u8],
+    n: usize,
+) -> Result<&'static str> {
+    // SAFETY: sched_getcpu has no preconditions (the curve's thread is pinned to one CPU).
+    let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+    let mode_here = || -> Result<u32> {
+        let Some(map) = ebpf.map(agent_common::flow_cache::MAP_FLOW_FLUSHING) else {
+            return Ok(agent_common::cache_mode::CACHE_ON);
+        };
+        let states: aya::maps::PerCpuArray<_, agent_common::cache_mode::FlushState> =
+            aya::maps::PerCpuArray::try_from(map)?;
+        Ok(states.get(&0, 0)?.get(cpu as usize).map_or(0, |s| s.mode))
+    };
+    let mut mode = mode_here()?;
+    for _ in 0..SETTLE_POLLS {
+        if !rocemon::sources::prog_run::flush_flow_cache(ebpf, &[cpu]).is_empty() {
+            bail!("the flush did not run on CPU {cpu}");
+        }
+        rotate(fd, frame, n, n.max(4_096))?;
+        let now = mode_here()?;
+        if now == mode && mode != agent_common::cache_mode::CACHE_DRAINING {
+            break;
+        }
+        mode = now;
+    }
+    Ok(match mode {
+        agent_common::cache_mode::CACHE_ON => "on",
+        agent_common::cache_mode::CACHE_DRAINING => "draining",
+        _ => "off",
+    })
+}
+
 /// The BPF_PROG_TEST_RUN curve: per frame size and flow count, rocemon's XDP program (cache
-/// on, cache off), the count-only program and the flow floor, medians over interleaved rounds.
+/// on, as the agent's flush leaves it; cache switched off), the count-only program and the
+/// flow floor, medians over interleaved rounds. Runs on a thread of its own pinned to one
+/// CPU: the flow cache and the flow maps are per CPU, as a flow's packets stay on one.
 pub(crate) fn test_run_curve() -> Result<Value> {
+    std::thread::spawn(|| {
+        testrun::pin_to_one_cpu()?;
+        test_run_curve_here()
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the test-run curve's thread panicked"))?
+}
+
+fn test_run_curve_here() -> Result<Value> {
     const RUNS: usize = 20_000;
     const ROUNDS: usize = 3;
     let mut rows = Vec::new();
@@ -75,6 +132,8 @@ pub(crate) fn test_run_curve() -> Result<Value> {
         for &n in &FLOWS {
             // [cache on, cache off, count-only, flow floor]
             let mut ns = [(); 4].map(|_| Vec::new());
+            // The cache's mode the agent's flush left for each measured "cache on" pass.
+            let mut modes = Vec::new();
             let runs = RUNS.max(n);
             for _ in 0..ROUNDS {
                 for (i, cache) in [true, false].into_iter().enumerate() {
@@ -91,6 +150,12 @@ pub(crate) fn test_run_curve() -> Result<Value> {
                         .fd()?;
                     // Every flow created first: the curve is the cost of flows that exist.
                     rotate(fd, &mut frame, n, n)?;
+                    // Then the agent's polls, each after a pass of the traffic, until its
+                    // flush has settled the flow cache's mode on this CPU.
+                    let mode = settle_cache(&ebpf, fd, &mut frame, n)?;
+                    if cache {
+                        modes.push(mode);
+                    }
                     ns[i].push(rotate(fd, &mut frame, n, runs)?);
                     if cache {
                         let base = ebpf
@@ -111,15 +176,16 @@ pub(crate) fn test_run_curve() -> Result<Value> {
                 ns[3].push(rotate(fd, &mut frame, n, runs)?);
             }
             let [on, off, base, floor] = ns.map(median);
+            let mode = modes.join("/");
             eprintln!(
-                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (cache off x{:.2}); flow floor {floor:>4.0} ns (x{:.2})",
+                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache {mode}; switched off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (switched off x{:.2}); flow floor {floor:>4.0} ns (x{:.2})",
                 frame.len(),
                 on / base,
                 off / base,
                 floor / base
             );
             rows.push(json!({
-                "flows": n, "bytes": frame.len(), "runs": runs,
+                "flows": n, "bytes": frame.len(), "runs": runs, "cache_mode": mode,
                 "xdp_ns": on, "xdp_cache_off_ns": off, "count_only_ns": base, "flow_floor_ns": floor,
                 "ratio": on / base, "ratio_cache_off": off / base, "floor_ratio": floor / base,
             }));
