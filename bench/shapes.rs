@@ -75,7 +75,7 @@ const SETTLE_POLLS: usize = 4;
 /// poll runs it), each after a pass of the `n` flows (at least 4,096 packets, so the flush
 /// has as many to judge the cache by as the kernel asks for), until the cache's mode stays
 /// the same over a poll. Returns the mode it settled in ("on", "draining", "off").
-fn settle_cache(
+pub(crate) fn settle_cache(
     ebpf: &aya::Ebpf,
     fd: &aya::programs::ProgramFd,
     frame: &mut [u8],
