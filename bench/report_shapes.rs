@@ -60,15 +60,17 @@ pub(crate) fn section(r: &Value) -> String {
             );
         }
     }
-    let _ = writeln!(s, "```\n\nBPF_PROG_TEST_RUN over a rotating set of frames (each run one frame, the next flow's; every flow created in a pass before the measured one, then the agent's flush after each further pass until the flow cache's mode settles, so the cache column is the mode the agent would leave it in; single runs, so each figure includes the harness's own per-run cost, as the count-only program's does; three interleaved loads, medians):\n\n| flows | frame bytes | cache | XDP ns | XDP ns, cache switched off | count-only ns | ratio | ratio, cache switched off | flow floor ns | floor / count-only |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(s, "```\n\nBPF_PROG_TEST_RUN over a rotating set of frames (each run one frame, the next flow's; every flow created in a pass before the measured one, then the agent's flush after each further pass until the flow cache's mode settles, so the cache column is the mode the agent would leave it in; single runs, so each figure includes the harness's own per-run cost, as the count-only program's does; three interleaved loads, medians):\n\n| flows | frame bytes | cache | its flush, us a poll and CPU | every chunk walked, us | XDP ns | XDP ns, cache switched off | count-only ns | ratio | ratio, cache switched off | flow floor ns | floor / count-only |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for row in shapes["test_run"].as_array().into_iter().flatten() {
         let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | x{:.2} | x{:.2} | {:.0} | x{:.2} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | x{:.2} | x{:.2} | {:.0} | x{:.2} |",
             row["flows"],
             row["bytes"],
             row["cache_mode"].as_str().unwrap_or("on"),
+            f("flush_us"),
+            f("flush_every_chunk_us"),
             f("xdp_ns"),
             f("xdp_cache_off_ns"),
             f("count_only_ns"),

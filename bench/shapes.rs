@@ -110,6 +110,38 @@ pub(crate) fn settle_cache(
     })
 }
 
+/// What the agent's flush of this CPU's cache costs a poll, wall time in microseconds, and
+/// beside it (the baseline, in the same moments) a walk of every chunk whatever the mode, as
+/// the flush ran before an off cache was skipped: medians of 6 each, interleaved. Each run
+/// of the first chunk judges the cache again: 12 passes keep an off cache off (it is tried
+/// again after 16, and the settling took at most 2 of them).
+fn time_flush(ebpf: &aya::Ebpf) -> Result<(f64, f64)> {
+    // SAFETY: sched_getcpu has no preconditions (the curve's thread is pinned to one CPU).
+    let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+    let prog = ebpf
+        .program(agent_common::flow_cache::PROG_FLOW_FLUSH)
+        .context("flush program")?
+        .fd()?;
+    let (mut agent, mut every) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        let t = Instant::now();
+        if !rocemon::sources::prog_run::flush_flow_cache(ebpf, &[cpu]).is_empty() {
+            bail!("the flush did not run on CPU {cpu}");
+        }
+        agent.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        for start in agent_common::flow_cache::flush_starts() {
+            rocemon::sources::prog_run::run_on_cpu(
+                std::os::fd::AsFd::as_fd(prog),
+                cpu,
+                u64::from(start),
+            )?;
+        }
+        every.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(agent), median(every)))
+}
+
 /// The BPF_PROG_TEST_RUN curve: per frame size and flow count, rocemon's XDP program (cache
 /// on, as the agent's flush leaves it; cache switched off), the count-only program and the
 /// flow floor, medians over interleaved rounds. Runs on a thread of its own pinned to one
@@ -134,6 +166,8 @@ fn test_run_curve_here() -> Result<Value> {
             let mut ns = [(); 4].map(|_| Vec::new());
             // The cache's mode the agent's flush left for each measured "cache on" pass.
             let mut modes = Vec::new();
+            // The agent's flush of this CPU after the measured pass, wall time.
+            let (mut flush_us, mut walk_us) = (Vec::new(), Vec::new());
             let runs = RUNS.max(n);
             for _ in 0..ROUNDS {
                 for (i, cache) in [true, false].into_iter().enumerate() {
@@ -158,6 +192,9 @@ fn test_run_curve_here() -> Result<Value> {
                     }
                     ns[i].push(rotate(fd, &mut frame, n, runs)?);
                     if cache {
+                        let (agent, every) = time_flush(&ebpf)?;
+                        flush_us.push(agent);
+                        walk_us.push(every);
                         let base = ebpf
                             .program(agent_common::PROG_BASELINE_XDP)
                             .context("baseline program")?
@@ -177,15 +214,16 @@ fn test_run_curve_here() -> Result<Value> {
             }
             let [on, off, base, floor] = ns.map(median);
             let mode = modes.join("/");
+            let (flush, walk) = (median(flush_us), median(walk_us));
             eprintln!(
-                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache {mode}; switched off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (switched off x{:.2}); flow floor {floor:>4.0} ns (x{:.2})",
+                "shapes: test run, {n:>6} flows taking turns, {:>4}-byte frames: xdp {on:>5.0} ns (cache {mode}, its flush {flush:.1} us a poll, every chunk {walk:.1}; switched off {off:>5.0}), count-only {base:>4.0} ns: x{:.2} (switched off x{:.2}); flow floor {floor:>4.0} ns (x{:.2})",
                 frame.len(),
                 on / base,
                 off / base,
                 floor / base
             );
             rows.push(json!({
-                "flows": n, "bytes": frame.len(), "runs": runs, "cache_mode": mode,
+                "flows": n, "bytes": frame.len(), "runs": runs, "cache_mode": mode, "flush_us": flush, "flush_every_chunk_us": walk,
                 "xdp_ns": on, "xdp_cache_off_ns": off, "count_only_ns": base, "flow_floor_ns": floor,
                 "ratio": on / base, "ratio_cache_off": off / base, "floor_ratio": floor / base,
             }));

@@ -1,7 +1,7 @@
 //! The flow cache steps aside where flows outnumber its slots (`agent_common::cache_mode`),
 //! through BPF_PROG_TEST_RUN on one CPU: the flush judges the cache over each poll's interval,
 //! drains it, turns it off and tries it again, and at every step the flows the agent reads
-//! hold exactly what the host counts.
+//! hold exactly what the host counts; a poll walks an off cache's first chunk only.
 
 #[path = "support/flow_cache.rs"]
 mod cached;
@@ -11,7 +11,7 @@ mod support;
 mod testrun;
 
 use agent_common::cache_mode::{FlushState, CACHE_DRAINING, CACHE_OFF, CACHE_ON, OFF_PASSES};
-use agent_common::flow_cache::{MAP_FLOW_FLUSHING, PROG_FLOW_FLUSH};
+use agent_common::flow_cache::{FLOW_CACHE_SLOTS, FLUSH_CHUNK, MAP_FLOW_FLUSHING, PROG_FLOW_FLUSH};
 use cached::{compare, feed, raw_packets, run, write_only};
 use rocemon::kernel::loader;
 use std::os::fd::AsFd;
@@ -33,11 +33,16 @@ fn here() -> u32 {
     unsafe { libc::sched_getcpu() as u32 }
 }
 
-/// This CPU's flow cache mode, as the flush left it.
-fn mode(ebpf: &aya::Ebpf) -> u32 {
+/// This CPU's flush state, as the flush left it.
+fn flush_state(ebpf: &aya::Ebpf) -> FlushState {
     let m: aya::maps::PerCpuArray<_, FlushState> =
         aya::maps::PerCpuArray::try_from(ebpf.map(MAP_FLOW_FLUSHING).unwrap()).unwrap();
-    m.get(&0, 0).unwrap()[here() as usize].mode
+    m.get(&0, 0).unwrap()[here() as usize]
+}
+
+/// This CPU's flow cache mode, as the flush left it.
+fn mode(ebpf: &aya::Ebpf) -> u32 {
+    flush_state(ebpf).mode
 }
 
 /// Every flow's packets as the host counted them.
@@ -129,4 +134,53 @@ fn a_cache_that_mostly_hits_stays_on() {
     let host = run(&ebpf, &taking_turns(500, 10, 0));
     compare(&ebpf, &host, "500 flows");
     assert_eq!(mode(&ebpf), CACHE_ON);
+}
+
+/// The chunks the last pass walked on this CPU, a bit each.
+fn chunks_walked(ebpf: &aya::Ebpf) -> u32 {
+    flush_state(ebpf).chunks
+}
+
+/// An off cache holds no flow and takes none: the agent's poll walks its first chunk only
+/// (which counts the passes off), not all 16, until the pass that tries it again, which
+/// walks them all. The counts stay exact throughout.
+#[test]
+fn an_off_cache_costs_one_chunk_a_poll_until_it_is_tried_again() {
+    if !ready(true) {
+        return;
+    }
+    let all = (1u32 << (FLOW_CACHE_SLOTS / FLUSH_CHUNK)) - 1;
+    let ebpf = xdp_object(65_536, loader::Switches::default());
+    let mut host = run(&ebpf, &taking_turns(MANY, 2, 0));
+    compare(&ebpf, &host, "on, many flows");
+    assert_eq!(chunks_walked(&ebpf), all, "on: every chunk");
+    feed(&ebpf, &mut host, &taking_turns(MANY, 1, 2));
+    compare(&ebpf, &host, "draining");
+    assert_eq!(mode(&ebpf), CACHE_OFF, "drained");
+    assert_eq!(
+        chunks_walked(&ebpf),
+        all,
+        "the draining pass walked every chunk"
+    );
+
+    feed(&ebpf, &mut host, &taking_turns(MANY, 1, 3));
+    for pass in 1..OFF_PASSES {
+        compare(&ebpf, &host, "off");
+        assert_eq!(mode(&ebpf), CACHE_OFF, "pass {pass}");
+        assert_eq!(
+            chunks_walked(&ebpf),
+            1,
+            "off, pass {pass}: the first chunk only"
+        );
+    }
+    polls(&ebpf, 1);
+    assert_eq!(mode(&ebpf), CACHE_ON, "tried again");
+    assert_eq!(
+        chunks_walked(&ebpf),
+        all,
+        "the pass that tries it again walks every chunk"
+    );
+    let one: Vec<Vec<u8>> = (4..200).map(|psn| write_only(0xC000, psn)).collect();
+    feed(&ebpf, &mut host, &one);
+    compare(&ebpf, &host, "on again");
 }

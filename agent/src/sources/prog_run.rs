@@ -3,7 +3,8 @@
 //! ([`flush_flow_cache`]); tests and benchmarks feed frames through the packet programs with
 //! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) itself ([`crate::bpf_sys`]).
 
-use agent_common::flow_cache::{flush_starts, PROG_FLOW_FLUSH};
+use agent_common::cache_mode::{FlushState, CACHE_OFF};
+use agent_common::flow_cache::{flush_starts, MAP_FLOW_FLUSHING, PROG_FLOW_FLUSH};
 use aya::Ebpf;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
@@ -56,12 +57,16 @@ pub fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<(
 
 /// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
 /// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
-/// ones), once per chunk of slots. A slot the maps refuse stays in the cache for the next flush (the kernel counts the
-/// refusal as a flow update error of the flow's hook). Returns the CPUs it could not run on
-/// (one that went offline in between: its slots are read from userspace, see
-/// [`crate::sources::maps::read_flows`]). An object without the program (a build from before
-/// the cache, under `--ab`) has nothing to flush; with the cache switched off the flush finds
-/// no changed slot.
+/// ones), once per chunk of slots. The first chunk of every CPU goes first: it judges that
+/// CPU's cache and sets its mode ([`agent_common::cache_mode`]). A cache left off holds no
+/// flow and takes none, so the rest of its slots are not walked: where flows outnumber the
+/// slots (the cache off on every CPU) a poll runs one program per CPU instead of one per
+/// chunk, each an interrupt of a CPU that forwards packets. A slot the maps refuse stays in
+/// the cache for the next flush (the kernel counts the refusal as a flow update error of the
+/// flow's hook). Returns the CPUs it could not run on (one that went offline in between: its
+/// slots are read from userspace, see [`crate::sources::maps::read_flows`]). An object
+/// without the program (a build from before the cache, under `--ab`) has nothing to flush;
+/// with the cache switched off at load the flush finds no changed slot.
 pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     let Some(p) = ebpf.program(PROG_FLOW_FLUSH) else {
         return Vec::new();
@@ -69,15 +74,46 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     let Ok(fd) = p.fd() else {
         return Vec::new();
     };
-    let mut missed = Vec::new();
+    let run = |cpu: u32, start: u32| {
+        run_on_cpu(fd.as_fd(), cpu, u64::from(start))
+            .map_err(|e| log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu} from slot {start}: {e}"))
+    };
+    let any_off_before = cpus_off(ebpf).contains(&true);
+    let mut missed: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|&c| run(c, 0).is_err())
+        .collect();
+    // The first chunk never turns a cache off (only a whole pass does), so a cache off now
+    // was off before: read the modes again only then.
+    let off = if any_off_before {
+        cpus_off(ebpf)
+    } else {
+        Vec::new()
+    };
     for &cpu in cpus {
-        for start in flush_starts() {
-            if let Err(e) = run_on_cpu(fd.as_fd(), cpu, u64::from(start)) {
-                log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu} from slot {start}: {e}");
-                missed.push(cpu);
-                break;
-            }
+        if missed.contains(&cpu) || off.get(cpu as usize).copied().unwrap_or(false) {
+            continue;
+        }
+        if flush_starts().skip(1).any(|start| run(cpu, start).is_err()) {
+            missed.push(cpu);
         }
     }
     missed
+}
+
+/// Whether each CPU's flow cache is off, by CPU number, as the flush left it; empty when the
+/// object has no flush state (then every chunk is walked) or it cannot be read.
+fn cpus_off(ebpf: &Ebpf) -> Vec<bool> {
+    let Some(map) = ebpf.map(MAP_FLOW_FLUSHING) else {
+        return Vec::new();
+    };
+    let read = aya::maps::PerCpuArray::<_, FlushState>::try_from(map).and_then(|m| m.get(&0, 0));
+    match read {
+        Ok(states) => states.iter().map(|s| s.mode == CACHE_OFF).collect(),
+        Err(e) => {
+            log::debug!("read {MAP_FLOW_FLUSHING}: {e}");
+            Vec::new()
+        }
+    }
 }
