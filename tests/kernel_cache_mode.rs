@@ -141,9 +141,9 @@ fn chunks_walked(ebpf: &aya::Ebpf) -> u32 {
     flush_state(ebpf).chunks
 }
 
-/// An off cache holds no flow and takes none: the agent's poll walks its first chunk only
-/// (which counts the passes off), not all 16, until the pass that tries it again, which
-/// walks them all. The counts stay exact throughout.
+/// An off cache holds no flow and takes none: from its second poll off the agent walks its
+/// first chunk only (which counts the passes off), not all 16, until the pass that tries it
+/// again, which walks them all. The counts stay exact throughout.
 #[test]
 fn an_off_cache_costs_one_chunk_a_poll_until_it_is_tried_again() {
     if !ready(true) {
@@ -167,11 +167,10 @@ fn an_off_cache_costs_one_chunk_a_poll_until_it_is_tried_again() {
     for pass in 1..OFF_PASSES {
         compare(&ebpf, &host, "off");
         assert_eq!(mode(&ebpf), CACHE_OFF, "pass {pass}");
-        assert_eq!(
-            chunks_walked(&ebpf),
-            1,
-            "off, pass {pass}: the first chunk only"
-        );
+        // The first poll off still walks every chunk (a slot taken in the moment the cache
+        // drained is written back there).
+        let want = if pass == 1 { all } else { 1 };
+        assert_eq!(chunks_walked(&ebpf), want, "off, pass {pass}");
     }
     polls(&ebpf, 1);
     assert_eq!(mode(&ebpf), CACHE_ON, "tried again");

@@ -59,7 +59,7 @@ pub fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<(
 /// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
 /// ones), once per chunk of slots. The first chunk of every CPU goes first: it judges that
 /// CPU's cache and sets its mode ([`agent_common::cache_mode`]). A cache left off holds no
-/// flow and takes none, so the rest of its slots are not walked: where flows outnumber the
+/// flow and takes none, so from its second poll off the rest of its slots are not walked: where flows outnumber the
 /// slots (the cache off on every CPU) a poll runs one program per CPU instead of one per
 /// chunk, each an interrupt of a CPU that forwards packets. A slot the maps refuse stays in
 /// the cache for the next flush (the kernel counts the refusal as a flow update error of the
@@ -78,21 +78,28 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
         run_on_cpu(fd.as_fd(), cpu, u64::from(start))
             .map_err(|e| log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu} from slot {start}: {e}"))
     };
-    let any_off_before = cpus_off(ebpf).contains(&true);
+    let any_off_before = flush_states(ebpf).iter().any(|s| s.mode == CACHE_OFF);
     let mut missed: Vec<u32> = cpus
         .iter()
         .copied()
         .filter(|&c| run(c, 0).is_err())
         .collect();
     // The first chunk never turns a cache off (only a whole pass does), so a cache off now
-    // was off before: read the modes again only then.
-    let off = if any_off_before {
-        cpus_off(ebpf)
+    // was off before: read the modes again only then. The first poll after a cache turned
+    // off still walks every chunk: a packet that read the mode as on just before the pass
+    // that drained it, and was interrupted there by that pass's first chunk, may have taken
+    // a slot the pass had already walked; this walk writes it back, as every poll did.
+    let walk_first_only: Vec<bool> = if any_off_before {
+        flush_states(ebpf)
+            .iter()
+            .map(|s| s.mode == CACHE_OFF && s.passes_off >= 2)
+            .collect()
     } else {
         Vec::new()
     };
     for &cpu in cpus {
-        if missed.contains(&cpu) || off.get(cpu as usize).copied().unwrap_or(false) {
+        let first_only = walk_first_only.get(cpu as usize).copied();
+        if missed.contains(&cpu) || first_only.unwrap_or(false) {
             continue;
         }
         if flush_starts().skip(1).any(|start| run(cpu, start).is_err()) {
@@ -102,15 +109,15 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     missed
 }
 
-/// Whether each CPU's flow cache is off, by CPU number, as the flush left it; empty when the
+/// Each CPU's flush state (its cache's mode and passes off), by CPU number; empty when the
 /// object has no flush state (then every chunk is walked) or it cannot be read.
-fn cpus_off(ebpf: &Ebpf) -> Vec<bool> {
+fn flush_states(ebpf: &Ebpf) -> Vec<FlushState> {
     let Some(map) = ebpf.map(MAP_FLOW_FLUSHING) else {
         return Vec::new();
     };
     let read = aya::maps::PerCpuArray::<_, FlushState>::try_from(map).and_then(|m| m.get(&0, 0));
     match read {
-        Ok(states) => states.iter().map(|s| s.mode == CACHE_OFF).collect(),
+        Ok(states) => states.iter().copied().collect(),
         Err(e) => {
             log::debug!("read {MAP_FLOW_FLUSHING}: {e}");
             Vec::new()
