@@ -8,9 +8,11 @@
 //! - [`CACHE_DRAINING`]: no flow takes a slot; a packet whose flow holds its slot takes it out
 //!   (written back when changed, the slot emptied) and is counted in the map, unless the flush
 //!   runs on this CPU (then it is counted in its slot as when on: the flush may be copying
-//!   that slot into the map); the flush empties the rest as it always does. A pass that finds
-//!   every slot empty turns the cache off: nothing can fill a slot while draining, so none
-//!   is left to miss a packet's count.
+//!   that slot into the map); the flush empties the rest as it always does. A pass that
+//!   began draining and finds every slot empty turns the cache off: nothing can fill a slot
+//!   while draining, so none is left to miss a packet's count (a packet that read the mode as
+//!   on just before the drain started may still take a slot, so the pass that starts it
+//!   never turns the cache off).
 //! - [`CACHE_OFF`]: packets go to the maps without looking at the cache, and after
 //!   [`OFF_PASSES`] passes the cache is tried again (its slots are all empty).
 //!
@@ -57,7 +59,11 @@ pub struct FlushState {
     pub chunks: u32,
     /// Passes since the cache's mode last changed (counted while it is off).
     pub passes_off: u32,
-    pub pad: u32,
+    /// 1 when this pass began with the cache already draining: only such a pass turns it
+    /// off. A packet that read the mode as on just before the pass that starts the drain,
+    /// interrupted there by its first chunk, can take a slot of that chunk after the walk;
+    /// the next pass, draining from its start, walks it.
+    pub began_draining: u32,
     /// This CPU's RoCE packets over its hooks at the last pass.
     pub roce_seen: u64,
 }
@@ -93,11 +99,11 @@ pub fn mode_at_pass(mode: u32, hits: u64, misses: u64, passes_off: &mut u32) -> 
     }
 }
 
-/// The mode at the end of a pass: a draining cache whose every chunk was walked this pass
-/// and left empty is off.
+/// The mode at the end of a pass: a draining cache whose every chunk was walked this pass,
+/// a pass that began draining (see [`FlushState::began_draining`]), and left empty is off.
 #[inline(always)]
-pub fn mode_after_pass(mode: u32, all_chunks: bool, held: u32) -> u32 {
-    if mode == CACHE_DRAINING && all_chunks && held == 0 {
+pub fn mode_after_pass(mode: u32, all_chunks: bool, began_draining: bool, held: u32) -> u32 {
+    if mode == CACHE_DRAINING && all_chunks && began_draining && held == 0 {
         CACHE_OFF
     } else {
         mode
@@ -136,10 +142,25 @@ mod tests {
 
     #[test]
     fn a_draining_cache_is_off_only_after_a_whole_pass_left_every_slot_empty() {
-        assert_eq!(mode_after_pass(CACHE_DRAINING, true, 0), CACHE_OFF);
-        assert_eq!(mode_after_pass(CACHE_DRAINING, true, 3), CACHE_DRAINING);
-        assert_eq!(mode_after_pass(CACHE_DRAINING, false, 0), CACHE_DRAINING);
-        assert_eq!(mode_after_pass(CACHE_ON, true, 0), CACHE_ON);
+        assert_eq!(mode_after_pass(CACHE_DRAINING, true, true, 0), CACHE_OFF);
+        assert_eq!(
+            mode_after_pass(CACHE_DRAINING, true, true, 3),
+            CACHE_DRAINING
+        );
+        assert_eq!(
+            mode_after_pass(CACHE_DRAINING, false, true, 0),
+            CACHE_DRAINING
+        );
+        assert_eq!(mode_after_pass(CACHE_ON, true, true, 0), CACHE_ON);
+    }
+
+    #[test]
+    fn the_pass_that_starts_the_drain_never_turns_the_cache_off() {
+        assert_eq!(
+            mode_after_pass(CACHE_DRAINING, true, false, 0),
+            CACHE_DRAINING,
+            "a slot of its first chunk may have been taken after the walk"
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 
 use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
-use agent_common::cache_mode::{mode_after_pass, mode_at_pass, pass_use, FlushState};
+use agent_common::cache_mode::{
+    mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING,
+};
 use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
     CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK,
@@ -244,8 +246,10 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     compiler_fence(Ordering::SeqCst);
     if start == 0 {
         let (hits, misses) = take_use(f);
-        let mode = mode_at_pass(f.mode, hits, misses, &mut f.passes_off);
+        let before = f.mode;
+        let mode = mode_at_pass(before, hits, misses, &mut f.passes_off);
         set_mode(f, mode);
+        f.began_draining = u32::from(before == CACHE_DRAINING);
         f.held = 0;
         f.chunks = 0;
     }
@@ -287,7 +291,10 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     f.chunks |= 1 << (start / FLUSH_CHUNK);
     if start == FLOW_CACHE_SLOTS - FLUSH_CHUNK {
         let all = f.chunks == ALL_CHUNKS;
-        set_mode(f, mode_after_pass(f.mode, all, f.held));
+        set_mode(
+            f,
+            mode_after_pass(f.mode, all, f.began_draining != 0, f.held),
+        );
     }
     compiler_fence(Ordering::SeqCst);
     // SAFETY: as above.

@@ -59,7 +59,7 @@ pub fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<(
 /// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
 /// ones), once per chunk of slots. The first chunk of every CPU goes first: it judges that
 /// CPU's cache and sets its mode ([`agent_common::cache_mode`]). A cache left off holds no
-/// flow and takes none, so from its second poll off the rest of its slots are not walked: where flows outnumber the
+/// flow and takes none, so the rest of its slots are not walked: where flows outnumber the
 /// slots (the cache off on every CPU) a poll runs one program per CPU instead of one per
 /// chunk, each an interrupt of a CPU that forwards packets. A slot the maps refuse stays in
 /// the cache for the next flush (the kernel counts the refusal as a flow update error of the
@@ -85,14 +85,11 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
         .filter(|&c| run(c, 0).is_err())
         .collect();
     // The first chunk never turns a cache off (only a whole pass does), so a cache off now
-    // was off before: read the modes again only then. The first poll after a cache turned
-    // off still walks every chunk: a packet that read the mode as on just before the pass
-    // that drained it, and was interrupted there by that pass's first chunk, may have taken
-    // a slot the pass had already walked; this walk writes it back, as every poll did.
+    // was off before: read the modes again only then.
     let walk_first_only: Vec<bool> = if any_off_before {
         flush_states(ebpf)
             .iter()
-            .map(|s| s.mode == CACHE_OFF && s.passes_off >= 2)
+            .map(|s| s.mode == CACHE_OFF)
             .collect()
     } else {
         Vec::new()
