@@ -83,7 +83,7 @@ fn count_flow(h: &[u8; HEADERS], len: u64) {
         dest_qp: u32::from_be_bytes([0, h[47], h[48], h[49]]),
     };
     for _ in 0..2 {
-        if let Some(v) = FLOW_FLOOR.get_ptr_mut(&key) {
+        if let Some(v) = FLOW_FLOOR.get_ptr_mut(key) {
             // SAFETY: this CPU's value of an element of the map.
             unsafe {
                 (*v)[0] += 1;
@@ -91,10 +91,7 @@ fn count_flow(h: &[u8; HEADERS], len: u64) {
             }
             return;
         }
-        if FLOW_FLOOR
-            .insert(&key, &[1, len], BPF_NOEXIST as u64)
-            .is_ok()
-        {
+        if FLOW_FLOOR.insert(key, [1, len], BPF_NOEXIST as u64).is_ok() {
             return;
         }
     }
