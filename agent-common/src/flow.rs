@@ -36,7 +36,9 @@ pub struct FlowStats {
     /// PSN of the last packet seen.
     pub last_psn: u32,
     pub last_opcode: u8,
-    pub pad: [u8; 3],
+    /// DSCP of the last packet (a flow's class of service: IPFIX `ipDiffServCodePoint`).
+    pub dscp: u8,
+    pub pad: [u8; 2],
     /// The SEND message in progress (this record's CPU only).
     pub send_progress: SendProgress,
     /// Packets that arrived with ECN CE.
@@ -100,6 +102,7 @@ impl FlowStats {
         self.last_seen_ns = now_ns;
         self.last_psn = psn;
         self.last_opcode = opcode;
+        self.dscp = p.dscp();
         if let Some(s) = ack_syndrome(p) {
             if let Some(slot) = nak_slot(s) {
                 self.naks[slot % NAK_SLOTS] += 1;
@@ -152,6 +155,7 @@ impl FlowStats {
             self.last_seen_ns = o.last_seen_ns;
             self.last_psn = o.last_psn;
             self.last_opcode = o.last_opcode;
+            self.dscp = o.dscp;
             self.psn = o.psn;
             self.send_progress = o.send_progress;
         }

@@ -209,6 +209,8 @@ impl Config {
             max_flows: None,
             sflow_groups: self.sflow_groups.clone(),
             history: crate::pipeline::stages::History::Off,
+            // The exporter's sink exists once the agent runs: `run` sets it.
+            records: None,
         }
     }
 

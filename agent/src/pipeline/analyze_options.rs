@@ -38,6 +38,8 @@ pub struct AnalyzeOptions {
     /// The flow table on a second thread when the machine has a second core (the result is
     /// the same either way; see [`crate::pipeline::flow_side`]).
     pub parallel: bool,
+    /// Flow records (`--ipfix`, `--ipfix-file`), on capture time.
+    pub records: Option<crate::pipeline::flow_records::RecordSettings>,
 }
 
 impl Default for AnalyzeOptions {
@@ -54,6 +56,7 @@ impl Default for AnalyzeOptions {
             sflow_groups: Vec::new(),
             sflow_limits: Default::default(),
             parallel: true,
+            records: None,
         }
     }
 }
@@ -68,6 +71,7 @@ impl AnalyzeOptions {
             max_flows: Some(self.max_flows),
             sflow_groups: self.sflow_groups.clone(),
             history: crate::pipeline::stages::History::All,
+            records: self.records.clone(),
         }
     }
 }

@@ -192,6 +192,10 @@ impl FlowSide {
                 .tick(step as f64 / 1e9, &enter, Some(&self.sflow));
             self.next_tick_ns += step;
         }
+        if n > 0 {
+            // Capture time is Unix time already.
+            self.pipeline.records(ts_ns, 0);
+        }
     }
 
     /// Closes the last interval (the capture ran from `first_ts_ns` to `last_ts_ns`; `None`:
@@ -210,6 +214,8 @@ impl FlowSide {
         if let Some(first) = first_ts_ns {
             self.pipeline.short_span_elephants(first, last_ts_ns);
         }
+        self.pipeline
+            .finish_records(last_ts_ns, 0, crate::pipeline::flow_counts::EndReason::ForcedEnd);
         for t in self.sflow.rhythms.values_mut() {
             t.detect();
         }

@@ -206,6 +206,7 @@ mod tests {
             baselined: false,
             active: false,
             rate_clock_s: 0.0,
+            export: None,
         }
     }
 

@@ -4,6 +4,7 @@
 
 use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
+use crate::pipeline::flow_counts::{EndReason, ExportMark, FlowCounts};
 use agent_common::{FlowKey, FlowStats};
 use std::net::IpAddr;
 
@@ -51,6 +52,8 @@ pub struct FlowEntry {
     active: bool,
     /// The table clock its rates were last brought to: a quiet flow's rates decay lazily.
     rate_clock_s: f64,
+    /// Its last flow record (only while records are asked for: [`FlowTable::record_ends`]).
+    pub export: Option<Box<ExportMark>>,
 }
 
 impl FlowEntry {
@@ -104,6 +107,11 @@ pub struct FlowTable {
     pub tau_s: f64,
     /// Seconds of ticks so far.
     pub clock_s: f64,
+    /// Keep what flow records need (set by the pipeline when records are asked for): the
+    /// flows created and the flows that left, with why, until [`FlowTable::take_ended`].
+    pub record_ends: bool,
+    created: Vec<(usize, FlowKey)>,
+    ended: Vec<(FlowEntry, EndReason)>,
 }
 
 impl FlowTable {
@@ -117,6 +125,9 @@ impl FlowTable {
             generation: 0,
             tau_s: RATE_TAU_SECONDS,
             clock_s: 0.0,
+            record_ends: false,
+            created: Vec::new(),
+            ended: Vec::new(),
         }
     }
 
@@ -133,9 +144,14 @@ impl FlowTable {
             }
         }
         let (generation, clock) = (self.generation, self.clock_s);
+        let (record, created) = (self.record_ends, &mut self.created);
         let e = self
             .entries
-            .get_or_insert_hashed(hash, (iface, key), || FlowEntry {
+            .get_or_insert_hashed(hash, (iface, key), || {
+                if record {
+                    created.push((iface, key));
+                }
+                FlowEntry {
                 iface,
                 key,
                 stats: FlowStats::default(),
@@ -149,7 +165,8 @@ impl FlowTable {
                 baselined: false,
                 active: false,
                 rate_clock_s: clock,
-            });
+                export: None,
+            }});
         if !e.active {
             e.active = true;
             self.active.push((iface, key));
@@ -180,6 +197,9 @@ impl FlowTable {
                 self.evicted.bytes += e.stats.bytes;
                 self.evicted.ecn_ce += e.stats.ecn_ce;
                 self.evicted.cnp += e.stats.cnp;
+                if self.record_ends {
+                    self.ended.push((e, EndReason::LackOfResources));
+                }
             }
         }
         // Keys of evicted flows on the active list are dropped at the next tick.
@@ -378,6 +398,7 @@ impl FlowTable {
             e.generation = generation;
             return;
         }
+        let record = self.record_ends;
         let e = self.entry(iface, key);
         // A snapshot read while the kernel counted the flow's first packet may lack its time:
         // the time already known stands (a held flow's first seen never moves).
@@ -397,6 +418,14 @@ impl FlowTable {
             e.prev_bytes = stats.bytes;
             e.prev_packets = stats.packets;
             e.baselined = true;
+            if record {
+                // Records carry what this agent saw: a baseline, not a delta.
+                e.export = Some(Box::new(ExportMark {
+                    counts: FlowCounts::of(&stats),
+                    at_ns: stats.last_seen_ns,
+                    due_ns: 0,
+                }));
+            }
         }
         e.stats = stats;
         e.generation = generation;
@@ -407,16 +436,58 @@ impl FlowTable {
     pub fn end_poll(&mut self, polled: &[usize]) -> Vec<usize> {
         let g = self.generation;
         let mut gone = vec![0; self.ifaces.len()];
+        let (record, ended) = (self.record_ends, &mut self.ended);
         self.entries.retain(|e| {
             let keep = !polled.contains(&e.iface) || e.generation == g;
             if !keep {
                 if let Some(n) = gone.get_mut(e.iface) {
                     *n += 1;
                 }
+                if record {
+                    ended.push((e.clone(), EndReason::IdleTimeout));
+                }
             }
             keep
         });
         gone
+    }
+
+    /// Every flow of interface `iface` leaves the table (the interface went away), ended for
+    /// the flow records with `reason`. Returns how many left.
+    pub fn end_iface(&mut self, iface: usize, reason: EndReason) -> usize {
+        let (record, ended) = (self.record_ends, &mut self.ended);
+        let mut n = 0;
+        self.entries.retain(|e| {
+            if e.iface != iface {
+                return true;
+            }
+            n += 1;
+            if record {
+                ended.push((e.clone(), reason));
+            }
+            false
+        });
+        n
+    }
+
+    /// The flows created since the last call (with [`FlowTable::record_ends`] only).
+    pub fn take_created(&mut self) -> Vec<(usize, FlowKey)> {
+        std::mem::take(&mut self.created)
+    }
+
+    /// The flows that left since the last call, with why (with [`FlowTable::record_ends`]).
+    pub fn take_ended(&mut self) -> Vec<(FlowEntry, EndReason)> {
+        std::mem::take(&mut self.ended)
+    }
+
+    /// A flow's entry, to read and to mark what its record carried.
+    pub fn get_mut(&mut self, iface: usize, key: &FlowKey) -> Option<&mut FlowEntry> {
+        self.entries.get_mut(&(iface, *key))
+    }
+
+    /// Every flow, to mark them all (the last records at a stop).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut FlowEntry> {
+        self.entries.values_mut()
     }
 
     /// The `k` flows with the highest byte rate (then most bytes), highest first. Selects

@@ -18,6 +18,8 @@
 
 use crate::detect::ecmp::{self, EcmpConfig, EcmpReport, FlowView};
 use crate::detect::elephant::{ElephantConfig, Transition};
+use crate::pipeline::flow_counts::EndReason;
+use crate::pipeline::flow_records::{RecordSettings, Recorder};
 use crate::pipeline::flows::{ElephantEvent, FlowTable};
 use crate::sflow::collector::Collector;
 use crate::sflow::fabric::{Fabric, UplinkGroup};
@@ -72,6 +74,8 @@ pub struct Settings {
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<UplinkGroup>,
     pub history: History,
+    /// Flow records for a flow collector (IPFIX), when asked for.
+    pub records: Option<RecordSettings>,
 }
 
 /// The pipeline's state: what the exporters read after each round.
@@ -87,6 +91,8 @@ pub struct Pipeline {
     pub ecmp: EcmpReport,
     /// The sFlow fabric view (with groups configured and a collector ticked in).
     pub fabric: Fabric,
+    /// The flow records' stage (with [`Settings::records`]).
+    recorder: Option<Recorder>,
 }
 
 impl Pipeline {
@@ -95,7 +101,10 @@ impl Pipeline {
         let mut flows = FlowTable::new(ifaces);
         flows.tau_s = settings.rate_window_s;
         flows.max_flows = settings.max_flows;
+        flows.record_ends = settings.records.is_some();
+        let recorder = settings.records.clone().map(Recorder::new);
         Pipeline {
+            recorder,
             settings,
             flows,
             elephants: BTreeMap::new(),
@@ -105,11 +114,41 @@ impl Pipeline {
         }
     }
 
-    /// New settings (a live reload): they apply from the next tick.
-    pub fn set(&mut self, settings: Settings) {
+    /// New settings (a live reload): they apply from the next tick. The flow records' stage
+    /// stays as it started (its sink is the exporter the agent started with).
+    pub fn set(&mut self, mut settings: Settings) {
         self.flows.tau_s = settings.rate_window_s;
         self.flows.max_flows = settings.max_flows;
+        settings.records = self.settings.records.take();
         self.settings = settings;
+    }
+
+    // ---- flow records ----
+
+    /// The flow records' round at `now_ns` on the store's clock (`unix_offset_ns` turns it
+    /// into Unix time): after a poll's or a capture tick's flows. Nothing without records.
+    pub fn records(&mut self, now_ns: u64, unix_offset_ns: u64) {
+        if let Some(r) = &mut self.recorder {
+            r.round(
+                &mut self.flows,
+                now_ns,
+                unix_offset_ns,
+                self.settings.ecmp.hash.as_ref(),
+            );
+        }
+    }
+
+    /// The records stop (the agent stops, the capture ends): every flow's last record.
+    pub fn finish_records(&mut self, now_ns: u64, unix_offset_ns: u64, reason: EndReason) {
+        if let Some(r) = &mut self.recorder {
+            r.finish(
+                &mut self.flows,
+                now_ns,
+                unix_offset_ns,
+                self.settings.ecmp.hash.as_ref(),
+                reason,
+            );
+        }
     }
 
     // ---- ingest: a store's flows (live) ----
@@ -287,6 +326,7 @@ mod tests {
             max_flows: None,
             sflow_groups: Vec::new(),
             history,
+            records: None,
         }
     }
 
