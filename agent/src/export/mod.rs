@@ -1,8 +1,10 @@
-//! What leaves the agent: the metric catalog ([`metrics`]), the HTTP endpoint and JSON API ([`http`], [`api`]), and the `analyze` reports ([`report`], [`named`], [`report_html`], [`report_html_views`], [`report_lossless`]).
+//! What leaves the agent: the metric catalog ([`metrics`]), flow records for flow collectors
+//! ([`ipfix`]), the HTTP endpoint and JSON API ([`http`], [`api`]), and the `analyze` reports ([`report`], [`named`], [`report_html`], [`report_html_views`], [`report_lossless`]).
 
 pub mod api;
 pub mod conns;
 pub mod http;
+pub mod ipfix;
 pub mod metrics;
 pub mod named;
 pub mod report;
