@@ -221,8 +221,15 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
     args.files.extend(read);
     use std::os::unix::fs::FileTypeExt;
     let mut opts = crate::cmd::analyze::AnalyzeOptions::default();
+    let mut ipfix_section = None;
     if let Some(path) = &args.config {
         let file = crate::config::load_file(path)?;
+        // Its [ipfix] settings apply, but not its collectors: a capture goes where the
+        // command line says, never to a fleet's collectors by surprise.
+        ipfix_section = file.ipfix.clone().map(|mut s| {
+            s.collectors = None;
+            s
+        });
         let (rate_window_s, elephant, ecmp) = crate::config::detectors(&file)?;
         opts.rate_window_s = rate_window_s;
         opts.elephant = elephant;
@@ -259,6 +266,14 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         return Err(UsageError::BadConfig("--max-flows must be at least 1".into()).into());
     }
     opts.max_flows = args.max_flows;
+    let exporter = start_ipfix(&args, ipfix_section.as_ref())?;
+    if let Some((x, active)) = &exporter {
+        opts.records = Some(crate::pipeline::flow_records::RecordSettings {
+            active_timeout_ns: active.as_nanos() as u64,
+            idle_timeout_ns: crate::config::DEFAULT_FLOW_IDLE_TIMEOUT_S * 1_000_000_000,
+            sink: x.waiting_sink(),
+        });
+    }
     if args.files.iter().filter(|f| f.as_os_str() == "-").count() > 1 {
         return Err(UsageError::BadConfig(
             "standard input (-) can be given once; name the other captures by their files".into(),
@@ -344,6 +359,11 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
                 .join(", ")
         );
     }
+    if let Some((x, _)) = exporter {
+        let collectors = x.collectors.clone();
+        x.finish();
+        report_ipfix(&collectors);
+    }
     let mut report = crate::export::report_build::build(&a);
     report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
@@ -396,6 +416,51 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// The IPFIX exporter of `--ipfix` / `--ipfix-file`, and its active timeout.
+fn start_ipfix(
+    args: &AnalyzeArgs,
+    section: Option<&crate::config::ipfix::IpfixSection>,
+) -> Result<Option<(crate::export::ipfix::Exporter, std::time::Duration)>> {
+    let Some(s) = crate::config::ipfix::ipfix_settings(
+        &args.ipfix,
+        args.ipfix_file.clone(),
+        section,
+        args.ipfix_active_timeout_seconds,
+    )?
+    else {
+        return Ok(None);
+    };
+    // A capture has no interface index.
+    let x = crate::export::ipfix::Exporter::start(&s, vec![0]).map_err(|e| {
+        UsageError::BadConfig(format!(
+            "{e:#}; check the path given to --ipfix-file (its folder must exist and be writable)"
+        ))
+    })?;
+    Ok(Some((x, s.active_timeout)))
+}
+
+/// One line per destination: what the capture's flow records came to.
+fn report_ipfix(collectors: &[(String, std::sync::Arc<crate::export::ipfix::CollectorCounts>)]) {
+    for (label, c) in collectors {
+        let by: Vec<(&str, u64)> = c.by_result().into_iter().collect();
+        let sent = by[0].1;
+        let lost: u64 = by[1..].iter().map(|(_, n)| n).sum();
+        if lost == 0 {
+            log::info!("IPFIX: {sent} flow records to {label}");
+        } else {
+            log::warn!(
+                "IPFIX: {sent} flow records to {label}, {lost} not sent ({})",
+                by[1..]
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(r, n)| format!("{r} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
 }
 
 /// Output into a pipe whose reader left (`| head`) is no error: stop quietly, as other

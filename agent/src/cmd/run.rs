@@ -86,7 +86,19 @@ pub async fn run(
         metrics: Arc::new(Mutex::new(metrics)),
         api: Arc::new(Mutex::new(ApiView::default())),
     };
-    let mut pipeline = Pipeline::new(config.ifaces.clone(), config.pipeline());
+    let exporter = start_ipfix(&config)?;
+    let mut settings = config.pipeline();
+    if let Some((x, s)) = exporter.as_ref().zip(config.ipfix.as_ref()) {
+        settings.records = Some(crate::pipeline::flow_records::RecordSettings {
+            active_timeout_ns: s.active_timeout.as_nanos() as u64,
+            idle_timeout_ns: config.flow_idle_timeout.as_nanos() as u64,
+            sink: x.sink(),
+        });
+        if let Ok(mut m) = shared.metrics.lock() {
+            m.attach_ipfix(x.collectors.clone());
+        }
+    }
+    let mut pipeline = Pipeline::new(config.ifaces.clone(), settings);
     let mut enter_bps = entry_thresholds(&config);
 
     // The kernel's per-program run time and count (what each packet costs, in production):
@@ -112,7 +124,9 @@ pub async fn run(
         }
     };
     let mut mtus: Vec<Option<u32>> = vec![None; config.ifaces.len()];
-    reconcile(&mut probes, &mut mtus, &config, &shared);
+    for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
+        end_iface_records(&mut pipeline, i);
+    }
     // RC connections of hardware RoCE NICs (invisible to the hooks), refreshed now and then.
     let mut rdma = RdmaView::default();
     let mut tick = tokio::time::interval(config.poll_interval);
@@ -191,7 +205,9 @@ pub async fn run(
                     None => std::future::pending().await,
                 }
             } => {
-                reconcile(&mut probes, &mut mtus, &config, &shared);
+                for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
+                    end_iface_records(&mut pipeline, i);
+                }
             }
             _ = ring_tick.tick(), if config.switches.rhythm => {
                 let failed = drain_rings(&probes, &mut rhythm.ifaces);
@@ -202,7 +218,9 @@ pub async fn run(
                 }
             }
             _ = tick.tick() => {
-                reconcile(&mut probes, &mut mtus, &config, &shared);
+                for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
+                    end_iface_records(&mut pipeline, i);
+                }
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
                 last_poll = now;
@@ -219,6 +237,15 @@ pub async fn run(
     }
     let (level, message) = shutdown_message(&probes, &config);
     log::log!(level, "{message}");
+    if let Some(x) = exporter {
+        // Every flow's last record, sent before the agent goes.
+        pipeline.finish_records(
+            crate::sources::maps::monotonic_ns(),
+            crate::sources::maps::monotonic_to_unix_ns(),
+            crate::pipeline::flow_counts::EndReason::ForcedEnd,
+        );
+        x.finish();
+    }
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let _ = stop_tx.send(());
     drop(probes);
@@ -227,6 +254,38 @@ pub async fn run(
         Err(e) => return Err(e).context("HTTP server task"),
     }
     Ok(())
+}
+
+/// The IPFIX exporter, when a collector is configured: its thread started, each interface's
+/// index known.
+fn start_ipfix(config: &Config) -> Result<Option<crate::export::ipfix::Exporter>> {
+    let Some(s) = &config.ipfix else {
+        return Ok(None);
+    };
+    let ifindex = config
+        .ifaces
+        .iter()
+        .map(|i| loader::ifindex(i).unwrap_or(0))
+        .collect();
+    let x = crate::export::ipfix::Exporter::start(s, ifindex)?;
+    log::info!(
+        "exporting flow records (IPFIX) to {}",
+        x.collectors
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(Some(x))
+}
+
+/// The flows of an interface that went away give their last flow records.
+fn end_iface_records(pipeline: &mut Pipeline, iface: usize) {
+    pipeline.end_iface_records(
+        iface,
+        crate::sources::maps::monotonic_ns(),
+        crate::sources::maps::monotonic_to_unix_ns(),
+    );
 }
 
 /// Elephant entry thresholds per interface (link share of the reported speed, or absolute).
@@ -393,6 +452,11 @@ fn poll(
         let collector = sflow.and_then(|r| r.collector.lock().ok());
         pipeline.tick(dt, enter_bps, collector.as_deref())
     };
+    // The flow records of this poll (IPFIX): handed to the exporter's queue, never waited on.
+    pipeline.records(
+        crate::sources::maps::monotonic_ns(),
+        crate::sources::maps::monotonic_to_unix_ns(),
+    );
     for ev in events {
         let iface = pipeline
             .flows

@@ -68,8 +68,9 @@ pub fn reconcile(
     mtus: &mut [Option<u32>],
     config: &Config,
     shared: &Shared,
-) {
+) -> Vec<usize> {
     use crate::sources::links::{link_state, LinkState};
+    let mut gone = Vec::new();
     for (i, iface) in config.ifaces.iter().enumerate() {
         let state = link_state(iface);
         if let LinkState::Present { mtu: Some(m), .. } = state {
@@ -115,6 +116,9 @@ pub fn reconcile(
             // run, and a pinned one would be taken for the next device's.
             old.unpin_links();
             drop(old);
+            if wanted.is_none() {
+                gone.push(i);
+            }
         }
         if wanted.is_none() {
             continue;
@@ -135,4 +139,5 @@ pub fn reconcile(
             }
         }
     }
+    gone
 }

@@ -5,11 +5,12 @@ use crate::pipeline::stages::Pipeline;
 
 /// Applies a reloaded configuration: detectors, top-K, polling, the flow idle timeout, RDMA
 /// and summary settings change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
-/// mode, map size, pins, listen address, web settings) is kept, with a warning naming it.
+/// mode, map size, pins, listen address, web settings, IPFIX export) is kept, with a warning naming it.
 pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
     let restart_only = [
         (new.ifaces != config.ifaces, "interfaces"),
         (new.sflow != config.sflow, "sflow"),
+        (new.ipfix != config.ipfix, "ipfix"),
         (new.hooks != config.hooks, "hooks"),
         (new.xdp_mode != config.xdp_mode, "xdp_mode"),
         (new.afxdp != config.afxdp, "capture/afxdp_mode"),

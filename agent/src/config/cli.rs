@@ -211,6 +211,13 @@ pub struct RunArgs {
     /// alone or next to interface hooks.
     #[arg(long, value_name = "ADDR")]
     pub sflow_listen: Option<String>,
+    /// Export every flow as IPFIX records to this collector: udp://HOST:PORT, tcp://HOST:PORT
+    /// or HOST[:PORT] (UDP, port 4739); repeat for several. Replaces [ipfix] collectors.
+    #[arg(long = "ipfix", value_name = "COLLECTOR")]
+    pub ipfix: Vec<String>,
+    /// Seconds between two IPFIX records of a flow that goes on (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub ipfix_active_timeout_seconds: Option<u64>,
 }
 
 /// Where RoCE frames are counted (flag and configuration file value).
@@ -283,6 +290,17 @@ pub struct AnalyzeArgs {
     /// SONiC's PFC watchdog detects in 0.2 s).
     #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
     pub pfc_storm_seconds: f64,
+    /// Export the capture's flows as IPFIX records to this collector: udp://HOST:PORT,
+    /// tcp://HOST:PORT or HOST[:PORT] (UDP, port 4739); repeat for several. Records are on
+    /// capture time: one every active timeout of a flow that goes on, and its last at the end.
+    #[arg(long = "ipfix", value_name = "COLLECTOR")]
+    pub ipfix: Vec<String>,
+    /// Write the capture's flows as IPFIX messages into this file (RFC 5655).
+    #[arg(long, value_name = "FILE")]
+    pub ipfix_file: Option<PathBuf>,
+    /// Seconds of capture time between two IPFIX records of a flow that goes on (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub ipfix_active_timeout_seconds: Option<u64>,
 }
 
 /// Defaults shared by flags and code (they live with the analysis they configure).

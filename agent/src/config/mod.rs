@@ -21,6 +21,7 @@ use std::time::Duration;
 
 pub mod classes;
 pub mod cli;
+pub mod ipfix;
 pub mod logging;
 mod memory;
 mod sflow;
@@ -59,6 +60,8 @@ pub struct FileConfig {
     pub classes: Option<crate::config::classes::ClassesSection>,
     /// The sFlow collector (switches' view).
     pub sflow: Option<SflowSection>,
+    /// Flow records for flow collectors.
+    pub ipfix: Option<ipfix::IpfixSection>,
     pub sysfs_root: Option<std::path::PathBuf>,
     /// "maps" (count in the kernel) or "afxdp" (redirect RoCE to AF_XDP sockets).
     pub capture: Option<CaptureArg>,
@@ -153,6 +156,8 @@ pub struct Config {
     pub sflow: Option<crate::sflow::receiver::SflowSettings>,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
+    /// The IPFIX exporter, when a collector is configured.
+    pub ipfix: Option<crate::export::ipfix::IpfixSettings>,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,
@@ -232,6 +237,12 @@ impl Config {
             args.sflow_listen.as_deref(),
             file.sflow.as_ref(),
             sflow_limits(&file, &sflow_groups)?,
+        )?;
+        let ipfix = ipfix::ipfix_settings(
+            &args.ipfix,
+            None,
+            file.ipfix.as_ref(),
+            args.ipfix_active_timeout_seconds,
         )?;
         let ifaces = if args.ifaces.is_empty() {
             file.interfaces.unwrap_or_default()
@@ -403,6 +414,7 @@ impl Config {
             None => None,
         };
         Ok(Config {
+            ipfix,
             web,
             log_level,
             log_format: args

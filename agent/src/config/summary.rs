@@ -89,6 +89,22 @@ impl Config {
                 ),
                 None => "sflow: off".into(),
             },
+            match &self.ipfix {
+                Some(x) => format!(
+                    "ipfix: {} (observation domain {}, enterprise {}, active timeout {} s, templates every {} s on UDP, messages up to {} bytes)",
+                    x.destinations
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    x.observation_domain,
+                    x.enterprise,
+                    x.active_timeout.as_secs(),
+                    x.template_refresh.as_secs(),
+                    x.max_message_bytes
+                ),
+                None => "ipfix: off".into(),
+            },
         ];
         lines.push(format!(
             "web: tls {}, basic auth {} user(s), request timeout {:?}, header timeout {:?}, max {} connections ({} per client), {} concurrent requests",

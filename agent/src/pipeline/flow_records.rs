@@ -5,7 +5,8 @@
 //! poll, a capture tick), on the store's own clock (the kernel's monotonic clock, or capture
 //! time):
 //! - a flow that left the table gives its last record at once, with why
-//!   ([`EndReason`]: idle, pushed out of a full table, interface gone);
+//!   ([`EndReason`]: idle, pushed out of a full table); so do the flows of an interface
+//!   that went away;
 //! - a flow that goes on gives a record every active timeout (the convention: 60 s) with what
 //!   it did since its previous record, if it did anything;
 //! - at a stop (the agent's, the capture's end) every flow gives its last record.
@@ -148,6 +149,33 @@ impl Recorder {
             next.due_ns = now_ns.saturating_add(timeout);
             e.export = Some(Box::new(next));
             self.due.push(Reverse((next.due_ns, iface, key)));
+        }
+        if !out.is_empty() {
+            (self.settings.sink.0)(out);
+        }
+    }
+
+    /// Interface `iface` went away: its flows give their last record (forced end). They stay
+    /// in the table, marked, so that counts that go on when it comes back (over pinned maps)
+    /// are deltas from here and not counted twice.
+    pub fn end_iface(
+        &mut self,
+        table: &mut FlowTable,
+        iface: usize,
+        now_ns: u64,
+        unix_offset_ns: u64,
+        model: Option<&HashModel>,
+    ) {
+        let due = now_ns.saturating_add(self.settings.active_timeout_ns.max(1));
+        let mut out = Vec::new();
+        for e in table.iter_mut().filter(|e| e.iface == iface) {
+            out.push(last_record(e, EndReason::ForcedEnd, unix_offset_ns, model));
+            e.export = Some(Box::new(ExportMark {
+                counts: FlowCounts::of(&e.stats),
+                at_ns: e.stats.last_seen_ns,
+                due_ns: due,
+            }));
+            self.due.push(Reverse((due, e.iface, e.key)));
         }
         if !out.is_empty() {
             (self.settings.sink.0)(out);

@@ -148,12 +148,19 @@ fn an_interface_that_goes_ends_its_flows() {
     let (mut r, got) = recorder(60);
     let mut t = table();
     poll(&mut t, &mut r, 1, &[(1, stats(4, 1))]);
-    assert_eq!(t.end_iface(0, EndReason::ForcedEnd), 1);
-    r.round(&mut t, 2 * S, 0, None);
+    r.end_iface(&mut t, 0, 2 * S, 0, None);
     let recs = got.lock().unwrap().clone();
     assert_eq!(recs.len(), 1);
     assert_eq!(recs[0].reason, EndReason::ForcedEnd);
     assert_eq!(recs[0].counts.packets, 4);
+    // It comes back over its pinned maps: the counts go on, and only what is new is recorded.
+    for now in 3..=70 {
+        poll(&mut t, &mut r, now, &[(1, stats(4 + now, now))]);
+    }
+    let recs = got.lock().unwrap().clone();
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert_eq!(recs[1].reason, EndReason::ActiveTimeout);
+    assert_eq!(recs[1].counts.packets, 62, "what was counted after the end, up to 62 s");
 }
 
 #[test]

@@ -452,24 +452,6 @@ impl FlowTable {
         gone
     }
 
-    /// Every flow of interface `iface` leaves the table (the interface went away), ended for
-    /// the flow records with `reason`. Returns how many left.
-    pub fn end_iface(&mut self, iface: usize, reason: EndReason) -> usize {
-        let (record, ended) = (self.record_ends, &mut self.ended);
-        let mut n = 0;
-        self.entries.retain(|e| {
-            if e.iface != iface {
-                return true;
-            }
-            n += 1;
-            if record {
-                ended.push((e.clone(), reason));
-            }
-            false
-        });
-        n
-    }
-
     /// The flows created since the last call (with [`FlowTable::record_ends`] only).
     pub fn take_created(&mut self) -> Vec<(usize, FlowKey)> {
         std::mem::take(&mut self.created)

@@ -138,6 +138,19 @@ impl Pipeline {
         }
     }
 
+    /// Interface `iface` went away: its flows' last records (see [`Recorder::end_iface`]).
+    pub fn end_iface_records(&mut self, iface: usize, now_ns: u64, unix_offset_ns: u64) {
+        if let Some(r) = &mut self.recorder {
+            r.end_iface(
+                &mut self.flows,
+                iface,
+                now_ns,
+                unix_offset_ns,
+                self.settings.ecmp.hash.as_ref(),
+            );
+        }
+    }
+
     /// The records stop (the agent stops, the capture ends): every flow's last record.
     pub fn finish_records(&mut self, now_ns: u64, unix_offset_ns: u64, reason: EndReason) {
         if let Some(r) = &mut self.recorder {

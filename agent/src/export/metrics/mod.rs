@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 mod findings;
 mod histogram;
+mod ipfix;
 mod lossless;
 mod observe;
 mod sflow;
@@ -128,6 +129,10 @@ pub struct Metrics {
     sflow_series: sflow::Exported,
     /// The sFlow collector whose per-port series a scrape writes out ([`Metrics::encode`]).
     sflow_ports: Option<std::sync::Arc<std::sync::Mutex<crate::sflow::collector::Collector>>>,
+    ipfix_records: IntCounterVec,
+    ipfix_messages: IntCounterVec,
+    /// The IPFIX exporter's collectors, whose counts a scrape reads ([`Metrics::encode`]).
+    ipfix: ipfix::Collectors,
     training_period: GaugeVec,
     training_duty: GaugeVec,
     training_step_bytes: GaugeVec,
@@ -404,6 +409,9 @@ impl Metrics {
             sflow_restarts: counter(&r, "rocemon_sflow_agent_restarts_total", "sFlow agent restarts (the agent's uptime went back and its sequence with it), by agent; agent=\"other\" sums the agents no longer held.", &["agent"])?,
             sflow_table_entries: int_gauge(&r, "rocemon_sflow_table_entries", "Entries the sFlow collector holds per table (agents, ports, flows, port_flows, rhythm_ports); each is bounded ([sflow] max_*).", &["table"])?,
             sflow_table_removed: counter(&r, "rocemon_sflow_table_entries_removed_total", "sFlow collector table entries refused (dropped: the table was full of busy or protected entries), pushed out by a new key (evicted: the least busy of a sample) or expired after the idle timeout (expired).", &["table", "reason"])?,
+            ipfix_records: counter(&r, "rocemon_ipfix_records_total", "IPFIX flow records by collector and result: sent, queue_full (the exporter's queue was full: dropped before sending), send_failed (the send or write failed), collector_down (a TCP collector was not connected).", &["collector", "result"])?,
+            ipfix_messages: counter(&r, "rocemon_ipfix_messages_total", "IPFIX messages written to a collector (templates and data).", &["collector"])?,
+            ipfix: Default::default(),
             sflow_series: Default::default(),
             sflow_ports: None,
             link_speed_bps: HashMap::new(),
@@ -422,6 +430,7 @@ impl Metrics {
     /// sFlow port's rhythm has no `iface`, an interface's no `agent`) is left out rather than
     /// written empty: the same series to Prometheus, and no `iface=""` for a person.
     pub fn encode(&self) -> Result<String> {
+        self.set_ipfix();
         let mut families = self.registry.gather();
         for f in &mut families {
             for m in f.mut_metric() {
