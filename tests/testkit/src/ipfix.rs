@@ -184,6 +184,7 @@ pub fn decode(capture: &Path) -> Result<Vec<Message>> {
 
 /// [`decode`] of messages in memory (written into a capture under `dir`).
 pub fn decode_messages(messages: &[Vec<u8>], dir: &Path) -> Result<Vec<Message>> {
+    std::fs::create_dir_all(dir)?;
     let path = capture(messages).write(dir)?;
     decode(&path)
 }
