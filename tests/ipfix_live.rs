@@ -35,7 +35,8 @@ impl Receiver {
         let thread = std::thread::spawn(move || {
             enter_netns(&ns).unwrap();
             let s = UdpSocket::bind(SOCKET).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
             ready_tx.send(()).unwrap();
             let mut buf = vec![0u8; 65_536];
             loop {

@@ -442,7 +442,12 @@ fn start_ipfix(
 }
 
 /// One line per destination: what the capture's flow records came to.
-fn report_ipfix(collectors: &[(String, std::sync::Arc<crate::export::ipfix::CollectorCounts>)]) {
+fn report_ipfix(
+    collectors: &[(
+        String,
+        std::sync::Arc<crate::export::ipfix::CollectorCounts>,
+    )],
+) {
     for (label, c) in collectors {
         let by: Vec<(&str, u64)> = c.by_result().into_iter().collect();
         let sent = by[0].1;

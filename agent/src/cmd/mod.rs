@@ -6,6 +6,7 @@ pub mod analyze;
 pub mod rdma;
 pub mod run;
 pub mod run_findings;
+pub mod run_ipfix;
 pub mod run_links;
 pub mod run_reload;
 pub mod run_rhythm;

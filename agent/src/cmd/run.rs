@@ -1,6 +1,7 @@
 //! The live pipeline: check, bind, attach, then poll the kernel maps into the flow table and
 //! the metrics until `shutdown` completes; then detach everything (dropping the probes).
 
+use crate::cmd::run_ipfix;
 use crate::cmd::run_links::{attach_one, reconcile, show_attached};
 use crate::cmd::run_reload::apply_reload;
 use crate::cmd::run_rhythm::{
@@ -86,18 +87,8 @@ pub async fn run(
         metrics: Arc::new(Mutex::new(metrics)),
         api: Arc::new(Mutex::new(ApiView::default())),
     };
-    let exporter = start_ipfix(&config)?;
     let mut settings = config.pipeline();
-    if let Some((x, s)) = exporter.as_ref().zip(config.ipfix.as_ref()) {
-        settings.records = Some(crate::pipeline::flow_records::RecordSettings {
-            active_timeout_ns: s.active_timeout.as_nanos() as u64,
-            idle_timeout_ns: config.flow_idle_timeout.as_nanos() as u64,
-            sink: x.sink(),
-        });
-        if let Ok(mut m) = shared.metrics.lock() {
-            m.attach_ipfix(x.collectors.clone());
-        }
-    }
+    let exporter = run_ipfix::start(&config, &shared, &mut settings)?;
     let mut pipeline = Pipeline::new(config.ifaces.clone(), settings);
     let mut enter_bps = entry_thresholds(&config);
 
@@ -125,7 +116,7 @@ pub async fn run(
     };
     let mut mtus: Vec<Option<u32>> = vec![None; config.ifaces.len()];
     for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
-        end_iface_records(&mut pipeline, i);
+        run_ipfix::end_iface(&mut pipeline, i);
     }
     // RC connections of hardware RoCE NICs (invisible to the hooks), refreshed now and then.
     let mut rdma = RdmaView::default();
@@ -206,7 +197,7 @@ pub async fn run(
                 }
             } => {
                 for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
-                    end_iface_records(&mut pipeline, i);
+                    run_ipfix::end_iface(&mut pipeline, i);
                 }
             }
             _ = ring_tick.tick(), if config.switches.rhythm => {
@@ -219,7 +210,7 @@ pub async fn run(
             }
             _ = tick.tick() => {
                 for i in reconcile(&mut probes, &mut mtus, &config, &shared) {
-                    end_iface_records(&mut pipeline, i);
+                    run_ipfix::end_iface(&mut pipeline, i);
                 }
                 let now = Instant::now();
                 let dt = now.duration_since(last_poll).as_secs_f64();
@@ -237,15 +228,7 @@ pub async fn run(
     }
     let (level, message) = shutdown_message(&probes, &config);
     log::log!(level, "{message}");
-    if let Some(x) = exporter {
-        // Every flow's last record, sent before the agent goes.
-        pipeline.finish_records(
-            crate::sources::maps::monotonic_ns(),
-            crate::sources::maps::monotonic_to_unix_ns(),
-            crate::pipeline::flow_counts::EndReason::ForcedEnd,
-        );
-        x.finish();
-    }
+    run_ipfix::finish(&mut pipeline, exporter);
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let _ = stop_tx.send(());
     drop(probes);
@@ -254,38 +237,6 @@ pub async fn run(
         Err(e) => return Err(e).context("HTTP server task"),
     }
     Ok(())
-}
-
-/// The IPFIX exporter, when a collector is configured: its thread started, each interface's
-/// index known.
-fn start_ipfix(config: &Config) -> Result<Option<crate::export::ipfix::Exporter>> {
-    let Some(s) = &config.ipfix else {
-        return Ok(None);
-    };
-    let ifindex = config
-        .ifaces
-        .iter()
-        .map(|i| loader::ifindex(i).unwrap_or(0))
-        .collect();
-    let x = crate::export::ipfix::Exporter::start(s, ifindex)?;
-    log::info!(
-        "exporting flow records (IPFIX) to {}",
-        x.collectors
-            .iter()
-            .map(|(c, _)| c.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok(Some(x))
-}
-
-/// The flows of an interface that went away give their last flow records.
-fn end_iface_records(pipeline: &mut Pipeline, iface: usize) {
-    pipeline.end_iface_records(
-        iface,
-        crate::sources::maps::monotonic_ns(),
-        crate::sources::maps::monotonic_to_unix_ns(),
-    );
 }
 
 /// Elephant entry thresholds per interface (link share of the reported speed, or absolute).
@@ -453,10 +404,7 @@ fn poll(
         pipeline.tick(dt, enter_bps, collector.as_deref())
     };
     // The flow records of this poll (IPFIX): handed to the exporter's queue, never waited on.
-    pipeline.records(
-        crate::sources::maps::monotonic_ns(),
-        crate::sources::maps::monotonic_to_unix_ns(),
-    );
+    run_ipfix::records(pipeline);
     for ev in events {
         let iface = pipeline
             .flows

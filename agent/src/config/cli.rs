@@ -212,7 +212,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub sflow_listen: Option<String>,
     /// Export every flow as IPFIX records to this collector: udp://HOST:PORT, tcp://HOST:PORT
-    /// or HOST[:PORT] (UDP, port 4739); repeat for several. Replaces [ipfix] collectors.
+    /// or HOST[:PORT] (UDP, port 4739); repeat for several (default: [ipfix] collectors of
+    /// the config file, else no export).
     #[arg(long = "ipfix", value_name = "COLLECTOR")]
     pub ipfix: Vec<String>,
     /// Seconds between two IPFIX records of a flow that goes on (default 60).

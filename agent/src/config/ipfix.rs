@@ -12,11 +12,54 @@
 //! ```
 
 use super::{bad, UsageError};
-use crate::export::ipfix::{self, Destination, IpfixSettings};
 use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// IPFIX's registered port (UDP and TCP).
+pub const IPFIX_PORT: u16 = 4739;
+/// RFC 5612's Private Enterprise Number for documentation: the RoCE elements' default until
+/// an operator sets the number their collectors know.
+pub const DEFAULT_ENTERPRISE: u32 = 32473;
+/// Seconds between template refreshes on UDP.
+pub const DEFAULT_TEMPLATE_REFRESH_S: u64 = 60;
+/// Fits an Ethernet MTU of 1500 with IPv6 and UDP headers, and some tunnel overhead.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1400;
+/// Records waiting for the exporter thread at most (about 200 bytes each).
+pub const DEFAULT_QUEUE_RECORDS: usize = 262_144;
+/// The smallest message size: it holds the templates and an IPv6 record (585 bytes).
+pub const MIN_MESSAGE_BYTES: usize = 640;
+
+/// Where records go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Udp(SocketAddr),
+    Tcp(SocketAddr),
+    File(PathBuf),
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Udp(a) => write!(f, "udp://{a}"),
+            Destination::Tcp(a) => write!(f, "tcp://{a}"),
+            Destination::File(p) => write!(f, "file:{}", p.display()),
+        }
+    }
+}
+
+/// The exporter's settings (validated: `config::ipfix`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IpfixSettings {
+    pub destinations: Vec<Destination>,
+    pub observation_domain: u32,
+    pub enterprise: u32,
+    pub active_timeout: Duration,
+    pub template_refresh: Duration,
+    pub max_message_bytes: usize,
+    pub queue_records: usize,
+}
 
 /// `[ipfix]`, as written.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -65,12 +108,15 @@ fn resolve(text: &str) -> Option<SocketAddr> {
         return Some(a);
     }
     if let Ok(ip) = text.parse::<std::net::IpAddr>() {
-        return Some(SocketAddr::new(ip, ipfix::IPFIX_PORT));
+        return Some(SocketAddr::new(ip, IPFIX_PORT));
     }
-    let with_port = if text.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+    let with_port = if text
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
         text.to_string()
     } else {
-        format!("{text}:{}", ipfix::IPFIX_PORT)
+        format!("{text}:{}", IPFIX_PORT)
     };
     with_port.to_socket_addrs().ok()?.next()
 }
@@ -120,10 +166,7 @@ pub fn ipfix_settings(
     let (active, name) = match (active_timeout_flag, s.active_timeout_seconds) {
         (Some(v), _) => (v, "--ipfix-active-timeout-seconds"),
         (None, Some(v)) => (v, "ipfix.active_timeout_seconds"),
-        (None, None) => (
-            crate::pipeline::flow_records::DEFAULT_ACTIVE_TIMEOUT_S,
-            "",
-        ),
+        (None, None) => (crate::pipeline::flow_records::DEFAULT_ACTIVE_TIMEOUT_S, ""),
     };
     if !(1..=86_400).contains(&active) {
         return Err(bad(format!(
@@ -132,22 +175,20 @@ pub fn ipfix_settings(
     }
     let refresh = s
         .template_refresh_seconds
-        .unwrap_or(ipfix::DEFAULT_TEMPLATE_REFRESH_S);
+        .unwrap_or(DEFAULT_TEMPLATE_REFRESH_S);
     if !(1..=86_400).contains(&refresh) {
         return Err(bad(format!(
             "ipfix.template_refresh_seconds {refresh} is out of range; use 1 to 86400 (e.g. 60)"
         )));
     }
-    let max = s
-        .max_message_bytes
-        .unwrap_or(ipfix::DEFAULT_MAX_MESSAGE_BYTES);
-    if !(ipfix::message::MIN_MESSAGE_BYTES..=65_535).contains(&max) {
+    let max = s.max_message_bytes.unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+    if !(MIN_MESSAGE_BYTES..=65_535).contains(&max) {
         return Err(bad(format!(
             "ipfix.max_message_bytes {max} is out of range; use {} to 65535 (below the path MTU for UDP, e.g. 1400)",
-            ipfix::message::MIN_MESSAGE_BYTES
+            MIN_MESSAGE_BYTES
         )));
     }
-    let queue = s.queue_records.unwrap_or(ipfix::DEFAULT_QUEUE_RECORDS);
+    let queue = s.queue_records.unwrap_or(DEFAULT_QUEUE_RECORDS);
     if !(1_000..=100_000_000).contains(&queue) {
         return Err(bad(format!(
             "ipfix.queue_records {queue} is out of range; use 1000 to 100000000"
@@ -164,7 +205,7 @@ pub fn ipfix_settings(
     Ok(Some(IpfixSettings {
         destinations,
         observation_domain: s.observation_domain_id.unwrap_or_else(default_domain),
-        enterprise: s.enterprise_number.unwrap_or(ipfix::DEFAULT_ENTERPRISE),
+        enterprise: s.enterprise_number.unwrap_or(DEFAULT_ENTERPRISE),
         active_timeout: Duration::from_secs(active),
         template_refresh: Duration::from_secs(refresh),
         max_message_bytes: max,
@@ -202,13 +243,17 @@ mod tests {
 
     #[test]
     fn an_unknown_scheme_names_the_ones_that_work() {
-        let e = destination("sctp://127.0.0.1:4739").unwrap_err().to_string();
+        let e = destination("sctp://127.0.0.1:4739")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("udp://HOST:PORT or tcp://HOST:PORT"), "{e}");
     }
 
     #[test]
     fn a_collector_that_is_no_address_says_how_to_write_one() {
-        let e = destination("udp://127.0.0.1:99999").unwrap_err().to_string();
+        let e = destination("udp://127.0.0.1:99999")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("e.g. udp://192.0.2.10:4739"), "{e}");
     }
 
@@ -229,22 +274,33 @@ mod tests {
         );
         assert_eq!(got.observation_domain, 5);
         assert_eq!(got.active_timeout, Duration::from_secs(30));
-        assert_eq!(got.enterprise, ipfix::DEFAULT_ENTERPRISE);
+        assert_eq!(got.enterprise, DEFAULT_ENTERPRISE);
     }
 
     #[test]
     fn a_collector_given_twice_is_refused() {
-        let e = ipfix_settings(&["127.0.0.1:1".into(), "udp://127.0.0.1:1".into()], None, None, None)
-            .unwrap_err()
-            .to_string();
+        let e = ipfix_settings(
+            &["127.0.0.1:1".into(), "udp://127.0.0.1:1".into()],
+            None,
+            None,
+            None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("given twice"), "{e}");
     }
 
     #[test]
     fn out_of_range_values_name_their_key_and_range() {
         for (text, want) in [
-            ("active_timeout_seconds = 0", "ipfix.active_timeout_seconds 0 is out of range"),
-            ("template_refresh_seconds = 0", "ipfix.template_refresh_seconds 0"),
+            (
+                "active_timeout_seconds = 0",
+                "ipfix.active_timeout_seconds 0 is out of range",
+            ),
+            (
+                "template_refresh_seconds = 0",
+                "ipfix.template_refresh_seconds 0",
+            ),
             ("max_message_bytes = 100", "use 640 to 65535"),
             ("queue_records = 1", "ipfix.queue_records 1"),
         ] {

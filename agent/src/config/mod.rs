@@ -157,7 +157,7 @@ pub struct Config {
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
     /// The IPFIX exporter, when a collector is configured.
-    pub ipfix: Option<crate::export::ipfix::IpfixSettings>,
+    pub ipfix: Option<ipfix::IpfixSettings>,
     pub web: WebSettings,
     /// `None`: info, or what RUST_LOG says.
     pub log_level: Option<log::LevelFilter>,

@@ -96,7 +96,11 @@ fn a_flow_that_goes_on_gives_a_delta_every_active_timeout() {
     assert_eq!(recs[2].counts.packets, 400);
     // The records add up to the flow's totals.
     assert_eq!(sum(&recs), (2500, 250_000, 250));
-    assert_eq!(r.queued(), 1, "the left flow's queue entry is dropped when it is due");
+    assert_eq!(
+        r.queued(),
+        1,
+        "the left flow's queue entry is dropped when it is due"
+    );
 }
 
 #[test]
@@ -107,7 +111,11 @@ fn a_quiet_flow_gives_no_record_until_it_leaves() {
         poll(&mut t, &mut r, now, &[(1, stats(50, 5))]);
     }
     let recs = got.lock().unwrap().clone();
-    assert_eq!(recs.len(), 1, "one record of its packets, none of nothing: {recs:?}");
+    assert_eq!(
+        recs.len(),
+        1,
+        "one record of its packets, none of nothing: {recs:?}"
+    );
     assert_eq!(recs[0].counts.packets, 50);
     poll(&mut t, &mut r, 41, &[]);
     let recs = got.lock().unwrap().clone();
@@ -160,7 +168,10 @@ fn an_interface_that_goes_ends_its_flows() {
     let recs = got.lock().unwrap().clone();
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert_eq!(recs[1].reason, EndReason::ActiveTimeout);
-    assert_eq!(recs[1].counts.packets, 62, "what was counted after the end, up to 62 s");
+    assert_eq!(
+        recs[1].counts.packets, 62,
+        "what was counted after the end, up to 62 s"
+    );
 }
 
 #[test]
@@ -181,7 +192,11 @@ fn the_stop_gives_every_flows_last_record() {
     let recs = got.lock().unwrap().clone();
     assert_eq!(recs.len(), 4);
     let last = |qp| recs[2..].iter().find(|x| x.key.dest_qp == qp).unwrap();
-    assert_eq!(last(1).reason, EndReason::ForcedEnd, "last packet 55 s before");
+    assert_eq!(
+        last(1).reason,
+        EndReason::ForcedEnd,
+        "last packet 55 s before"
+    );
     assert_eq!(last(1).counts.packets, 40);
     assert_eq!(last(2).reason, EndReason::IdleTimeout, "69 s quiet");
     assert_eq!(sum(&recs).0, 155);
@@ -196,7 +211,12 @@ fn a_baseline_found_at_the_first_poll_is_not_exported() {
     // The agent starts over pinned maps that already counted 1,000 packets.
     poll(&mut t, &mut r, 100, &[(1, stats(1000, 100))]);
     for now in 101..=115 {
-        poll(&mut t, &mut r, now, &[(1, stats(1000 + (now - 100) * 10, now))]);
+        poll(
+            &mut t,
+            &mut r,
+            now,
+            &[(1, stats(1000 + (now - 100) * 10, now))],
+        );
     }
     let recs = got.lock().unwrap().clone();
     assert!(!recs.is_empty());

@@ -214,8 +214,11 @@ impl FlowSide {
         if let Some(first) = first_ts_ns {
             self.pipeline.short_span_elephants(first, last_ts_ns);
         }
-        self.pipeline
-            .finish_records(last_ts_ns, 0, crate::pipeline::flow_counts::EndReason::ForcedEnd);
+        self.pipeline.finish_records(
+            last_ts_ns,
+            0,
+            crate::pipeline::flow_counts::EndReason::ForcedEnd,
+        );
         for t in self.sflow.rhythms.values_mut() {
             t.detect();
         }

@@ -145,13 +145,11 @@ impl FlowTable {
         }
         let (generation, clock) = (self.generation, self.clock_s);
         let (record, created) = (self.record_ends, &mut self.created);
-        let e = self
-            .entries
-            .get_or_insert_hashed(hash, (iface, key), || {
-                if record {
-                    created.push((iface, key));
-                }
-                FlowEntry {
+        let e = self.entries.get_or_insert_hashed(hash, (iface, key), || {
+            if record {
+                created.push((iface, key));
+            }
+            FlowEntry {
                 iface,
                 key,
                 stats: FlowStats::default(),
@@ -166,7 +164,8 @@ impl FlowTable {
                 active: false,
                 rate_clock_s: clock,
                 export: None,
-            }});
+            }
+        });
         if !e.active {
             e.active = true;
             self.active.push((iface, key));

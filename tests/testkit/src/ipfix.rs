@@ -95,8 +95,9 @@ fn number(v: &Value, key: &str) -> u64 {
 }
 
 fn hex_bytes(s: &str) -> u64 {
-    s.split(':')
-        .fold(0u64, |a, b| (a << 8) | u64::from_str_radix(b, 16).unwrap_or(0))
+    s.split(':').fold(0u64, |a, b| {
+        (a << 8) | u64::from_str_radix(b, 16).unwrap_or(0)
+    })
 }
 
 /// tshark's decode of every message in `capture` (see [`capture`]). Fails when tshark marks
@@ -198,6 +199,9 @@ pub fn nfacctd_available() -> bool {
         .unwrap_or(false)
 }
 
+/// What a collector aggregated: (src, dst, sport) -> (packets, bytes).
+pub type Totals = BTreeMap<(String, String, u16), (u64, u64)>;
+
 /// pmacct's NetFlow/IPFIX collector, aggregating by 5-tuple into a CSV file.
 pub struct Nfacctd {
     child: Option<Child>,
@@ -236,7 +240,9 @@ impl Nfacctd {
             .arg("-f")
             .arg(&conf)
             .stdout(std::fs::File::create(&log)?)
-            .stderr(std::fs::File::create(dir.join(format!("nfacctd-{port}.err")))?)
+            .stderr(std::fs::File::create(
+                dir.join(format!("nfacctd-{port}.err")),
+            )?)
             .spawn()
             .context("run nfacctd (Debian package pmacct; `cargo xtask setup` installs it)")?;
         let n = Nfacctd {
@@ -262,7 +268,7 @@ impl Nfacctd {
 
     /// Stops nfacctd (it writes out what it holds) and returns its totals:
     /// (src, dst, sport) -> (packets, bytes), every RoCE flow's destination port 4791.
-    pub fn totals(mut self) -> Result<BTreeMap<(String, String, u16), (u64, u64)>> {
+    pub fn totals(mut self) -> Result<Totals> {
         if let Some(mut c) = self.child.take() {
             // SIGINT: nfacctd purges its cache into the file before it exits.
             let pid = c.id() as i32;

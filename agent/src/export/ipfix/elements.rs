@@ -167,10 +167,7 @@ pub fn elements(ipv6: bool) -> Vec<Element> {
             std(Field::DestinationIpv4, 12, 4, "destinationIPv4Address"),
         ]
     };
-    addrs
-        .into_iter()
-        .chain(COMMON)
-        .collect()
+    addrs.into_iter().chain(COMMON).collect()
 }
 
 /// Bytes of one data record of the family.
@@ -211,18 +208,14 @@ pub fn write(e: &Element, r: &FlowRecord, ifindex: u32, out: &mut Vec<u8>) {
         Field::End => out.extend_from_slice(&r.end_ms.to_be_bytes()),
         Field::EndReason => out.push(r.reason as u8),
         Field::DestQp => out.extend_from_slice(&r.key.dest_qp.to_be_bytes()),
-        Field::ClassPackets(k) => {
-            out.extend_from_slice(&c.class_packets[k as usize].to_be_bytes())
-        }
+        Field::ClassPackets(k) => out.extend_from_slice(&c.class_packets[k as usize].to_be_bytes()),
         Field::EcnCe => out.extend_from_slice(&c.ecn_ce.to_be_bytes()),
         Field::Cnp => out.extend_from_slice(&c.cnp.to_be_bytes()),
         Field::Becn => out.extend_from_slice(&c.becn.to_be_bytes()),
         Field::PsnGaps => out.extend_from_slice(&c.psn_gaps.to_be_bytes()),
         Field::Retransmits => out.extend_from_slice(&c.retransmits.to_be_bytes()),
         Field::Naks => out.extend_from_slice(&c.naks.to_be_bytes()),
-        Field::EcmpPath => {
-            out.extend_from_slice(&r.ecmp_path.unwrap_or(NO_PATH).to_be_bytes())
-        }
+        Field::EcmpPath => out.extend_from_slice(&r.ecmp_path.unwrap_or(NO_PATH).to_be_bytes()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The exporter against collectors on loopback: templates first, sequence numbers, template
 //! refresh, a collector that is gone and comes back (UDP and TCP), a bounded queue.
 use super::*;
+use crate::config::ipfix::{DEFAULT_ENTERPRISE, DEFAULT_MAX_MESSAGE_BYTES};
 use crate::pipeline::flow_counts::{EndReason, FlowCounts};
 use agent_common::FlowKey;
 use std::io::Read;
@@ -100,7 +101,10 @@ fn recv(s: &UdpSocket) -> Seen {
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(60), "waited for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "waited for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -131,7 +135,10 @@ fn udp_templates_come_first_and_sequence_numbers_count_records() {
         assert_eq!(s.seq, seq, "{got:?}");
         seq += s.records as u32;
     }
-    assert!(got.len() >= 3, "20 records of 169 bytes take several messages");
+    assert!(
+        got.len() >= 3,
+        "20 records of 169 bytes take several messages"
+    );
     assert_eq!(x.collectors[0].1.sent.load(Relaxed), 23);
     x.finish();
 }

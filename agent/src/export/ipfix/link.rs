@@ -59,7 +59,11 @@ impl Link {
     ) -> std::io::Result<Link> {
         let conn = match &dest {
             Destination::Udp(addr) => {
-                let bind = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+                let bind = if addr.is_ipv4() {
+                    "0.0.0.0:0"
+                } else {
+                    "[::]:0"
+                };
                 let s = UdpSocket::bind(bind)?;
                 s.connect(addr)?;
                 Conn::Udp(s)
@@ -94,7 +98,8 @@ impl Link {
         self.refresh_due(now);
         let mut at = 0;
         while at < records.len() {
-            let (m, used) = enc.message(&records[at..], export_time(), self.seq, self.templates_due);
+            let (m, used) =
+                enc.message(&records[at..], export_time(), self.seq, self.templates_due);
             at += used;
             match self.write(&m) {
                 Ok(()) => {

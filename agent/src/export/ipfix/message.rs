@@ -6,6 +6,7 @@
 //! (section 3.1); the caller advances it for what was really sent.
 
 use super::elements::{self, Element, TEMPLATE_IPV4, TEMPLATE_IPV6};
+pub use crate::config::ipfix::MIN_MESSAGE_BYTES;
 use crate::pipeline::flow_records::FlowRecord;
 
 /// IPFIX's version number.
@@ -17,8 +18,6 @@ const SET_HEADER_LEN: usize = 4;
 const TEMPLATE_SET: u16 = 2;
 /// The enterprise bit of an element number.
 const ENTERPRISE_BIT: u16 = 0x8000;
-/// The smallest message size: it holds the templates and an IPv6 record (585 bytes).
-pub const MIN_MESSAGE_BYTES: usize = 640;
 
 /// What every message of one exporter carries.
 #[derive(Clone, Debug)]

@@ -12,58 +12,15 @@ pub mod elements;
 mod link;
 pub mod message;
 
+pub use crate::config::ipfix::{Destination, IpfixSettings};
 use crate::pipeline::flow_records::{FlowRecord, RecordSink};
 use anyhow::{Context, Result};
 use link::Link;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// IPFIX's registered port (UDP and TCP).
-pub const IPFIX_PORT: u16 = 4739;
-/// RFC 5612's Private Enterprise Number for documentation: the RoCE elements' default until
-/// an operator sets the number their collectors know.
-pub const DEFAULT_ENTERPRISE: u32 = 32473;
-/// Seconds between template refreshes on UDP.
-pub const DEFAULT_TEMPLATE_REFRESH_S: u64 = 60;
-/// Fits an Ethernet MTU of 1500 with IPv6 and UDP headers, and some tunnel overhead.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1400;
-/// Records waiting for the exporter thread at most (about 200 bytes each).
-pub const DEFAULT_QUEUE_RECORDS: usize = 262_144;
-
-/// Where records go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Destination {
-    Udp(SocketAddr),
-    Tcp(SocketAddr),
-    File(PathBuf),
-}
-
-impl std::fmt::Display for Destination {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Destination::Udp(a) => write!(f, "udp://{a}"),
-            Destination::Tcp(a) => write!(f, "tcp://{a}"),
-            Destination::File(p) => write!(f, "file:{}", p.display()),
-        }
-    }
-}
-
-/// The exporter's settings (validated: `config::ipfix`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct IpfixSettings {
-    pub destinations: Vec<Destination>,
-    pub observation_domain: u32,
-    pub enterprise: u32,
-    pub active_timeout: Duration,
-    pub template_refresh: Duration,
-    pub max_message_bytes: usize,
-    pub queue_records: usize,
-}
 
 /// What happened to the records of one collector, since the exporter started.
 #[derive(Debug, Default)]

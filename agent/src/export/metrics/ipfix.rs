@@ -18,10 +18,7 @@ impl Metrics {
     pub(super) fn set_ipfix(&self) {
         for (label, c) in &self.ipfix {
             for (result, n) in c.by_result() {
-                follow(
-                    &self.ipfix_records.with_label_values(&[label, result]),
-                    n,
-                );
+                follow(&self.ipfix_records.with_label_values(&[label, result]), n);
             }
             follow(
                 &self.ipfix_messages.with_label_values(&[label]),
