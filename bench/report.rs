@@ -293,6 +293,25 @@ pub(crate) fn markdown(r: &Value) -> String {
     if !r["robustness"].is_null() {
         robustness::markdown(&r["robustness"], &mut s);
     }
+    let x = &r["ipfix"];
+    if !x.is_null() {
+        let f = |k: &str| x[k].as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "\n## IPFIX flow records ({} flows)\n\nTarget: the agent's poll with export on within 10% of export off.\n\n| figure | value |\n| --- | --- |\n| records per second through the exporter's thread (encode, UDP send), one core | {:.0} |\n| bytes per IPv4 record on the wire (record {} B, IPv6 {} B, with headers and templates) | {:.1} |\n| poll, export off (map read, ingest, tick, ECMP views) | {:.1} ms |\n| poll, export on (60 s active timeout, a sixtieth of the flows due each poll) | {:.1} ms |\n| records per poll | {:.0} |\n\nExport on costs **x{:.3}** the poll without it ({}; medians of {} polls each, interleaved).",
+            x["flows"],
+            f("records_per_second_one_core"),
+            x["ipv4_record_bytes"],
+            x["ipv6_record_bytes"],
+            f("bytes_per_ipv4_record"),
+            f("poll_ms_export_off"),
+            f("poll_ms_export_on"),
+            f("records_per_poll"),
+            f("poll_ratio"),
+            verdict(f("poll_ratio") <= 1.10),
+            x["polls_each"]
+        );
+    }
     let f = &r["sflow"];
     if !f.is_null() {
         let _ = writeln!(

@@ -16,6 +16,8 @@
 //! - [`sflow`]: samples per second one core takes through the sFlow collector;
 //! - [`sflow_rates`]: the live collector and pmacct's `sfacctd` side by side at rising datagram
 //!   rates (datagrams lost, CPU per 100,000 datagrams, memory at 500 switches x 64 ports);
+//! - [`ipfix`]: flow records per second through the IPFIX exporter on one core, and the
+//!   agent's poll with export on against off at 100,000 flows;
 //! - [`report`]: `report.json` and `REPORT.md` (with the verdicts) in the directory given as
 //!   the first argument;
 //! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`); its source sits
@@ -32,6 +34,7 @@ mod analyze;
 mod baseline;
 #[path = "../fuzz/kernel_diff.rs"]
 mod fuzz_kernel;
+mod ipfix;
 mod kernel;
 mod live;
 mod profile;
@@ -161,6 +164,7 @@ fn main() -> Result<()> {
         },
         "sflow": if want("sflow") { sflow::sflow_bench()? } else { Value::Null },
         "sflow_rates": if want("sflow_rates") { sflow_rates::sflow_rates()? } else { Value::Null },
+        "ipfix": if want("ipfix") { ipfix::ipfix_bench()? } else { Value::Null },
         "robustness": if want("robustness") {
             json!({
                 "http": robustness::http_under_attack(BIN, tmp.path())?,

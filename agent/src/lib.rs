@@ -7,14 +7,16 @@
 //!   loader, attach, pins,       stages (the       elephant, ecmp,     metrics/ (the one catalog),
 //!   liveness (programs)           Pipeline run    hash, rhythm,       http + conns + api,
 //!   sources::maps (counters,      and analyze     steps, pause,       report, report_findings,
-//!     flows, the ring),           drive), flows   cnp_response,       report_html*
-//!     prog_run (the flush)      analysis +        findings,
-//!   sources::capture, input       flow_side,      live_findings
+//!     flows, the ring),           drive), flows,  cnp_response,       report_html*,
+//!     prog_run (the flush)        flow_records    findings,           ipfix/ (flow records)
+//!   sources::capture, input     analysis +        live_findings
+//!                                 flow_side,
 //!                                 timeline,
 //!                                 training
 //!   sources::afxdp, tally
 //!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
-//!          cmd/: start + run (run_links, run_rhythm, run_reload, run_findings), analyze,
+//!          cmd/: start + run (run_links, run_rhythm, run_reload, run_findings, run_ipfix),
+//!                analyze,
 //!                top (top_rows, top_tui, top_plain), rdma, admin (detach, reload,
 //!                check-config) wire them; main.rs only parses and dispatches
 //! ```
@@ -38,17 +40,22 @@
 //!   (ingest a store's flows or a capture's packets, tick rates and elephants and the sFlow
 //!   fabric view, detect the ECMP views); the flow table under it ([`pipeline::flows`]); a
 //!   capture through it ([`pipeline::analysis`], its time-ordered half
-//!   [`pipeline::flow_side`]) and its views over time ([`pipeline::timeline`],
-//!   [`pipeline::training`]: the rhythm and message sizes).
+//!   [`pipeline::flow_side`]), the flow records it gives ([`pipeline::flow_records`]) and
+//!   its views over time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and
+//!   message sizes).
 //! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
 //!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing and
 //!   the senders' answer ([`detect::cnp_response`]; live: [`detect::live_reaction`]), why a
 //!   step was slow ([`detect::slow_steps`]), and the findings that say what it all means
 //!   ([`detect::findings`]; live, over a window: [`detect::live_findings`]).
 //! - [`export`]: the metric catalog ([`export::metrics`]), `/metrics` and `/api/v1/*`
-//!   ([`export::http`], [`export::api`]), the `analyze` reports.
+//!   ([`export::http`], [`export::api`]), the `analyze` reports, and flow records for flow
+//!   collectors ([`export::ipfix`]: IPFIX over UDP, TCP or into a file, on a thread of its
+//!   own; the records themselves come from the pipeline's stage
+//!   [`pipeline::flow_records`]).
 //! - [`cmd`]: `rocemon run` ([`cmd::run`]: it takes its shutdown as a future so tests drive
-//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`], [`cmd::run_findings`]),
+//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`], [`cmd::run_findings`],
+//!   [`cmd::run_ipfix`]),
 //!   started as a process by [`cmd::start`] (signals, runtime, logging), `rocemon analyze`
 //!   ([`cmd::analyze`]), `rocemon top` ([`cmd::top`]), `rocemon rdma` ([`cmd::rdma`]),
 //!   `detach`, `reload` and `check-config` ([`cmd::admin`]).
