@@ -226,3 +226,73 @@ fn a_live_agents_records_equal_tshark_at_nfacctd_and_in_tsharks_decode_across_a_
         "one observation domain per agent, the same across its restarts"
     );
 }
+
+/// The records the receiver holds now, decoded (each call writes its own capture).
+fn decoded_now(r: &Receiver, dir: &std::path::Path, n: usize) -> Vec<ipfix::Message> {
+    let got = r.got.lock().unwrap().clone();
+    if got.is_empty() {
+        return Vec::new();
+    }
+    ipfix::decode_messages(&got, &dir.join(format!("now-{n}"))).unwrap()
+}
+
+#[test]
+fn the_flows_of_an_interface_that_goes_away_give_their_last_records_at_once() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-ipfix-gone").unwrap();
+    let path = fixtures::rc_ipv4().write(dir.path()).unwrap();
+    let want = tshark::expected(&path).unwrap();
+    let pair = VethPair::new("rcipfg").unwrap();
+    let ns = pair.ns_a.clone();
+    let receiver = Receiver::start(&ns);
+    let mut args = run_args(&pair.a_if, ADDR, "100");
+    args.extend(["--hooks", "xdp", "--ipfix", SOCKET]);
+    let mut agent = Agent::start(&ns, BIN, &args).unwrap();
+    agent.wait_ready(&ns, ADDR).unwrap();
+    replay_and_wait(&pair, std::slice::from_ref(&path), &want.flows);
+    // Nothing yet: the active timeout is a minute away.
+    let before = decoded_now(&receiver, dir.path(), 0);
+    assert_eq!(
+        before.iter().map(|m| m.records.len()).sum::<usize>(),
+        0,
+        "no record before the flows end"
+    );
+    pair.delete_link().unwrap();
+    let start = Instant::now();
+    let mut n = 1;
+    let records = loop {
+        let got = decoded_now(&receiver, dir.path(), n);
+        n += 1;
+        let records: Vec<ipfix::Record> = got.into_iter().flat_map(|m| m.records).collect();
+        if records.len() >= want.flows.len() {
+            break records;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the gone interface's flows gave {} of {} records",
+            records.len(),
+            want.flows.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        records.iter().all(|r| r.end_reason == 4),
+        "forced end: {records:?}"
+    );
+    let mut got: BTreeMap<(String, String, u16, u32), tshark::FlowExpect> = BTreeMap::new();
+    for r in &records {
+        let g = got
+            .entry((r.src.clone(), r.dst.clone(), r.sport, r.roce(1) as u32))
+            .or_default();
+        g.packets += r.packets;
+        g.bytes += r.octets;
+        g.ecn_ce += r.roce(9);
+        g.cnp += r.roce(10);
+    }
+    assert_eq!(got, want.flows);
+    agent.stop_ok();
+    receiver.stop();
+}
