@@ -132,12 +132,7 @@ fn pipeline(records: Option<&Exporter>) -> Pipeline {
 
 /// One poll at simulated second `n`: the map read, every flow moved on, ingest, tick, the
 /// ECMP views, and the records' round.
-fn poll(
-    ebpf: &aya::Ebpf,
-    p: &mut Pipeline,
-    n: u64,
-    start_ns: &[u64],
-) -> Result<f64> {
+fn poll(ebpf: &aya::Ebpf, p: &mut Pipeline, n: u64, start_ns: &[u64]) -> Result<f64> {
     let t = Instant::now();
     let (flows, _) = loader::read_flows(ebpf)?;
     p.begin_poll();
@@ -162,7 +157,9 @@ pub(crate) fn ipfix_bench() -> Result<Value> {
         "ipfix: {records_per_second:.0} records/s on the exporter's core, {bytes_per_record:.1} bytes per IPv4 record on the wire"
     );
     // Flows that started evenly over the minute before the first poll.
-    let start_ns: Vec<u64> = (0..FLOWS as u64).map(|i| i * 60 * S / FLOWS as u64).collect();
+    let start_ns: Vec<u64> = (0..FLOWS as u64)
+        .map(|i| i * 60 * S / FLOWS as u64)
+        .collect();
     let x = Exporter::start(&settings(drain()?), vec![1])?;
     let counts = x.collectors[0].1.clone();
     let mut on = pipeline(Some(&x));

@@ -97,6 +97,23 @@ fn replay_and_wait(
     }
 }
 
+/// What records add up to per flow (QP included), as tshark counts a flow.
+fn flow_sums<'a>(
+    records: impl IntoIterator<Item = &'a ipfix::Record>,
+) -> BTreeMap<(String, String, u16, u32), tshark::FlowExpect> {
+    let mut got: BTreeMap<_, tshark::FlowExpect> = BTreeMap::new();
+    for r in records {
+        let g = got
+            .entry((r.src.clone(), r.dst.clone(), r.sport, r.roce(1) as u32))
+            .or_default();
+        g.packets += r.packets;
+        g.bytes += r.octets;
+        g.ecn_ce += r.roce(9);
+        g.cnp += r.roce(10);
+    }
+    got
+}
+
 fn expected_of(paths: &[std::path::PathBuf]) -> tshark::Expected {
     let mut e = tshark::Expected::default();
     for p in paths {
@@ -179,16 +196,13 @@ fn a_live_agents_records_equal_tshark_at_nfacctd_and_in_tsharks_decode_across_a_
 
     let mut want = e1;
     want.add(e2);
-    // nfacctd, per 5-tuple.
-    let mut want_tuples: BTreeMap<(String, String, u16), (u64, u64)> = BTreeMap::new();
-    for ((src, dst, sport, _), e) in &want.flows {
-        let w = want_tuples
-            .entry((src.clone(), dst.clone(), *sport))
-            .or_default();
-        w.0 += e.packets;
-        w.1 += e.bytes;
-    }
-    assert_eq!(collector.totals().unwrap(), want_tuples, "nfacctd's totals");
+    // nfacctd, per 5-tuple and destination QP (rocemon's enterprise element).
+    let want_totals: ipfix::Totals = want
+        .flows
+        .iter()
+        .map(|(k, e)| (k.clone(), (e.packets, e.bytes)))
+        .collect();
+    assert_eq!(collector.totals().unwrap(), want_totals, "nfacctd's totals");
 
     // tshark's decode of every datagram, per flow (QP included), with CE marks and CNPs; each
     // agent's session decoded on its own (as a collector sees two sessions).
@@ -199,16 +213,7 @@ fn a_live_agents_records_equal_tshark_at_nfacctd_and_in_tsharks_decode_across_a_
         ipfix::decode_messages(two, &dir.path().join("two")).unwrap(),
     ];
     let messages: Vec<ipfix::Message> = sessions.concat();
-    let mut got: BTreeMap<(String, String, u16, u32), tshark::FlowExpect> = BTreeMap::new();
-    for r in messages.iter().flat_map(|m| &m.records) {
-        let g = got
-            .entry((r.src.clone(), r.dst.clone(), r.sport, r.roce(1) as u32))
-            .or_default();
-        g.packets += r.packets;
-        g.bytes += r.octets;
-        g.ecn_ce += r.roce(9);
-        g.cnp += r.roce(10);
-    }
+    let got = flow_sums(messages.iter().flat_map(|m| &m.records));
     assert_eq!(got, want.flows, "the records' sums");
     // Two sessions, one per agent: each opens with the templates at sequence 0, and each
     // message's number counts the records before it in its session.
@@ -282,17 +287,7 @@ fn the_flows_of_an_interface_that_goes_away_give_their_last_records_at_once() {
         records.iter().all(|r| r.end_reason == 4),
         "forced end: {records:?}"
     );
-    let mut got: BTreeMap<(String, String, u16, u32), tshark::FlowExpect> = BTreeMap::new();
-    for r in &records {
-        let g = got
-            .entry((r.src.clone(), r.dst.clone(), r.sport, r.roce(1) as u32))
-            .or_default();
-        g.packets += r.packets;
-        g.bytes += r.octets;
-        g.ecn_ce += r.roce(9);
-        g.cnp += r.roce(10);
-    }
-    assert_eq!(got, want.flows);
+    assert_eq!(flow_sums(&records), want.flows);
     agent.stop_ok();
     receiver.stop();
 }

@@ -169,12 +169,7 @@ impl Recorder {
         let due = now_ns.saturating_add(self.settings.active_timeout_ns.max(1));
         let mut out = Vec::new();
         for e in table.iter_mut().filter(|e| e.iface == iface) {
-            out.push(last_record(e, EndReason::ForcedEnd, unix_offset_ns, model));
-            e.export = Some(Box::new(ExportMark {
-                counts: FlowCounts::of(&e.stats),
-                at_ns: e.stats.last_seen_ns,
-                due_ns: due,
-            }));
+            out.push(close(e, EndReason::ForcedEnd, due, unix_offset_ns, model));
             self.due.push(Reverse((due, e.iface, e.key)));
         }
         if !out.is_empty() {
@@ -206,18 +201,31 @@ impl Recorder {
             } else {
                 reason
             };
-            out.push(last_record(e, why, unix_offset_ns, model));
-            e.export = Some(Box::new(ExportMark {
-                counts: FlowCounts::of(&e.stats),
-                at_ns: e.stats.last_seen_ns,
-                due_ns: u64::MAX,
-            }));
+            out.push(close(e, why, u64::MAX, unix_offset_ns, model));
         }
         self.due.clear();
         if !out.is_empty() {
             (self.settings.sink.0)(out);
         }
     }
+}
+
+/// A flow that stays in the table gives its last record, and is marked as recorded up to
+/// now (its next record, if it goes on, due at `due_ns`).
+fn close(
+    e: &mut FlowEntry,
+    reason: EndReason,
+    due_ns: u64,
+    unix_offset_ns: u64,
+    model: Option<&HashModel>,
+) -> FlowRecord {
+    let r = last_record(e, reason, unix_offset_ns, model);
+    e.export = Some(Box::new(ExportMark {
+        counts: FlowCounts::of(&e.stats),
+        at_ns: e.stats.last_seen_ns,
+        due_ns,
+    }));
+    r
 }
 
 /// A flow's last record: what it did since its previous one (all of it, if it had none).

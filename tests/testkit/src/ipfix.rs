@@ -199,10 +199,15 @@ pub fn nfacctd_available() -> bool {
         .unwrap_or(false)
 }
 
-/// What a collector aggregated: (src, dst, sport) -> (packets, bytes).
-pub type Totals = BTreeMap<(String, String, u16), (u64, u64)>;
+/// What a collector aggregated: (src, dst, sport, destination QP) -> (packets, bytes).
+pub type Totals = BTreeMap<(String, String, u16, u32), (u64, u64)>;
 
-/// pmacct's NetFlow/IPFIX collector, aggregating by 5-tuple into a CSV file.
+/// rocemon's destination-QP element (enterprise 32473, element 1) as an nfacctd primitive,
+/// in the syntax `docs/ipfix.md` gives.
+pub const DEST_QP_PRIMITIVE: &str = "name=dest_qp\tfield_type=32473:1\tlen=4\tsemantics=u_int\n";
+
+/// pmacct's NetFlow/IPFIX collector, aggregating by 5-tuple and rocemon's destination QP
+/// (an enterprise element, read as a custom primitive) into a CSV file.
 pub struct Nfacctd {
     child: Option<Child>,
     pub addr: String,
@@ -217,14 +222,17 @@ impl Nfacctd {
         let out = dir.join(format!("nfacctd-{port}.csv"));
         let log = dir.join(format!("nfacctd-{port}.log"));
         let conf = dir.join(format!("nfacctd-{port}.conf"));
+        let primitives = dir.join(format!("nfacctd-{port}.lst"));
+        std::fs::write(&primitives, DEST_QP_PRIMITIVE)?;
         std::fs::write(
             &conf,
             format!(
                 "daemonize: false\nnfacctd_ip: 127.0.0.1\nnfacctd_port: {port}\n\
-                 nfacctd_time_new: true\nplugins: print[p]\n\
-                 aggregate[p]: src_host, dst_host, src_port, dst_port, proto\n\
+                 nfacctd_time_new: true\naggregate_primitives: {}\nplugins: print[p]\n\
+                 aggregate[p]: src_host, dst_host, src_port, dst_port, proto, dest_qp\n\
                  print_output[p]: csv\nprint_output_file[p]: {}\n\
                  print_output_file_append[p]: true\nprint_refresh_time[p]: 1\n",
+                primitives.display(),
                 out.display()
             ),
         )?;
@@ -266,8 +274,8 @@ impl Nfacctd {
         }
     }
 
-    /// Stops nfacctd (it writes out what it holds) and returns its totals:
-    /// (src, dst, sport) -> (packets, bytes), every RoCE flow's destination port 4791.
+    /// Stops nfacctd (it writes out what it holds) and returns its totals per flow, every RoCE
+    /// flow's destination port 4791.
     pub fn totals(mut self) -> Result<Totals> {
         if let Some(mut c) = self.child.take() {
             // SIGINT: nfacctd purges its cache into the file before it exits.
@@ -289,17 +297,22 @@ impl Nfacctd {
         let mut totals = BTreeMap::new();
         for line in text.lines() {
             let c: Vec<&str> = line.split(',').collect();
-            if c.len() < 7 || c[0] == "SRC_IP" {
+            if c.len() < 8 || c[0] == "SRC_IP" {
                 continue;
             }
             if c[3] != "4791" || c[4] != "udp" {
                 bail!("nfacctd aggregated a flow that is no RoCE: {line}");
             }
             let e: &mut (u64, u64) = totals
-                .entry((c[0].to_string(), c[1].to_string(), c[2].parse()?))
+                .entry((
+                    c[0].to_string(),
+                    c[1].to_string(),
+                    c[2].parse()?,
+                    c[5].parse()?,
+                ))
                 .or_default();
-            e.0 += c[5].parse::<u64>()?;
-            e.1 += c[6].parse::<u64>()?;
+            e.0 += c[6].parse::<u64>()?;
+            e.1 += c[7].parse::<u64>()?;
         }
         Ok(totals)
     }

@@ -1,39 +1,14 @@
 //! The exporter against collectors on loopback: templates first, sequence numbers, template
 //! refresh, a collector that is gone and comes back (UDP and TCP), a bounded queue.
+use super::message::tests::record;
 use super::*;
 use crate::config::ipfix::{DEFAULT_ENTERPRISE, DEFAULT_MAX_MESSAGE_BYTES};
-use crate::pipeline::flow_counts::{EndReason, FlowCounts};
-use agent_common::FlowKey;
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::time::Instant;
 
-fn record(i: u32) -> FlowRecord {
-    FlowRecord {
-        iface: 0,
-        key: FlowKey {
-            ip_version: 4,
-            src: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            dst: [127, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            sport: 1000,
-            dest_qp: i,
-            ..FlowKey::default()
-        },
-        dscp: 26,
-        start_ms: 1,
-        end_ms: 2,
-        reason: EndReason::ActiveTimeout,
-        counts: FlowCounts {
-            packets: 1,
-            bytes: 100,
-            ..FlowCounts::default()
-        },
-        ecmp_path: None,
-    }
-}
-
 fn records(n: u32) -> Vec<FlowRecord> {
-    (0..n).map(record).collect()
+    (0..n).map(|i| record(i, false)).collect()
 }
 
 fn settings(dest: Destination, refresh: Duration, queue: usize) -> IpfixSettings {

@@ -153,4 +153,4 @@ fn close_message(m: &mut [u8]) {
 
 #[cfg(test)]
 #[path = "message_tests.rs"]
-mod tests;
+pub(crate) mod tests;

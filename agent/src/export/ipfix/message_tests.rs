@@ -3,7 +3,8 @@ use super::*;
 use crate::pipeline::flow_counts::{EndReason, FlowCounts};
 use agent_common::FlowKey;
 
-fn record(i: u32, ipv6: bool) -> FlowRecord {
+/// A record of flow `i` (QP `i`, one packet per `i`), IPv4 or IPv6.
+pub(crate) fn record(i: u32, ipv6: bool) -> FlowRecord {
     FlowRecord {
         iface: 0,
         key: FlowKey {
