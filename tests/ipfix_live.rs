@@ -291,3 +291,33 @@ fn the_flows_of_an_interface_that_goes_away_give_their_last_records_at_once() {
     agent.stop_ok();
     receiver.stop();
 }
+
+/// A collector the agent has no route to stops it at start with the fix (status 2), in a
+/// namespace with only loopback: nothing is attached, nothing is sent.
+#[test]
+fn a_collector_without_a_route_stops_the_agent_with_the_fix() {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    let ns = rocemon_testkit::netns::LoopNs::new("rcipfxr").unwrap();
+    let out = ns
+        .output(
+            BIN,
+            &[
+                "run",
+                "--sflow-listen",
+                "127.0.0.1:0",
+                "--listen",
+                "127.0.0.1:0",
+                "--ipfix",
+                "192.0.2.1:4739",
+            ],
+        )
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("udp://192.0.2.1:4739") && err.contains("a route to it"),
+        "{err}"
+    );
+}

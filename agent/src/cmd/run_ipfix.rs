@@ -27,7 +27,11 @@ pub fn start(
         .iter()
         .map(|i| crate::kernel::loader::ifindex(i).unwrap_or(0))
         .collect();
-    let x = Exporter::start(s, ifindex)?;
+    let x = Exporter::start(s, ifindex).map_err(|e| {
+        crate::error::UsageError::BadConfig(format!(
+            "{e:#}; check the address given to --ipfix (or [ipfix] collectors): a route to it, and a port to send from"
+        ))
+    })?;
     settings.records = Some(RecordSettings {
         active_timeout_ns: s.active_timeout.as_nanos() as u64,
         idle_timeout_ns: config.flow_idle_timeout.as_nanos() as u64,
