@@ -74,7 +74,8 @@ pub struct Settings {
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<UplinkGroup>,
     pub history: History,
-    /// Flow records for a flow collector (IPFIX), when asked for.
+    /// Flow records for a flow collector (IPFIX), when asked for: taken by
+    /// [`Pipeline::new`] into the stage.
     pub records: Option<RecordSettings>,
 }
 
@@ -97,12 +98,13 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline over the flows of `ifaces` (a capture is one interface).
-    pub fn new(ifaces: Vec<String>, settings: Settings) -> Self {
+    pub fn new(ifaces: Vec<String>, mut settings: Settings) -> Self {
         let mut flows = FlowTable::new(ifaces);
         flows.tau_s = settings.rate_window_s;
         flows.max_flows = settings.max_flows;
-        flows.record_ends = settings.records.is_some();
-        let recorder = settings.records.clone().map(Recorder::new);
+        // The stage keeps its settings (and the exporter's sink) for the pipeline's life.
+        let recorder = settings.records.take().map(Recorder::new);
+        flows.record_ends = recorder.is_some();
         Pipeline {
             recorder,
             settings,
@@ -115,11 +117,11 @@ impl Pipeline {
     }
 
     /// New settings (a live reload): they apply from the next tick. The flow records' stage
-    /// stays as it started (its sink is the exporter the agent started with).
-    pub fn set(&mut self, mut settings: Settings) {
+    /// stays as it started (its sink is the exporter the agent started with); a reload's
+    /// `records` is not read.
+    pub fn set(&mut self, settings: Settings) {
         self.flows.tau_s = settings.rate_window_s;
         self.flows.max_flows = settings.max_flows;
-        settings.records = self.settings.records.take();
         self.settings = settings;
     }
 
