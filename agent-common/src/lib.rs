@@ -90,6 +90,9 @@ pub const MAP_FLOWS: &str = "FLOWS";
 /// Name of the LRU per-CPU hash of [`FlowKey4`] -> [`FlowStats`]: the IPv4 flows, under a key
 /// of 16 bytes instead of 40 (cheaper to hash on every packet).
 pub const MAP_FLOWS4: &str = "FLOWS4";
+/// The `map` label of failures that concern both flow maps at once (the kernel counts a
+/// failed flow update without its family; a read or a delete covers both maps).
+pub const MAP_LABEL_FLOWS: &str = "flows";
 /// Default number of flows each kernel flow map (IPv4, IPv6) holds (per interface).
 pub const FLOW_MAP_ENTRIES: u32 = 16_384;
 /// Program names in the object.

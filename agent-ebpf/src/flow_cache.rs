@@ -16,7 +16,7 @@ use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::{map, raw_tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{LruPerCpuHashMap, PerCpuArray},
     programs::RawTracePointContext,
 };
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
@@ -106,7 +106,7 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
 /// Copies `stats` into this CPU's value of `key` in `map`, inserting the element if it is
 /// gone (the agent deleted it as idle; another CPU may insert it in between).
 #[inline(always)]
-fn store<K>(map: &PerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
+fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
     for _ in 0..2 {
         if let Some(v) = map.get_ptr_mut(key) {
             // SAFETY: this CPU's value of an element of the map.

@@ -1,12 +1,12 @@
 //! The kernel's flow maps and per-CPU slots, as the counting sequence's store reaches them:
 //! this CPU's hook slot, the load-time switches, a flow's value in its family's map
-//! (created zeroed when new; a full map refuses it) and the flow step on it. Shared by the counting entry
+//! (created zeroed when new; a full map pushes out its least recently used flow) and the flow step on it. Shared by the counting entry
 //! ([`crate::count`]) and the flow cache's miss and write-back paths ([`crate::flow_cache`]).
 
 use crate::{COUNTERS, FLOWS, FLOWS4, SCRATCH};
 use agent_common::count::flow_step;
 use agent_common::{FlowKey4, FlowStats, Hook, HookCounters, HookSlot, PacketRecord};
-use aya_ebpf::{bindings::BPF_NOEXIST, maps::PerCpuHashMap};
+use aya_ebpf::{bindings::BPF_NOEXIST, maps::LruPerCpuHashMap};
 
 /// Load-time switch: PSN tracking (gaps, retransmissions per flow), set by the loader before
 /// the verifier runs (off: pruned).
@@ -83,7 +83,7 @@ pub fn flow_slot_of(rec: &PacketRecord, c: &mut HookCounters) -> Option<*mut Flo
 /// up again, so the packet is counted in one place. `None` when the map refused the flow.
 #[inline(always)]
 fn flow_slot<K>(
-    map: &PerCpuHashMap<K, FlowStats>,
+    map: &LruPerCpuHashMap<K, FlowStats>,
     key: &K,
     c: &mut HookCounters,
 ) -> Option<*mut FlowStats> {

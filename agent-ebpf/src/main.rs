@@ -31,7 +31,7 @@ use aya_ebpf::{
     bindings::{xdp_action, TC_ACT_PIPE},
     helpers::bpf_xdp_get_buff_len,
     macros::{classifier, map, xdp},
-    maps::{PerCpuArray, PerCpuHashMap, ProgramArray, XskMap},
+    maps::{LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, ProgramArray, XskMap},
     programs::{TcContext, XdpContext},
 };
 use count::Path;
@@ -43,19 +43,20 @@ use helper_reader::HelperReader;
 #[map]
 static COUNTERS: PerCpuArray<HookSlot> = PerCpuArray::with_max_entries(Hook::COUNT as u32, 0);
 
-/// IPv6 flows. A plain hash map, not an LRU one: a full map refuses a new flow (its packets
-/// count `flow_update_errors`) and the agent deletes flows idle for its idle timeout, so what
-/// the map holds is decided by stated rules a host model can follow exactly (an LRU map
-/// evicts by an approximation of recency no one can predict); userspace may resize it at load
-/// time.
+/// IPv6 flows. An LRU map: a new flow is always admitted, pushing out the flow least
+/// recently touched when the map is full, so no burst of spoofed 5-tuples can shut the
+/// legitimate flows out (a full plain hash map refused every new flow until entries idled
+/// out). What a push-out loses is seen from userspace (a held flow gone without the idle
+/// timeout, or counts that restart) and counted; the agent still deletes idle flows so the
+/// map has free entries in the common case. Userspace may resize it at load time.
 #[map]
-static FLOWS: PerCpuHashMap<FlowKey, FlowStats> =
-    PerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
+    LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
 
 /// IPv4 flows, as [`FLOWS`] under the 16-byte key (cheaper to hash on every packet).
 #[map]
-static FLOWS4: PerCpuHashMap<FlowKey4, FlowStats> =
-    PerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+static FLOWS4: LruPerCpuHashMap<FlowKey4, FlowStats> =
+    LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
 
 /// Scratch space for a new flow's first record: a `FlowStats` does not fit on the 512-byte
 /// BPF stack next to the parsed packet.

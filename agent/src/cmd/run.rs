@@ -20,7 +20,7 @@ use crate::kernel::loader::{self, Attachment};
 use crate::pipeline::flows::FlowTable;
 use crate::pipeline::stages::{Pipeline, Rates};
 use crate::sources::rdma::RdmaView;
-use agent_common::{HookCounters, MAP_COUNTERS, MAP_FLOWS, MAP_SESSIONS};
+use agent_common::{HookCounters, MAP_COUNTERS, MAP_LABEL_FLOWS, MAP_SESSIONS};
 use anyhow::{Context, Result};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -269,6 +269,7 @@ fn poll(
     let mut polled = Vec::new();
     let mut lossless = api::LosslessDoc::default();
     let mut samples = Vec::new();
+    let mut flow_maps = Vec::new();
     // The rhythm first, without the metrics lock (the autocorrelation takes milliseconds).
     let rhythm_due = rhythm.due();
     let mut ring_failed = Vec::new();
@@ -372,14 +373,23 @@ fn poll(
                     Ok((deleted, failed)) => {
                         m.flows_expired(&p.iface, deleted);
                         if failed > 0 {
-                            m.map_update_error(&p.iface, MAP_FLOWS, failed);
+                            m.map_update_error(&p.iface, MAP_LABEL_FLOWS, failed);
                         }
                     }
                     Err(e) => {
                         log::warn!("delete idle flows on {}: {e:#}", p.iface);
-                        m.map_update_error(&p.iface, MAP_FLOWS, 1);
+                        m.map_update_error(&p.iface, MAP_LABEL_FLOWS, 1);
                     }
                 }
+                let fill = p.flow_pressure.observe(&flows, idle_before, config.flow_maps);
+                m.set_flow_maps(&p.iface, &fill);
+                if let Some(line) =
+                    p.flow_pressure
+                        .warning(&p.iface, &fill, std::time::Instant::now())
+                {
+                    log::warn!("{line}");
+                }
+                flow_maps.push((p.iface.clone(), fill));
                 for (k, s) in flows
                     .into_iter()
                     .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
@@ -387,13 +397,13 @@ fn poll(
                     pipeline.flow(i, k, s);
                 }
                 if errors > 0 {
-                    m.map_read_error(&p.iface, MAP_FLOWS, errors);
+                    m.map_read_error(&p.iface, MAP_LABEL_FLOWS, errors);
                 }
                 polled.push(i);
             }
             Err(e) => {
-                log::warn!("read {MAP_FLOWS} on {}: {e:#}", p.iface);
-                m.map_read_error(&p.iface, MAP_FLOWS, 1);
+                log::warn!("read the flow maps on {}: {e:#}", p.iface);
+                m.map_read_error(&p.iface, MAP_LABEL_FLOWS, 1);
             }
         }
     }
@@ -444,7 +454,15 @@ fn poll(
     let mut view = api::build(table, report, config, 1000, to_unix);
     view.lossless = lossless;
     view.findings =
-        super::run_findings::update(findings, samples, slow, config, (table, &views, report), &m);
+        super::run_findings::update(
+        findings,
+        samples,
+        slow,
+        flow_maps,
+        config,
+        (table, &views, report),
+        &m,
+    );
     view.summary = api::Summary::new(&findings.totals, &view.flows);
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));

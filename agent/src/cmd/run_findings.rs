@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::detect::ecmp::{EcmpReport, FlowView};
 use crate::detect::live_findings::{FindingsView, LiveFindings, LiveSlowStep, Poll, Sample};
 use crate::export::metrics::Metrics;
+use crate::sources::flow_pressure::MapFill;
 use agent_common::{Hook, HookCounters};
 
 /// One interface's counters as the findings' window takes them (XDP and tc ingress count
@@ -32,6 +33,7 @@ pub fn update(
     findings: &mut LiveFindings,
     samples: Vec<(String, Sample, u64)>,
     slow: Vec<super::run_rhythm::NewSlowStep>,
+    flow_maps: Vec<(String, [MapFill; 2])>,
     config: &Config,
     (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
     m: &Metrics,
@@ -111,6 +113,20 @@ pub fn update(
             })
             .collect(),
         job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),
+        flow_maps: flow_maps
+            .iter()
+            .map(|(iface, fill)| {
+                (
+                    iface.as_str(),
+                    fill.map(|f| crate::detect::live_findings::MapFigures {
+                        map: f.map,
+                        entries: f.entries,
+                        capacity: f.capacity,
+                        pushed_out: f.pushed_out,
+                    }),
+                )
+            })
+            .collect(),
     });
     for x in &opened {
         let line = format!(

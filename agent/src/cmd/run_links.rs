@@ -106,16 +106,18 @@ pub fn reconcile(
                     old.ifindex
                 ),
             }
+            let hooks: Vec<_> = old.hooks.iter().map(|h| (*h, mode_of(&old, *h))).collect();
+            // The links must go with the probe: on a device renamed away they would still
+            // run, and a pinned one would be taken for the next device's. Gone before the
+            // metrics say so: a scrape that reads "down" finds no program left.
+            old.unpin_links();
+            drop(old);
             if let Ok(m) = shared.metrics.lock() {
-                for h in &old.hooks {
-                    m.set_detached(iface, *h, mode_of(&old, *h));
+                for (h, mode) in hooks {
+                    m.set_detached(iface, h, mode);
                 }
                 m.set_interface_up(iface, false);
             }
-            // The links must go with the probe: on a device renamed away they would still
-            // run, and a pinned one would be taken for the next device's.
-            old.unpin_links();
-            drop(old);
             if wanted.is_none() {
                 gone.push(i);
             }

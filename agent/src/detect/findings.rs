@@ -28,7 +28,7 @@ impl Severity {
 }
 
 /// Every kind of finding, each with its runbook entry.
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 12] = [
     "slow_step",
     "pfc_storm",
     "congestion",
@@ -40,6 +40,7 @@ pub const KINDS: [&str; 11] = [
     "lossy_roce",
     "cnp_ignored",
     "link_down",
+    "flow_table_full",
 ];
 
 /// The runbook entry of a kind (relative to the repository).
@@ -382,6 +383,46 @@ pub fn link_down(iface: &str, t: f64) -> Finding {
             "Interface {iface} is down or gone: nothing on it is counted until it comes back (rocemon attaches again by name)."
         ))
         .with("iface", json!(iface))
+}
+
+/// A watched interface's flow maps pushed flows out to admit new ones (live): per-flow
+/// figures miss what those flows counted. `maps`: (map, entries, capacity).
+pub fn flow_table_full(
+    iface: &str,
+    pushed_out: u64,
+    maps: &[(&str, u64, u64)],
+    span: (f64, f64),
+) -> Option<Finding> {
+    (pushed_out > 0).then(|| {
+        let fill: Vec<String> = maps
+            .iter()
+            .filter(|(_, _, cap)| *cap > 0)
+            .map(|(m, n, cap)| {
+                let family = if *m == agent_common::MAP_FLOWS4 { "IPv4" } else { "IPv6" };
+                format!("{n} of {cap} {family} flows ({:.0}%)", 100.0 * *n as f64 / *cap as f64)
+            })
+            .collect();
+        Finding::new(
+            "flow_table_full",
+            Severity::Warning,
+            span,
+            format!("flow maps of {iface}"),
+        )
+        .say(format!(
+            "The flow maps of {iface} are full ({}): {pushed_out} flows were pushed out in the last {} s to admit new ones, so the per-flow figures (top flows, elephants, ECMP collisions, PSN health) miss part of what those flows sent; the global counters stay exact. Many short-lived flows (a flood of spoofed 5-tuples, a scan) or maps too small for the fabric: compare rocemon_flow_map_entries with rocemon_flow_map_max_entries, and raise flow_map_entries if the flows are real.",
+            fill.join(", "),
+            span.1 - span.0
+        ))
+        .with("iface", json!(iface))
+        .with("pushed_out", json!(pushed_out))
+        .with(
+            "maps",
+            json!(maps
+                .iter()
+                .map(|(m, n, cap)| json!({"map": m, "entries": n, "capacity": cap}))
+                .collect::<Vec<_>>()),
+        )
+    })
 }
 
 /// A slow training step and what explains its extra time.

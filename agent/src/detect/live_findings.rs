@@ -42,6 +42,8 @@ pub struct LiveFindings {
     reaction: super::live_reaction::LiveReaction,
     /// The host's rates over the last poll.
     pub totals: super::live_totals::Totals,
+    /// Per interface: (Unix time, flows pushed out of its flow maps) over the last window.
+    pushed_out: BTreeMap<String, VecDeque<(f64, u64)>>,
 }
 
 /// A slow training step found on an interface's ring.
@@ -74,6 +76,17 @@ pub struct Poll<'a> {
     pub flows: Vec<super::live_reaction::FlowTotals>,
     /// The priorities that carry the job (bit p: priority p).
     pub job_priorities: u8,
+    /// Each interface's flow maps at this poll (IPv4, IPv6).
+    pub flow_maps: Vec<(&'a str, [MapFigures; 2])>,
+}
+
+/// One flow map at a poll: its fill and the flows it pushed out since the last poll.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MapFigures {
+    pub map: &'static str,
+    pub entries: u64,
+    pub capacity: u64,
+    pub pushed_out: u64,
 }
 
 impl LiveFindings {
@@ -168,6 +181,19 @@ impl LiveFindings {
                     }
                 }
             }
+        }
+        for (iface, maps) in &p.flow_maps {
+            let h = self.pushed_out.entry(iface.to_string()).or_default();
+            h.push_back((p.now_s, maps.iter().map(|m| m.pushed_out).sum()));
+            while h.front().is_some_and(|(t, _)| *t <= p.now_s - WINDOW_S) {
+                h.pop_front();
+            }
+            let pushed: u64 = h.iter().map(|(_, n)| n).sum();
+            let fill: Vec<(&str, u64, u64)> = maps
+                .iter()
+                .map(|m| (m.map, m.entries, m.capacity))
+                .collect();
+            now.extend(f::flow_table_full(iface, pushed, &fill, span));
         }
         self.reaction.poll(p.now_s, &p.flows);
         for (k, j) in &self.reaction.judged {

@@ -17,6 +17,7 @@ fn poll<'a>(now_s: f64, s: Sample, slow: Vec<LiveSlowStep>) -> Poll<'a> {
         slow_steps: slow,
         flows: Vec::new(),
         job_priorities: 0x08,
+        flow_maps: Vec::new(),
     }
 }
 
@@ -158,4 +159,49 @@ fn quanta_alone_make_a_storm_where_the_nic_counts_no_time() {
         storms += opened.iter().filter(|x| x.kind == "pfc_storm").count();
     }
     assert_eq!(storms, 1);
+}
+
+/// Figures of eth0's two flow maps, `pushed` flows pushed out of the IPv4 one.
+fn maps(pushed: u64) -> [MapFigures; 2] {
+    [
+        MapFigures {
+            map: "FLOWS4",
+            entries: 16,
+            capacity: 16,
+            pushed_out: pushed,
+        },
+        MapFigures {
+            map: "FLOWS",
+            entries: 0,
+            capacity: 16,
+            pushed_out: 0,
+        },
+    ]
+}
+
+/// Flows pushed out open `flow_table_full` in the poll that sees them; it holds for a window
+/// after the last push-out, then closes.
+#[test]
+fn a_full_flow_map_opens_a_finding_within_one_poll() {
+    let mut l = LiveFindings::default();
+    let mut at = |l: &mut LiveFindings, t: f64, pushed: u64| {
+        let mut p = poll(T + t, Sample::default(), Vec::new());
+        p.flow_maps = vec![("eth0", maps(pushed))];
+        l.poll(&p)
+    };
+    let (opened, _) = at(&mut l, 0.0, 0);
+    assert!(opened.is_empty());
+    let (opened, _) = at(&mut l, 1.0, 500);
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    let x = &opened[0];
+    assert_eq!((x.kind, x.subject.as_str()), ("flow_table_full", "flow maps of eth0"));
+    assert!(
+        x.summary.contains("16 of 16 IPv4 flows (100%)") && x.summary.contains("500 flows were pushed out"),
+        "{}",
+        x.summary
+    );
+    let (opened, closed) = at(&mut l, 5.0, 0);
+    assert!(opened.is_empty() && closed.is_empty(), "held within the window");
+    let (_, closed) = at(&mut l, 12.0, 0);
+    assert_eq!(closed.len(), 1, "closed a window after the last push-out");
 }

@@ -82,6 +82,7 @@ fn attach_with(
                 _pinned: pinned,
                 pins,
                 maps_reused,
+                flow_pressure: Default::default(),
             })
         }
         Err(e) => Err((e, pins)),

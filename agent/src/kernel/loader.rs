@@ -45,6 +45,8 @@ pub struct Attachment {
     /// The BPF links of this attachment's entry programs on the device, checked at every
     /// poll ([`Attachment::lost_link`]).
     pub(super) links: Vec<u32>,
+    /// How full the flow maps are, and the flows they pushed out, from poll to poll.
+    pub flow_pressure: crate::sources::flow_pressure::FlowPressure,
 }
 
 /// How to attach one interface.

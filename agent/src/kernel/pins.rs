@@ -45,8 +45,9 @@ const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
 /// The kind of the flow maps, in the layout name: pinned maps of another kind are replaced,
 /// never reused (1: LRU per-CPU hash maps, before the idle timeout; 2: per-CPU hash maps that
-/// refuse new flows when full, emptied of idle flows by the agent).
-const FLOW_MAP_KIND: u64 = 2;
+/// refuse new flows when full, emptied of idle flows by the agent; 3: LRU per-CPU hash maps
+/// again, so a full map admits new flows, and the idle timeout too).
+const FLOW_MAP_KIND: u64 = 3;
 
 /// A name for the shapes of everything pinned: sizes of the shared types, map sizes and
 /// kinds.

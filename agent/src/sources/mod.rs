@@ -11,6 +11,7 @@ pub mod capture_types;
 pub mod input;
 pub mod links;
 pub mod maps;
+pub mod flow_pressure;
 pub mod nic_pause;
 pub mod prog_run;
 pub mod rdma;

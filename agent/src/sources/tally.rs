@@ -9,6 +9,7 @@ use agent_common::{
     SESSION_MAP_ENTRIES,
 };
 use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// The load-time settings of the kernel programs, which the userspace counting of the AF_XDP
 /// capture follows too: what the switches leave out is pruned by the verifier (and skipped
@@ -77,11 +78,16 @@ pub struct Tally {
     pub counters: HookCounters,
     pub flows: FxHashMap<FlowKey, FlowStats>,
     pub sessions: FxHashMap<SessionKey, SessionStats>,
-    /// Flows held at most per family (like the kernel maps' sizes); further new flows are
-    /// counted as flow update errors instead of growing memory without bound.
+    /// Flows held at most per family (like the kernel maps' sizes): a new flow beyond it
+    /// pushes out the least recently active one instead of growing memory without bound.
     pub flow_limit: FlowLimits,
     /// Flows held per family: IPv4, IPv6.
     held: [usize; 2],
+    /// Per family, the held flows in the order they came in, each with its last-seen time
+    /// then: the clock hand of the push-out (second chance, see [`TallyStore::flow`]).
+    order: [VecDeque<(FlowKey, u64)>; 2],
+    /// Flows pushed out of a full table to admit new ones.
+    pub pushed_out: u64,
     /// What the kernel programs were loaded to count.
     pub switches: Switches,
 }
@@ -100,6 +106,8 @@ impl Tally {
             sessions: FxHashMap::default(),
             flow_limit,
             held: [0; 2],
+            order: Default::default(),
+            pushed_out: 0,
             switches,
         }
     }
@@ -114,6 +122,8 @@ impl Tally {
             sessions,
             flow_limit,
             held,
+            order,
+            pushed_out,
             switches,
         } = self;
         let mut store = TallyStore {
@@ -121,6 +131,8 @@ impl Tally {
             sessions,
             flow_limit: *flow_limit,
             held,
+            order,
+            pushed_out,
             switches,
             now_ns,
         };
@@ -141,19 +153,26 @@ impl Tally {
             }
             keep
         });
+        let flows = &self.flows;
+        for q in &mut self.order {
+            q.retain(|(k, _)| flows.contains_key(k));
+        }
         (n - self.flows.len()) as u64
     }
 }
 
 /// The tally's [`Store`]: hash maps bounded like the kernel's maps. A full session table
-/// counts `session_overflow`; a full flow table (per family, as the kernel's two maps) counts
-/// the new flow's packets in `flow_update_errors` (as the kernel when its map refuses a flow)
-/// instead of growing; idle flows leave by [`Tally::expire`].
+/// counts `session_overflow`; a full flow table (per family, as the kernel's two LRU maps)
+/// admits the new flow by pushing out one not seen since the clock hand last passed it
+/// (counted in [`Tally::pushed_out`]), so spoofed flows cannot shut new ones out; idle flows
+/// leave by [`Tally::expire`].
 struct TallyStore<'a> {
     flows: &'a mut FxHashMap<FlowKey, FlowStats>,
     sessions: &'a mut FxHashMap<SessionKey, SessionStats>,
     flow_limit: FlowLimits,
     held: &'a mut [usize; 2],
+    order: &'a mut [VecDeque<(FlowKey, u64)>; 2],
+    pushed_out: &'a mut u64,
     switches: &'a Switches,
     now_ns: u64,
 }
@@ -201,15 +220,42 @@ impl Store for TallyStore<'_> {
             return false;
         }
         let family = usize::from(key.ip_version != 4);
-        if self.held[family] >= self.flow_limit.of(key.ip_version) {
+        if self.held[family] >= self.flow_limit.of(key.ip_version) && !self.push_out(family) {
             c.flow_update_errors += 1;
             return true;
         }
         let mut s = FlowStats::default();
         flow_step(&mut s, rec, c, frame_len, now, psn);
+        self.order[family].push_back((key, s.last_seen_ns));
         self.flows.insert(key, s);
         self.held[family] += 1;
         c.flows_created += 1;
+        false
+    }
+}
+
+impl TallyStore<'_> {
+    /// Makes room for one flow of `family` (the CLOCK approximation of LRU): the hand takes
+    /// the oldest entry; a flow seen since it was queued goes round again with its new time,
+    /// the first one not seen since is pushed out. Each flow is passed at most twice, so an
+    /// admission costs O(1) amortised. False only when nothing is held (a zero limit).
+    fn push_out(&mut self, family: usize) -> bool {
+        let q = &mut self.order[family];
+        for _ in 0..2 * q.len() + 1 {
+            let Some((k, at)) = q.pop_front() else {
+                return false;
+            };
+            match self.flows.get(&k) {
+                None => continue,
+                Some(s) if s.last_seen_ns > at => q.push_back((k, s.last_seen_ns)),
+                Some(_) => {
+                    self.flows.remove(&k);
+                    self.held[family] -= 1;
+                    *self.pushed_out += 1;
+                    return true;
+                }
+            }
+        }
         false
     }
 }
@@ -275,22 +321,69 @@ mod tests {
         f
     }
 
-    #[test]
-    fn a_full_flow_table_counts_errors_instead_of_growing() {
-        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(1));
+    /// Records a minimal RoCE frame of UDP source port `sport` at `now`.
+    fn send(t: &mut Tally, sport: u16, now: u64) {
         let mut f = minimal_roce_frame();
-        for sport in [1u16, 2, 1] {
-            f[34..36].copy_from_slice(&sport.to_be_bytes());
-            let p = agent_common::parse_record(
-                &agent_common::SliceReader(&f),
-                agent_common::LinkType::Ethernet,
-            );
-            t.record(&p, f.len() as u64, 0);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        let p = agent_common::parse_record(
+            &agent_common::SliceReader(&f),
+            agent_common::LinkType::Ethernet,
+        );
+        t.record(&p, f.len() as u64, now);
+    }
+
+    fn sports(t: &Tally) -> Vec<u16> {
+        let mut v: Vec<u16> = t.flows.keys().map(|k| k.sport).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn a_full_flow_table_pushes_out_instead_of_growing() {
+        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(1));
+        for (sport, now) in [(1u16, 1), (2, 2), (1, 3)] {
+            send(&mut t, sport, now);
         }
-        assert_eq!(t.flows.len(), 1);
-        assert_eq!(t.counters.flow_update_errors, 1);
-        assert_eq!(t.counters.flows_created, 1);
+        assert_eq!(sports(&t), [1], "the newest flow is held");
+        assert_eq!(t.counters.flow_update_errors, 0, "never refused");
+        assert_eq!(t.counters.flows_created, 3);
+        assert_eq!(t.pushed_out, 2);
         assert_eq!(t.counters.roce_packets(), 3);
+    }
+
+    /// A flood of one-packet flows never pushes out a flow that keeps sending: the hand
+    /// gives it a second chance each time it passes.
+    #[test]
+    fn a_flood_of_new_flows_keeps_the_flow_that_keeps_sending() {
+        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(8));
+        let mut now = 1;
+        send(&mut t, 1, now);
+        for spoofed in 0..1000u16 {
+            now += 1;
+            send(&mut t, 1000 + spoofed, now);
+            if spoofed % 4 == 0 {
+                now += 1;
+                send(&mut t, 1, now);
+            }
+        }
+        assert!(sports(&t).contains(&1), "{:?}", sports(&t));
+        let legit = t.flows.values().find(|s| s.packets > 1).unwrap();
+        assert_eq!(legit.packets, 251, "every packet of the legitimate flow, exactly");
+        assert_eq!(t.flows.len(), 8);
+        assert_eq!(t.pushed_out, 1001 - 8);
+    }
+
+    /// The idle timeout leaves no stale entry behind the hand (its queue stays bounded).
+    #[test]
+    fn expire_keeps_the_push_out_order_bounded() {
+        let mut t = Tally::new(Hook::AfXdp, FlowLimits::both(1000));
+        for round in 0..10u64 {
+            for sport in 0..100u16 {
+                send(&mut t, sport, round * 1000 + 1 + u64::from(sport));
+            }
+            t.expire(u64::MAX);
+            assert_eq!(t.order[0].len(), 0);
+        }
     }
 
     #[test]

@@ -81,10 +81,10 @@ impl Metrics {
                 .with_label_values(&[iface, hook.direction(), hook.name(), e]);
         }
         self.map_update_errors
-            .with_label_values(&[iface, agent_common::MAP_FLOWS]);
+            .with_label_values(&[iface, agent_common::MAP_LABEL_FLOWS]);
         for m in [
             agent_common::MAP_COUNTERS,
-            agent_common::MAP_FLOWS,
+            agent_common::MAP_LABEL_FLOWS,
             agent_common::MAP_SESSIONS,
         ] {
             self.map_read_errors.with_label_values(&[iface, m]);
@@ -162,13 +162,13 @@ impl Metrics {
             }
         }
         self.map_update_errors
-            .with_label_values(&[iface, agent_common::MAP_FLOWS])
+            .with_label_values(&[iface, agent_common::MAP_LABEL_FLOWS])
             .inc_by(d(cur.flow_update_errors, prev.flow_update_errors));
         // The kernel does not log on the packet path: say here when a failure counter first
         // moves (once per interface and hook while the agent runs).
         if cur.flow_update_errors > 0 && prev.flow_update_errors == 0 {
             log::warn!(
-                "{iface} {hn}: the flow map refused {} flow updates (map full of busy flows or out of memory); global counters stay exact, per-flow figures miss them (rocemon_map_update_errors_total)",
+                "{iface} {hn}: the flow maps failed {} flow updates (out of kernel memory, or a flow pushed out by another CPU between its insert and its update); global counters stay exact, per-flow figures miss them (rocemon_map_update_errors_total)",
                 cur.flow_update_errors
             );
         }
@@ -211,6 +211,23 @@ impl Metrics {
     /// Counts flows of an interface deleted from its flow maps after the idle timeout.
     pub fn flows_expired(&self, iface: &str, n: u64) {
         self.flow_evictions.with_label_values(&[iface]).inc_by(n);
+    }
+
+    /// How full an interface's flow maps are, and the flows they pushed out since the last
+    /// poll.
+    pub fn set_flow_maps(&self, iface: &str, fill: &[crate::sources::flow_pressure::MapFill]) {
+        for f in fill {
+            let l = [iface, f.map];
+            self.flow_map_entries
+                .with_label_values(&l)
+                .set(f.entries as i64);
+            self.flow_map_max_entries
+                .with_label_values(&l)
+                .set(f.capacity as i64);
+            self.flows_pushed_out
+                .with_label_values(&l)
+                .inc_by(f.pushed_out);
+        }
     }
 
     /// Counts map updates of the agent's own that failed (deleting an idle flow).

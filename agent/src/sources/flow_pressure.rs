@@ -1,0 +1,237 @@
+//! How full an interface's flow maps are, and the flows a full map pushed out.
+//!
+//! The flow maps are LRU maps: a new flow is always admitted, and when a map is full the
+//! kernel silently drops the flow least recently touched. The kernel cannot count that (the
+//! LRU eviction has no hook), so it is seen from here, poll by poll: a flow held at the last
+//! read that is gone now although the agent did not delete it (the idle timeout), or whose
+//! counts went back (pushed out and admitted again since), was pushed out, and what it
+//! counted since the last read is lost. The AF_XDP tallies push out the same way
+//! ([`super::tally`]), so both paths are watched alike.
+
+use agent_common::{FlowKey, FlowStats, MAP_FLOWS, MAP_FLOWS4};
+use rustc_hash::FxHashMap;
+
+use crate::config::FlowMapSizes;
+
+/// One family's map at one read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapFill {
+    /// The kernel map's name (`FLOWS4` holds IPv4 flows, `FLOWS` IPv6 flows).
+    pub map: &'static str,
+    /// Flows held after this poll's idle deletions.
+    pub entries: u64,
+    pub capacity: u64,
+    /// Flows pushed out since the last read.
+    pub pushed_out: u64,
+}
+
+impl MapFill {
+    /// Entries against capacity, 0..=1.
+    pub fn ratio(&self) -> f64 {
+        if self.capacity == 0 {
+            0.0
+        } else {
+            self.entries as f64 / self.capacity as f64
+        }
+    }
+}
+
+/// The flows of the previous read, per interface (each probe keeps one).
+#[derive(Debug, Default)]
+pub struct FlowPressure {
+    /// Held flows (not deleted as idle) with their packet count and first-seen time at the
+    /// last read.
+    held: FxHashMap<FlowKey, (u64, u64)>,
+    /// Flows pushed out since the last warning line, and when that line was written.
+    unwarned: u64,
+    warned_at: Option<std::time::Instant>,
+}
+
+/// At most one warning line per interface per this long while flows are pushed out.
+pub const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl FlowPressure {
+    /// Takes this read's flows (merged over CPUs and queues) and the idle cut-off the agent
+    /// deletes by: returns the two maps' fill and push-outs, IPv4 first.
+    pub fn observe(
+        &mut self,
+        flows: &[(FlowKey, FlowStats)],
+        idle_before_ns: u64,
+        sizes: FlowMapSizes,
+    ) -> [MapFill; 2] {
+        let mut out = [
+            MapFill {
+                map: MAP_FLOWS4,
+                capacity: u64::from(sizes.ipv4),
+                ..MapFill::default()
+            },
+            MapFill {
+                map: MAP_FLOWS,
+                capacity: u64::from(sizes.ipv6),
+                ..MapFill::default()
+            },
+        ];
+        let family = |k: &FlowKey| usize::from(k.ip_version != 4);
+        let mut next = FxHashMap::default();
+        next.reserve(flows.len());
+        for (k, s) in flows {
+            if let Some(&(packets, first)) = self.held.get(k) {
+                // Counts that went back, or a later first packet: pushed out and admitted
+                // again since the last read (a first-seen time of 0 is a value read while
+                // its first packet was being counted: no evidence either way).
+                let later = first != 0 && s.first_seen_ns > first;
+                if s.packets < packets || later {
+                    out[family(k)].pushed_out += 1;
+                }
+            }
+            if !super::maps::idle(s, idle_before_ns) {
+                out[family(k)].entries += 1;
+                next.insert(*k, (s.packets, s.first_seen_ns));
+            }
+        }
+        let present: rustc_hash::FxHashSet<&FlowKey> = flows.iter().map(|(k, _)| k).collect();
+        for k in self.held.keys().filter(|k| !present.contains(k)) {
+            out[family(k)].pushed_out += 1;
+        }
+        self.held = next;
+        self.unwarned += out.iter().map(|f| f.pushed_out).sum::<u64>();
+        out
+    }
+
+    /// The warning line for the log, at most one per [`WARN_EVERY`] while flows are pushed
+    /// out (the first at once): how many since the last line, and how full each map is.
+    pub fn warning(
+        &mut self,
+        iface: &str,
+        fill: &[MapFill; 2],
+        now: std::time::Instant,
+    ) -> Option<String> {
+        if self.unwarned == 0
+            || self
+                .warned_at
+                .is_some_and(|at| now.duration_since(at) < WARN_EVERY)
+        {
+            return None;
+        }
+        let maps: Vec<String> = fill
+            .iter()
+            .map(|f| format!("{} {} of {}", f.map, f.entries, f.capacity))
+            .collect();
+        let line = format!(
+            "{iface}: the flow maps are full ({}): {} flows pushed out since the last warning to admit new ones, their per-flow counts since the previous poll are lost (global counters stay exact); many short-lived or spoofed flows, or maps too small for the fabric: raise flow_map_entries if the flows are real (rocemon_flows_pushed_out_total)",
+            maps.join(", "),
+            self.unwarned
+        );
+        self.unwarned = 0;
+        self.warned_at = Some(now);
+        Some(line)
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(v: u8, qp: u32) -> FlowKey {
+        FlowKey {
+            ip_version: v,
+            dest_qp: qp,
+            ..FlowKey::default()
+        }
+    }
+
+    fn stats(packets: u64, last_seen_ns: u64) -> FlowStats {
+        FlowStats {
+            packets,
+            last_seen_ns,
+            ..FlowStats::default()
+        }
+    }
+
+    const SIZES: FlowMapSizes = FlowMapSizes { ipv4: 4, ipv6: 8 };
+
+    #[test]
+    fn fill_counts_held_flows_per_family() {
+        let mut p = FlowPressure::default();
+        let fl = [
+            (key(4, 1), stats(1, 100)),
+            (key(4, 2), stats(1, 100)),
+            (key(6, 3), stats(1, 100)),
+        ];
+        let [v4, v6] = p.observe(&fl, 0, SIZES);
+        assert_eq!((v4.map, v4.entries, v4.capacity), ("FLOWS4", 2, 4));
+        assert_eq!((v6.map, v6.entries, v6.capacity), ("FLOWS", 1, 8));
+        assert_eq!(v4.ratio(), 0.5);
+        assert_eq!(v4.pushed_out + v6.pushed_out, 0);
+    }
+
+    #[test]
+    fn a_held_flow_gone_without_the_idle_timeout_was_pushed_out() {
+        let mut p = FlowPressure::default();
+        p.observe(&[(key(4, 1), stats(5, 100)), (key(6, 2), stats(5, 100))], 0, SIZES);
+        let [v4, v6] = p.observe(&[(key(6, 2), stats(6, 200))], 0, SIZES);
+        assert_eq!((v4.pushed_out, v6.pushed_out), (1, 0));
+    }
+
+    #[test]
+    fn counts_that_go_back_were_pushed_out_and_admitted_again() {
+        let mut p = FlowPressure::default();
+        p.observe(&[(key(4, 1), stats(50, 100))], 0, SIZES);
+        let [v4, _] = p.observe(&[(key(4, 1), stats(3, 300))], 0, SIZES);
+        assert_eq!(v4.pushed_out, 1);
+    }
+
+    #[test]
+    fn a_later_first_packet_was_pushed_out_and_admitted_again() {
+        let mut p = FlowPressure::default();
+        let first = |packets, first_seen_ns| FlowStats {
+            first_seen_ns,
+            ..stats(packets, 500)
+        };
+        p.observe(&[(key(4, 1), first(5, 100))], 0, SIZES);
+        let [v4, _] = p.observe(&[(key(4, 1), first(9, 100))], 0, SIZES);
+        assert_eq!(v4.pushed_out, 0, "the same flow, counting on");
+        let [v4, _] = p.observe(&[(key(4, 1), first(20, 400))], 0, SIZES);
+        assert_eq!(v4.pushed_out, 1);
+    }
+
+    /// One line at once, then at most one a minute while push-outs go on, each with the
+    /// count since the previous line.
+    #[test]
+    fn one_warning_a_minute_while_flows_are_pushed_out() {
+        let mut p = FlowPressure::default();
+        let t0 = std::time::Instant::now();
+        let mut lines = Vec::new();
+        for poll in 0..130u64 {
+            // A new flow every poll pushes out the previous one.
+            let fill = p.observe(&[(key(4, poll as u32), stats(1, 100))], 0, SIZES);
+            let now = t0 + std::time::Duration::from_secs(poll);
+            lines.extend(p.warning("eth1", &fill, now));
+        }
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].contains("1 flows pushed out"), "{}", lines[0]);
+        assert!(lines[1].contains("60 flows pushed out"), "{}", lines[1]);
+        assert!(lines[1].contains("FLOWS4 1 of 4"), "{}", lines[1]);
+        let fill = p.observe(&[(key(4, 999), stats(1, 100))], 1_000, SIZES);
+        let quiet = p.observe(&[], 1_000, SIZES);
+        assert_eq!(quiet[0].pushed_out, 0);
+        let _ = fill;
+        assert!(p
+            .warning("eth1", &quiet, t0 + std::time::Duration::from_secs(1_000))
+            .is_some_and(|l| l.contains("9 flows")));
+        assert!(p
+            .warning("eth1", &quiet, t0 + std::time::Duration::from_secs(2_000))
+            .is_none(), "no line while nothing is pushed out");
+    }
+
+    #[test]
+    fn flows_deleted_as_idle_are_not_pushed_out() {
+        let mut p = FlowPressure::default();
+        // Idle at this read (deleted by the agent): not held, not counted as entries.
+        let [v4, _] = p.observe(&[(key(4, 1), stats(5, 100))], 1_000, SIZES);
+        assert_eq!(v4.entries, 0);
+        let [v4, _] = p.observe(&[], 1_000, SIZES);
+        assert_eq!(v4.pushed_out, 0, "the idle timeout took it");
+    }
+}
