@@ -215,10 +215,12 @@ fn a_slot_taken_as_the_drain_starts_is_walked_before_the_cache_is_off() {
         return;
     }
     const ENTRIES: u16 = 256;
-    let mut ebpf = xdp_object(u32::from(ENTRIES), loader::Switches::default());
-    let limits = rocemon::sources::tally::FlowLimits::both(usize::from(ENTRIES));
+    // Room for every flow: the LRU map admits each new flow anyway, and what it would push
+    // out is no part of this case.
+    let mut ebpf = xdp_object(8_192, loader::Switches::default());
+    let limits = rocemon::sources::tally::FlowLimits::UNBOUNDED;
     let mut host = rocemon::sources::tally::Tally::new(agent_common::Hook::Xdp, limits);
-    // A flow of the map whose slot is in the first chunk, then the map full.
+    // A flow whose slot is in the first chunk, then 255 more.
     let sport = (0xC000u16..)
         .find(|&p| cached::slot(&write_only(p, 0)) < FLUSH_CHUNK)
         .unwrap();
@@ -229,9 +231,14 @@ fn a_slot_taken_as_the_drain_starts_is_walked_before_the_cache_is_off() {
     // Two polls: every slot written back, then emptied (too few packets to judge).
     compare(&ebpf, &host, "the map full");
     compare(&ebpf, &host, "slots emptied");
-    // Misses that take no slot (the map refuses their flows): the next pass drains.
-    let refused: Vec<Vec<u8>> = (0..2_048).map(|i| write_only(0x2000 + i, 0)).collect();
-    feed(&ebpf, &mut host, &refused);
+    // Misses, none of them in the first chunk's slots: the next pass drains, and its first
+    // chunk sees only empty slots.
+    let misses: Vec<Vec<u8>> = (0x2000u16..)
+        .map(|p| write_only(p, 0))
+        .filter(|f| cached::slot(f) >= FLUSH_CHUNK)
+        .take(2_048)
+        .collect();
+    feed(&ebpf, &mut host, &misses);
     flush_chunk(&ebpf, 0);
     assert_eq!(
         mode(&ebpf),

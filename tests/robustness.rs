@@ -1,12 +1,15 @@
-//! Failure behaviour of the live agent: a full flow map refuses new flows, counted, keeps global
-//! counters exact, and makes room by the idle timeout; the HTTP endpoint survives malformed requests, slow clients and many concurrent
+//! Failure behaviour of the live agent: a flood of spoofed flows cannot shut legitimate flows
+//! out of the flow maps (they push the least recently active flows out, counted and said),
+//! global counters stay exact; the HTTP endpoint survives malformed requests, slow clients and many concurrent
 //! scrapes without stalling the map polling.
 
+use rocemon_testkit::fixtures::{whole, Format};
+use rocemon_testkit::frames::Roce;
 use rocemon_testkit::netns::{
     connect_from_in, connect_in, http_get_in, http_request_in, metric_sum, try_metric_sum, Agent,
     LoopNs, VethPair,
 };
-use rocemon_testkit::{fixtures, require_root, require_tshark, tshark, TempDir};
+use rocemon_testkit::{require_root, require_tshark, tshark, TempDir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -29,29 +32,73 @@ fn wait_ready(ns: &str, agent: &mut Agent) -> String {
         .unwrap()
 }
 
-/// A full flow map refuses the flows that come when it is full, by its stated policy: the
-/// first 16 flows (the map's size) in the order of their first packet are held with exact
-/// counts, every packet of a later flow is a counted update error, the global counters stay
-/// exact; then the idle timeout (lowered by a reload) deletes the held flows, counted as
-/// evictions. The order, the flows and their packets come from tshark.
-#[test]
-fn full_flow_map_refuses_new_flows_counts_them_and_expires_idle_ones() {
-    if !can_run() {
-        return;
+/// A spoofed RoCE frame: one packet of a flow nobody runs (`i` picks its 5-tuple and QP).
+fn spoofed(i: u32) -> Vec<u8> {
+    let src = format!("10.66.{}.{}", (i / 250) % 250, 1 + i % 250);
+    Roce::new(
+        src.parse().unwrap(),
+        "10.67.0.1".parse().unwrap(),
+        0xC000 | (i % 0x3FFF) as u16,
+        0x100 + i,
+        0x0A,
+    )
+    .frame()
+}
+
+/// A legitimate flow's frames: RDMA WRITEs, PSNs in order.
+fn legit(src: &str, dst: &str, n: u32) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|psn| {
+            let mut r = Roce::new(
+                src.parse().unwrap(),
+                dst.parse().unwrap(),
+                0xD001,
+                0x700,
+                0x0A,
+            );
+            r.psn = psn;
+            r.payload = 512;
+            r.dma_len = 512;
+            r.frame()
+        })
+        .collect()
+}
+
+/// The flood, then the refreshed flood with a legitimate flow among it: `first` distinct
+/// spoofed flows of one packet, then the first `kept` of them sent again `rounds` times, one
+/// frame of `legit` after every `every` spoofed frames.
+fn flood_capture(
+    dir: &std::path::Path,
+    name: &'static str,
+    (first, kept, rounds, every): (u32, u32, u32, usize),
+    legit: Vec<Vec<u8>>,
+) -> std::path::PathBuf {
+    let mut frames: Vec<Vec<u8>> = (0..first).map(spoofed).collect();
+    let mut legit = legit.into_iter();
+    for (k, i) in (0..rounds).flat_map(|_| 0..kept).enumerate() {
+        frames.push(spoofed(i));
+        if k % every == 0 {
+            frames.extend(legit.next());
+        }
     }
-    require_tshark();
-    const MAP: usize = 16;
-    let dir = TempDir::new("rocemon-full").unwrap();
-    let p = fixtures::many_flows().write(dir.path()).unwrap();
-    let e = tshark::expected(&p).unwrap();
-    assert!(e.flows.len() > 100);
-    let (held, refused) = e.flow_order.split_at(MAP);
-    let refused_packets: u64 = refused.iter().map(|k| e.flows[k].packets).sum();
-    let cfg = dir.path().join("rocemon.toml");
-    // Long enough that nothing expires while the test reads the held flows.
-    std::fs::write(&cfg, "flow_idle_timeout_seconds = 600\n").unwrap();
-    let pair = VethPair::new("rcfull").unwrap();
-    let map = MAP.to_string();
+    frames.extend(legit);
+    let t0 = 1_764_460_800_000_000_000u64;
+    let frames = frames
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (t0 + i as u64 * 1_000, f))
+        .collect();
+    whole(name, Format::PcapMicros, frames, true)
+        .write(dir)
+        .unwrap()
+}
+
+/// An agent with 256-entry flow maps on `pair`'s interface, the given hooks, polling fast,
+/// with the configuration file `cfg` (a flow idle timeout long enough that nothing expires
+/// while the test reads).
+fn small_map_agent(pair: &VethPair, hooks: &str, cfg: &std::path::Path) -> Agent {
+    let extra = std::env::var("XTRA").unwrap_or_default();
+    std::fs::write(cfg, format!("flow_idle_timeout_seconds = 600\n{extra}")).unwrap();
     let mut agent = Agent::start(
         &pair.ns_a,
         BIN,
@@ -60,11 +107,11 @@ fn full_flow_map_refuses_new_flows_counts_them_and_expires_idle_ones() {
             "--iface",
             &pair.a_if,
             "--hooks",
-            "xdp",
+            hooks,
             "--flow-map-entries",
-            &map,
+            "256",
             "--poll-interval-ms",
-            "50",
+            "100",
             "--listen",
             ADDR,
             "--config",
@@ -73,19 +120,60 @@ fn full_flow_map_refuses_new_flows_counts_them_and_expires_idle_ones() {
     )
     .unwrap();
     wait_ready(&pair.ns_a, &mut agent);
-    pair.replay_from_b(&p).unwrap();
-    // Poll until the totals are in (and one more poll has read the flow map after them).
+    agent
+}
+
+/// Waits for the capture's RoCE packets in the global counters, then for two more polls (the
+/// flow maps read after them).
+fn settled(pair: &VethPair, agent: &mut Agent, roce: u64) -> String {
     let body = agent
-        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
-            try_metric_sum(b, "rocemon_packets_total", &[]).unwrap_or(0.0) as u64 >= e.roce_packets
+        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(60), |b| {
+            try_metric_sum(b, "rocemon_packets_total", &[]).unwrap_or(0.0) as u64 >= roce
         })
         .unwrap();
     let polls = metric_sum(&body, "rocemon_poll_duration_seconds_count", &[]);
-    let body = agent
+    agent
         .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
             metric_sum(b, "rocemon_poll_duration_seconds_count", &[]) >= polls + 2.0
         })
-        .unwrap();
+        .unwrap()
+}
+
+/// An attacker fills the flow maps with spoofed 5-tuples (4,000 flows into 256 entries), then
+/// keeps 1,000 of them fresh; a legitimate flow that starts among the refreshed flood is
+/// counted per flow, exactly as tshark counts it, and everything says the maps are full: the
+/// fill gauges, the push-outs, the `flow_table_full` finding, the summary, one warning line.
+/// The global counters stay exact. Then the idle timeout (lowered by a reload) empties the
+/// maps. (With the maps that refused new flows when full, the legitimate flow was absent.)
+#[test]
+fn a_flood_of_spoofed_flows_cannot_shut_a_legitimate_flow_out() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-flood").unwrap();
+    let p = flood_capture(
+        dir.path(),
+        "flood",
+        (4_000, 1_000, 3, 10),
+        legit("10.90.0.1", "10.90.0.2", 300),
+    );
+    let e = tshark::expected(&p).unwrap();
+    let key = (
+        "10.90.0.1".to_string(),
+        "10.90.0.2".to_string(),
+        0xD001u16,
+        0x700u32,
+    );
+    assert_eq!(
+        e.flows[&key].packets, 300,
+        "tshark sees the legitimate flow"
+    );
+    let pair = VethPair::new("rcflood").unwrap();
+    let cfg = dir.path().join("rocemon.toml");
+    let mut agent = small_map_agent(&pair, "xdp", &cfg);
+    pair.replay_from_b(&p).unwrap();
+    let body = settled(&pair, &mut agent, e.roce_packets);
     assert_eq!(
         metric_sum(&body, "rocemon_packets_total", &[]) as u64,
         e.roce_packets,
@@ -95,48 +183,139 @@ fn full_flow_map_refuses_new_flows_counts_them_and_expires_idle_ones() {
         metric_sum(&body, "rocemon_bytes_total", &[]) as u64,
         e.roce_bytes
     );
-    assert_eq!(metric_sum(&body, "rocemon_flows", &[]) as usize, MAP);
+    let flows = rocemon_testkit::e2e::api_flows(&pair.ns_a, ADDR, "xdp");
     assert_eq!(
-        metric_sum(&body, "rocemon_map_update_errors_total", &[]) as u64,
-        refused_packets,
-        "every packet of the {} flows after the first {MAP} is refused",
-        refused.len()
+        flows.get(&key),
+        Some(&e.flows[&key]),
+        "the legitimate flow, counted exactly per flow"
     );
-    assert_eq!(metric_sum(&body, "rocemon_flow_evictions_total", &[]), 0.0);
-    let got = rocemon_testkit::e2e::api_flows(&pair.ns_a, ADDR, "xdp");
-    let want: std::collections::BTreeMap<_, _> =
-        held.iter().map(|k| (k.clone(), e.flows[k])).collect();
-    assert_eq!(got, want, "the first {MAP} flows, exactly");
-    // The idle timeout, lowered by a reload: the held flows leave, counted, and the map has
-    // room again.
+    // Said loudly.
+    let v4 = [("map", "FLOWS4")];
+    assert_eq!(
+        metric_sum(&body, "rocemon_flow_map_max_entries", &v4),
+        256.0
+    );
+    let held = metric_sum(&body, "rocemon_flow_map_entries", &v4);
+    assert!(held > 128.0 && held <= 256.0, "{held} entries");
+    let pushed = metric_sum(&body, "rocemon_flows_pushed_out_total", &v4);
+    assert!(pushed >= 3_000.0, "{pushed} flows pushed out");
+    let (status, findings) = http_get_in(&pair.ns_a, ADDR, "/api/v1/findings").unwrap();
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&findings).unwrap();
+    let full: Vec<&serde_json::Value> = doc["active"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "flow_table_full")
+        .collect();
+    assert_eq!(full.len(), 1, "{findings}");
+    assert_eq!(full[0]["subject"], format!("flow maps of {}", pair.a_if));
+    let (_, summary) = http_get_in(&pair.ns_a, ADDR, "/api/v1/summary").unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let maps = summary["flow_maps"].as_array().unwrap();
+    let ipv4 = maps.iter().find(|m| m["map"] == "FLOWS4").unwrap();
+    assert_eq!(ipv4["max_entries"], 256);
+    assert!(
+        ipv4["pushed_out_total"].as_u64().unwrap() >= 3_000,
+        "{ipv4}"
+    );
+    // The idle timeout, lowered by a reload: the maps empty, counted as idle deletions, not
+    // as push-outs.
     std::fs::write(&cfg, "flow_idle_timeout_seconds = 1\n").unwrap();
     agent.signal(libc::SIGHUP);
     let body = agent
         .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(60), |b| {
-            try_metric_sum(b, "rocemon_flow_evictions_total", &[]).unwrap_or(0.0) as usize >= MAP
+            metric_sum(b, "rocemon_flow_map_entries", &[]) == 0.0
         })
         .unwrap();
+    assert!(metric_sum(&body, "rocemon_flow_evictions_total", &[]) >= held);
     assert_eq!(
-        metric_sum(&body, "rocemon_flow_evictions_total", &[]) as usize,
-        MAP,
-        "each held flow deleted once"
+        metric_sum(&body, "rocemon_flows_pushed_out_total", &v4),
+        pushed,
+        "idle deletions are not push-outs"
     );
-    let body = agent
-        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
-            metric_sum(b, "rocemon_flows", &[]) == 0.0
-        })
-        .unwrap();
+    let log = agent.stop_ok();
     assert_eq!(
-        metric_sum(&body, "rocemon_map_update_errors_total", &[]) as u64,
-        refused_packets
+        log.matches("the flow maps are full").count(),
+        1,
+        "one warning line a minute: {log}"
     );
-    // Room again: the capture once more, and the first 16 flows are held anew.
-    pair.replay_from_b(&p).unwrap();
-    agent
-        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(20), |b| {
-            metric_sum(b, "rocemon_flows", &[]) as usize == MAP
+}
+
+/// A flood that comes in does not hide what the host sends: with both tc hooks on 256-entry
+/// maps, an ingress flood of spoofed flows and a flow the host sends out at the same time, the
+/// sent flow is counted exactly per flow (tc egress).
+#[test]
+fn egress_flows_are_counted_beside_an_ingress_flood() {
+    if !can_run() {
+        return;
+    }
+    require_tshark();
+    let dir = TempDir::new("rocemon-flood-egress").unwrap();
+    let flood = flood_capture(
+        dir.path(),
+        "flood_in",
+        (4_000, 1_000, 3, usize::MAX),
+        Vec::new(),
+    );
+    let out = whole(
+        "sent",
+        Format::PcapMicros,
+        legit("10.91.0.1", "10.91.0.2", 400)
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| (1_764_460_800_000_000_000 + i as u64 * 20_000, f))
+            .collect(),
+        true,
+    )
+    .write(dir.path())
+    .unwrap();
+    let (e_in, e_out) = (
+        tshark::expected(&flood).unwrap(),
+        tshark::expected(&out).unwrap(),
+    );
+    let pair = VethPair::new("rcflegr").unwrap();
+    let mut agent = small_map_agent(
+        &pair,
+        "tc-ingress,tc-egress",
+        &dir.path().join("rocemon.toml"),
+    );
+    // Both at once: the flood into the host, the host's flow out of it.
+    let sender = {
+        let (ns, ifn, path) = (pair.ns_a.clone(), pair.a_if.clone(), out.clone());
+        std::thread::spawn(move || {
+            rocemon_testkit::netns::run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &ns,
+                    "tcpreplay",
+                    "-q",
+                    "--pps",
+                    "2000",
+                    "-i",
+                    &ifn,
+                    path.to_str().unwrap(),
+                ],
+            )
         })
-        .unwrap();
+    };
+    pair.replay_from_b(&flood).unwrap();
+    sender.join().unwrap().unwrap();
+    settled(&pair, &mut agent, e_in.roce_packets + e_out.roce_packets);
+    let key = (
+        "10.91.0.1".to_string(),
+        "10.91.0.2".to_string(),
+        0xD001u16,
+        0x700u32,
+    );
+    let flows = rocemon_testkit::e2e::api_flows(&pair.ns_a, ADDR, "tc_egress");
+    assert_eq!(
+        flows.get(&key),
+        Some(&e_out.flows[&key]),
+        "the sent flow, counted exactly per flow beside the flood"
+    );
     agent.stop_ok();
 }
 

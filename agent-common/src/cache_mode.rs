@@ -66,7 +66,15 @@ pub struct FlushState {
     pub began_draining: u32,
     /// This CPU's RoCE packets over its hooks at the last pass.
     pub roce_seen: u64,
+    /// When this pass began and when the one before it began (monotonic ns): a slot left
+    /// unchanged since before the previous pass is released by the release walk.
+    pub pass_ns: u64,
+    pub prev_pass_ns: u64,
 }
+
+/// Set in the flush program's argument: the release walk (after every CPU's write-back walk
+/// of the same flush) instead of the write-back walk.
+pub const FLUSH_RELEASE: u64 = 1 << 32;
 
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding, plain integers: every bit pattern is valid.

@@ -6,7 +6,7 @@
 use crate::flow_maps::{self, on};
 use crate::{FLOWS, FLOWS4};
 use agent_common::cache_mode::{
-    mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING,
+    mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING, CACHE_ON, FLUSH_RELEASE,
 };
 use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
@@ -15,6 +15,7 @@ use agent_common::flow_cache::{
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
+    helpers::bpf_ktime_get_ns,
     macros::{map, raw_tracepoint},
     maps::{LruPerCpuHashMap, PerCpuArray},
     programs::RawTracePointContext,
@@ -86,7 +87,8 @@ pub fn counted(e: *mut CachedFlow) {
 }
 
 /// Writes slot `slot`'s flow back into its map (this CPU's value of the element; inserted
-/// again if the map dropped it). Returns 1 when the map took it, 0 when not.
+/// again if the map dropped it). Returns [`STORED`] or [`INSERTED`] when the map took it (an
+/// insert is a flow created again: the caller counts it), 0 when not.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
@@ -95,29 +97,86 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     };
     // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
     let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
-    let stored = if key.ip_version == 4 {
+    if key.ip_version == 4 {
         store(&FLOWS4, &FlowKey4::of(&key), stats)
     } else {
         store(&FLOWS, &key, stats)
+    }
+}
+
+/// [`store`]: the element was there and took the state.
+pub const STORED: u32 = 1;
+/// [`store`]: the element was gone and was inserted with the state.
+pub const INSERTED: u32 = 2;
+
+/// Counts a flow a write-back or a release inserted again (the agent reconciles the flows it
+/// reads with the flows created, to count what the full map pushed out).
+#[inline(always)]
+fn created_again(c: &mut agent_common::HookCounters, r: u32) {
+    if r == INSERTED {
+        c.flows_created += 1;
+    }
+}
+
+/// A slot that leaves the cache unchanged since its last write-back (CLEAN): its state is
+/// this CPU's value of its map element, unless the full map pushed the element out since and
+/// another CPU's write-back created it again, without this CPU's value: then the slot's state
+/// goes back in, so nothing this CPU counted is lost. An element that is gone stays gone: the
+/// flow had no packet since the last flush on any CPU that caches it, and bringing stale
+/// flows back would push out the active ones. Returns [`STORED`] when it restored, else 0.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_flow_release(slot: u32) -> u32 {
+    let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
+        return 0;
     };
-    u32::from(stored)
+    // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
+    let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
+    if key.ip_version == 4 {
+        restore(&FLOWS4, &FlowKey4::of(&key), stats)
+    } else {
+        restore(&FLOWS, &key, stats)
+    }
+}
+
+/// Puts `stats` back as this CPU's value of `key` when the element holds fewer packets for
+/// this CPU than `stats` (a living element's value never falls below what was written back
+/// into it: fewer means created anew).
+#[inline(always)]
+fn restore<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> u32 {
+    let Some(v) = map.get_ptr_mut(key) else {
+        return 0;
+    };
+    // SAFETY: this CPU's value of an element of the map.
+    unsafe {
+        if (*v).packets >= stats.packets {
+            return 0;
+        }
+        core::ptr::copy_nonoverlapping(stats, v, 1);
+    }
+    STORED
 }
 
 /// Copies `stats` into this CPU's value of `key` in `map`, inserting the element if it is
-/// gone (the agent deleted it as idle; another CPU may insert it in between).
+/// gone (the agent deleted it as idle, or the full map pushed it out while the slot held its
+/// newest state: the slot has this CPU's whole count, so nothing of it is lost; another CPU
+/// may insert it in between).
 #[inline(always)]
-fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> bool {
+fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> u32 {
     for _ in 0..2 {
         if let Some(v) = map.get_ptr_mut(key) {
             // SAFETY: this CPU's value of an element of the map.
             unsafe { core::ptr::copy_nonoverlapping(stats, v, 1) };
-            return true;
+            return STORED;
         }
         if map.insert(key, stats, BPF_NOEXIST as u64).is_ok() {
-            return true;
+            // A lookup marks the new element used: the LRU map pushes out unmarked elements
+            // first, and the flows written back at a flush are the active ones.
+            let _ = map.get_ptr(key);
+            return INSERTED;
         }
     }
-    false
+    0
 }
 
 /// A packet whose flow is not in its slot: unless the packet's flow has earned the slot (see
@@ -151,10 +210,15 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     let Some(e) = e else {
         return u32::from(flow_maps::flow_to_map(rec, c, frame_len, now));
     };
-    let was_dirty = state(e) == DIRTY;
+    let was = state(e);
     set_state(e, BUSY);
-    if was_dirty && rocemon_flow_write_back(slot) == 0 {
-        c.flow_update_errors += 1;
+    if was == DIRTY {
+        match rocemon_flow_write_back(slot) {
+            0 => c.flow_update_errors += 1,
+            r => created_again(c, r),
+        }
+    } else if was == CLEAN {
+        rocemon_flow_release(slot);
     }
     let Some(v) = flow_maps::flow_slot_of(rec, c) else {
         set_state(e, EMPTY);
@@ -198,10 +262,18 @@ pub extern "C" fn rocemon_flow_take_out(hook: u32) -> u32 {
     };
     let s = state(e);
     set_state(e, BUSY);
-    if s == DIRTY && rocemon_flow_write_back(slot) == 0 {
-        set_state(e, DIRTY);
-        c.flow_update_errors += 1;
-        return 0;
+    if s == DIRTY {
+        match rocemon_flow_write_back(slot) {
+            0 => {
+                set_state(e, DIRTY);
+                c.flow_update_errors += 1;
+                return 0;
+            }
+            r => created_again(c, r),
+        }
+    }
+    if s == CLEAN {
+        rocemon_flow_release(slot);
     }
     set_state(e, EMPTY);
     1
@@ -224,9 +296,15 @@ fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
     true
 }
 
-/// The flush: every changed slot of this CPU's cache written back into its map, and every
-/// unchanged one emptied (its flow had no packet since the last flush: the map holds the same,
-/// and a flow the agent deletes as idle must not come back from a slot with its old totals).
+/// The flush, in two walks the agent runs one after the other on every CPU: the write-back
+/// walk writes every changed slot of this CPU's cache back into its map; the release walk
+/// ([`FLUSH_RELEASE`] in the argument, after every CPU's write-back walk) empties every slot
+/// unchanged since before the previous pass, its state restored where the full map pushed
+/// its element out and another CPU created it again (see [`rocemon_flow_release`]). An
+/// emptied slot's flow had no packet since the last flush: the map holds the same, and a flow
+/// the agent deletes as idle does not come back from a slot with its old totals (the agent
+/// never deletes a flow that had a packet since its previous read: see
+/// `FlowPressure::idle_cutoff`).
 /// Never attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
 /// before it reads the flow maps, once per [`FLUSH_CHUNK`] slots, the chunk's first slot in the
 /// context's first argument. The first chunk of a pass judges the cache's mode over the
@@ -235,7 +313,8 @@ fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
 /// refusal is a flow update error of the flow's hook).
 #[raw_tracepoint(tracepoint = "rocemon_flow_flush")]
 pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
-    let start = (ctx.arg::<u64>(0) as u32) & (FLOW_CACHE_SLOTS - 1) & !(FLUSH_CHUNK - 1);
+    let arg = ctx.arg::<u64>(0);
+    let start = (arg as u32) & (FLOW_CACHE_SLOTS - 1) & !(FLUSH_CHUNK - 1);
     let Some(f) = FLUSHING.get_ptr_mut(0) else {
         return 0;
     };
@@ -244,7 +323,23 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     // SAFETY: this CPU's flag.
     unsafe { write_volatile(addr_of_mut!(f.flushing), 1) };
     compiler_fence(Ordering::SeqCst);
+    if arg & FLUSH_RELEASE != 0 {
+        // A cache that drains (or went off at this pass) lets every unchanged slot go.
+        let before = if f.mode == CACHE_ON {
+            f.prev_pass_ns
+        } else {
+            u64::MAX
+        };
+        release_chunk(start, before);
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe { write_volatile(addr_of_mut!(f.flushing), 0) };
+        return 0;
+    }
     if start == 0 {
+        f.prev_pass_ns = f.pass_ns;
+        // SAFETY: the helper has no preconditions.
+        f.pass_ns = unsafe { bpf_ktime_get_ns() };
         let (hits, misses) = take_use(f);
         let before = f.mode;
         let mode = mode_at_pass(before, hits, misses, &mut f.passes_off);
@@ -262,13 +357,9 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
         };
         match state(e) {
             DIRTY => {}
-            CLEAN => {
-                // Equal to its map value: a packet that comes while the slot is busy (it
-                // interrupts the flush) is counted in the map, so emptying it loses nothing.
-                set_state(e, BUSY);
-                set_state(e, EMPTY);
-                continue;
-            }
+            // Unchanged since the last write-back: the release walk empties it once every
+            // CPU's changed slots are back in the maps.
+            CLEAN => continue,
             EMPTY => continue,
             _ => {
                 held += 1;
@@ -277,14 +368,18 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
         }
         held += 1;
         set_state(e, CLEAN);
-        if rocemon_flow_write_back(slot) == 0 {
-            set_state(e, DIRTY);
-            refused += 1;
-            // SAFETY: a slot of this CPU's cache.
-            let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
-            if let Some(s) = flow_maps::slot(hook) {
-                s.counters.flow_update_errors += 1;
+        match rocemon_flow_write_back(slot) {
+            0 => {
+                set_state(e, DIRTY);
+                refused += 1;
+                // SAFETY: a slot of this CPU's cache.
+                let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+                if let Some(s) = flow_maps::slot(hook) {
+                    s.counters.flow_update_errors += 1;
+                }
             }
+            INSERTED => count_created_again(e),
+            _ => {}
         }
     }
     f.held += held;
@@ -300,6 +395,41 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     // SAFETY: as above.
     unsafe { write_volatile(addr_of_mut!(f.flushing), 0) };
     refused
+}
+
+/// The release walk over one chunk: every slot unchanged since before the previous pass
+/// began (no packet since: its last one is older) is released ([`rocemon_flow_release`]) and
+/// emptied. It runs after every CPU's write-back walk of the same flush, so an element that
+/// the full map pushed out and another CPU's write-back created again is there to take this
+/// CPU's state. A slot written back by this flush (its last packet newer) stays: its flow is
+/// active (`before_ns` is `u64::MAX` where the cache drains: every unchanged slot goes).
+#[inline(always)]
+fn release_chunk(start: u32, before_ns: u64) {
+    for i in 0..FLUSH_CHUNK {
+        let slot = start + i;
+        let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
+            continue;
+        };
+        // SAFETY: a slot of this CPU's cache.
+        if state(e) != CLEAN || unsafe { (*e).stats.last_seen_ns } >= before_ns {
+            continue;
+        }
+        // A packet that interrupts now is counted in the map (the slot is busy), so
+        // emptying the slot loses nothing.
+        set_state(e, BUSY);
+        rocemon_flow_release(slot);
+        set_state(e, EMPTY);
+    }
+}
+
+/// Counts, in the counter block of its flow's hook, a flow the flush inserted again.
+#[inline(always)]
+fn count_created_again(e: *mut CachedFlow) {
+    // SAFETY: a slot of this CPU's cache.
+    let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+    if let Some(s) = flow_maps::slot(hook) {
+        s.counters.flows_created += 1;
+    }
 }
 
 /// A bit per chunk of a pass.

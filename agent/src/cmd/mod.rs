@@ -6,6 +6,7 @@ pub mod analyze;
 pub mod rdma;
 pub mod run;
 pub mod run_findings;
+pub mod run_flows;
 pub mod run_ipfix;
 pub mod run_links;
 pub mod run_reload;

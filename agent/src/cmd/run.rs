@@ -20,7 +20,7 @@ use crate::kernel::loader::{self, Attachment};
 use crate::pipeline::flows::FlowTable;
 use crate::pipeline::stages::{Pipeline, Rates};
 use crate::sources::rdma::RdmaView;
-use agent_common::{HookCounters, MAP_COUNTERS, MAP_LABEL_FLOWS, MAP_SESSIONS};
+use agent_common::{HookCounters, MAP_COUNTERS, MAP_SESSIONS};
 use anyhow::{Context, Result};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -311,8 +311,7 @@ fn poll(
     for (i, t) in &rhythm.ifaces {
         m.set_training(RhythmSource::Iface(i), t);
     }
-    let idle_before = crate::sources::maps::monotonic_ns()
-        .saturating_sub(config.flow_idle_timeout.as_nanos() as u64);
+    let now_mono = crate::sources::maps::monotonic_ns();
     for (i, p) in probes.iter_mut().enumerate() {
         // An interface that is gone has no probe: nothing to read until it is back.
         let Some(p) = p else {
@@ -327,8 +326,10 @@ fn poll(
         let nic = crate::sources::nic_pause::read(&p.iface);
         m.set_nic_pause(&p.iface, &nic);
         lossless.add_nic(&p.iface, &nic);
+        let mut created = None;
         match p.read_counters() {
             Ok(blocks) => {
+                created = Some(blocks.iter().map(|b| b.flows_created).sum::<u64>());
                 for h in &p.hooks {
                     m.observe_counters(&p.iface, *h, &blocks[*h as usize]);
                     lossless.add_hook(
@@ -365,46 +366,12 @@ fn poll(
             Ok(modes) => m.set_flow_cache_modes(&p.iface, modes),
             Err(e) => log::debug!("read the flow cache's modes on {}: {e:#}", p.iface),
         }
-        match p.read_flows() {
-            Ok((flows, errors)) => {
-                // The idle timeout: flows quiet that long leave the maps (a full map refuses
-                // new flows) and, not fed this poll, the flow table.
-                match p.expire_flows(&flows, idle_before) {
-                    Ok((deleted, failed)) => {
-                        m.flows_expired(&p.iface, deleted);
-                        if failed > 0 {
-                            m.map_update_error(&p.iface, MAP_LABEL_FLOWS, failed);
-                        }
-                    }
-                    Err(e) => {
-                        log::warn!("delete idle flows on {}: {e:#}", p.iface);
-                        m.map_update_error(&p.iface, MAP_LABEL_FLOWS, 1);
-                    }
-                }
-                let fill = p.flow_pressure.observe(&flows, idle_before, config.flow_maps);
-                m.set_flow_maps(&p.iface, &fill);
-                if let Some(line) =
-                    p.flow_pressure
-                        .warning(&p.iface, &fill, std::time::Instant::now())
-                {
-                    log::warn!("{line}");
-                }
-                flow_maps.push((p.iface.clone(), fill));
-                for (k, s) in flows
-                    .into_iter()
-                    .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
-                {
-                    pipeline.flow(i, k, s);
-                }
-                if errors > 0 {
-                    m.map_read_error(&p.iface, MAP_LABEL_FLOWS, errors);
-                }
-                polled.push(i);
+        if let Some((flows, fill)) = super::run_flows::read(p, &m, config, now_mono, created) {
+            for (k, st) in flows {
+                pipeline.flow(i, k, st);
             }
-            Err(e) => {
-                log::warn!("read the flow maps on {}: {e:#}", p.iface);
-                m.map_read_error(&p.iface, MAP_LABEL_FLOWS, 1);
-            }
+            flow_maps.push((p.iface.clone(), fill));
+            polled.push(i);
         }
     }
     pipeline.end_poll(&polled);
@@ -453,17 +420,16 @@ fn poll(
     let to_unix = crate::sources::maps::monotonic_to_unix_ns();
     let mut view = api::build(table, report, config, 1000, to_unix);
     view.lossless = lossless;
-    view.findings =
-        super::run_findings::update(
+    view.findings = super::run_findings::update(
         findings,
         samples,
         slow,
-        flow_maps,
+        &flow_maps,
         config,
         (table, &views, report),
         &m,
     );
-    view.summary = api::Summary::new(&findings.totals, &view.flows);
+    view.summary = api::Summary::new(&findings.totals, &view.flows, &flow_maps);
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
     for (iface, t) in ifaces {

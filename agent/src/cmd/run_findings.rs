@@ -33,7 +33,7 @@ pub fn update(
     findings: &mut LiveFindings,
     samples: Vec<(String, Sample, u64)>,
     slow: Vec<super::run_rhythm::NewSlowStep>,
-    flow_maps: Vec<(String, [MapFill; 2])>,
+    flow_maps: &[(String, [MapFill; 2])],
     config: &Config,
     (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
     m: &Metrics,

@@ -22,6 +22,7 @@ fn get(agent: &ureq::Agent, url: &str, auth: Option<&str>) -> Result<Value> {
     match req.call() {
         Ok(r) => r
             .into_json()
+            .map(super::top_rows::sanitized)
             .with_context(|| format!("{url} did not return JSON")),
         Err(ureq::Error::Status(401, _)) => Err(UsageError::BadConfig(format!(
             "{url} wants credentials: pass --user and --password-file (or ROCEMON_PASSWORD)"

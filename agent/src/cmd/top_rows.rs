@@ -18,22 +18,85 @@ pub struct Docs {
     pub findings: Value,
 }
 
+/// A JSON document with every string (and object key) made safe for a terminal: control
+/// characters (C0, DEL, C1: escape sequences, bells, carriage returns) and bidirectional
+/// overrides become U+FFFD. The documents come over the network, from whatever answers at
+/// the address: nothing in them may move the cursor, retitle the window or clear the screen.
+pub fn sanitized(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(clean(&s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(sanitized).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (clean(&k), sanitized(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// `s` with what a terminal would act on replaced (see [`sanitized`]).
+pub fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let bidi = matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+            if c.is_control() || bidi {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// A number of a JSON document (0 where absent).
 pub fn n(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
 
-/// What the agent holds: flows, elephants, active findings.
+/// What the agent holds: flows, elephants, active findings, and flow maps that are full.
 pub fn counts_line(d: &Docs) -> String {
     let findings = match d.summary["findings_active"].as_f64() {
         Some(f) => format!(", {f} findings"),
         None => String::new(),
     };
+    let full = full_maps(d);
+    let maps = if full.is_empty() {
+        String::new()
+    } else {
+        format!(", FLOW MAPS FULL: {}", full.join(", "))
+    };
     format!(
-        "{} flows, {} elephants{findings}",
+        "{} flows, {} elephants{findings}{maps}",
         n(&d.flows["flows_total"]),
         n(&d.flows["elephants_total"])
     )
+}
+
+/// The flow maps at 90% or more of their size, or that pushed flows out: `eth1 IPv4 256/256
+/// (40 pushed out)`: per-flow rows miss what those flows counted.
+pub fn full_maps(d: &Docs) -> Vec<String> {
+    let Some(maps) = d.summary["flow_maps"].as_array() else {
+        return Vec::new();
+    };
+    maps.iter()
+        .filter(|m| n(&m["fill_ratio"]) >= 0.9 || n(&m["pushed_out_total"]) > 0.0)
+        .map(|m| {
+            let family = if m["map"] == "FLOWS4" { "IPv4" } else { "IPv6" };
+            let pushed = n(&m["pushed_out_total"]);
+            format!(
+                "{} {family} {}/{}{}",
+                m["iface"].as_str().unwrap_or("?"),
+                n(&m["entries"]),
+                n(&m["max_entries"]),
+                if pushed > 0.0 {
+                    format!(" ({pushed} pushed out)")
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect()
 }
 
 /// What the host's RoCE does now, summed over its interfaces (fits 80 columns).
@@ -269,6 +332,39 @@ mod tests {
             "RoCE rx 2.5 Gb/s  tx 1.0 Mb/s  CE 3.1%  CNP 120/s  PFC paused 25%"
         );
         assert_eq!(counts_line(&d), "3 flows, 1 elephants, 2 findings");
+    }
+
+    /// Strings from the API never reach the terminal with what a terminal acts on.
+    #[test]
+    fn strings_from_the_agent_lose_their_control_characters() {
+        let v = serde_json::json!({
+            "iface\u{1b}]0;x\u{7}": ["\u{1b}[2J\u{1b}]0;owned\u{7}eth0", 1, {"s": "a\rb\u{9b}c\u{202e}d"}]
+        });
+        let text = sanitized(v).to_string();
+        for bad in ['\u{1b}', '\u{7}', '\r', '\u{9b}', '\u{202e}'] {
+            assert!(!text.contains(bad), "{bad:?} in {text}");
+        }
+        assert!(
+            text.contains("eth0") && text.contains("\u{FFFD}[2J"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn full_flow_maps_show_in_the_header() {
+        let d = Docs {
+            summary: serde_json::json!({"flow_maps": [
+                {"iface": "eth1", "map": "FLOWS4", "entries": 256, "max_entries": 256,
+                 "fill_ratio": 1.0, "pushed_out_total": 40},
+                {"iface": "eth1", "map": "FLOWS", "entries": 0, "max_entries": 256,
+                 "fill_ratio": 0.0, "pushed_out_total": 0}
+            ]}),
+            ..Docs::default()
+        };
+        assert_eq!(
+            counts_line(&d),
+            "0 flows, 0 elephants, FLOW MAPS FULL: eth1 IPv4 256/256 (40 pushed out)"
+        );
     }
 
     #[test]

@@ -184,7 +184,7 @@ fn maps(pushed: u64) -> [MapFigures; 2] {
 #[test]
 fn a_full_flow_map_opens_a_finding_within_one_poll() {
     let mut l = LiveFindings::default();
-    let mut at = |l: &mut LiveFindings, t: f64, pushed: u64| {
+    let at = |l: &mut LiveFindings, t: f64, pushed: u64| {
         let mut p = poll(T + t, Sample::default(), Vec::new());
         p.flow_maps = vec![("eth0", maps(pushed))];
         l.poll(&p)
@@ -194,14 +194,21 @@ fn a_full_flow_map_opens_a_finding_within_one_poll() {
     let (opened, _) = at(&mut l, 1.0, 500);
     assert_eq!(opened.len(), 1, "{opened:#?}");
     let x = &opened[0];
-    assert_eq!((x.kind, x.subject.as_str()), ("flow_table_full", "flow maps of eth0"));
+    assert_eq!(
+        (x.kind, x.subject.as_str()),
+        ("flow_table_full", "flow maps of eth0")
+    );
     assert!(
-        x.summary.contains("16 of 16 IPv4 flows (100%)") && x.summary.contains("500 flows were pushed out"),
+        x.summary.contains("16 of 16 IPv4 flows (100%)")
+            && x.summary.contains("500 flows were pushed out"),
         "{}",
         x.summary
     );
     let (opened, closed) = at(&mut l, 5.0, 0);
-    assert!(opened.is_empty() && closed.is_empty(), "held within the window");
+    assert!(
+        opened.is_empty() && closed.is_empty(),
+        "held within the window"
+    );
     let (_, closed) = at(&mut l, 12.0, 0);
     assert_eq!(closed.len(), 1, "closed a window after the last push-out");
 }

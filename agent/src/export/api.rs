@@ -135,14 +135,47 @@ pub struct Summary {
     pub totals: crate::detect::live_totals::Totals,
     pub flows: usize,
     pub elephants: usize,
+    /// Every watched interface's flow maps: how full, and what they pushed out.
+    pub flow_maps: Vec<FlowMapFill>,
+}
+
+/// One flow map of one interface at the last poll.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowMapFill {
+    pub iface: String,
+    /// `FLOWS4` (IPv4) or `FLOWS` (IPv6).
+    pub map: &'static str,
+    pub entries: u64,
+    pub max_entries: u64,
+    /// Entries against max_entries, 0..1.
+    pub fill_ratio: f64,
+    /// Flows pushed out to admit new ones since the agent started.
+    pub pushed_out_total: u64,
 }
 
 impl Summary {
-    pub fn new(totals: &crate::detect::live_totals::Totals, flows: &FlowsDoc) -> Summary {
+    pub fn new(
+        totals: &crate::detect::live_totals::Totals,
+        flows: &FlowsDoc,
+        flow_maps: &[(String, [crate::sources::flow_pressure::MapFill; 2])],
+    ) -> Summary {
         Summary {
             totals: totals.clone(),
             flows: flows.flows_total,
             elephants: flows.elephants_total,
+            flow_maps: flow_maps
+                .iter()
+                .flat_map(|(iface, fill)| {
+                    fill.iter().map(move |f| FlowMapFill {
+                        iface: iface.clone(),
+                        map: f.map,
+                        entries: f.entries,
+                        max_entries: f.capacity,
+                        fill_ratio: f.ratio(),
+                        pushed_out_total: f.pushed_out_total,
+                    })
+                })
+                .collect(),
         }
     }
 }

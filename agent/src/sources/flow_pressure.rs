@@ -23,6 +23,8 @@ pub struct MapFill {
     pub capacity: u64,
     /// Flows pushed out since the last read.
     pub pushed_out: u64,
+    /// Flows pushed out since the agent started.
+    pub pushed_out_total: u64,
 }
 
 impl MapFill {
@@ -45,20 +47,67 @@ pub struct FlowPressure {
     /// Flows pushed out since the last warning line, and when that line was written.
     unwarned: u64,
     warned_at: Option<std::time::Instant>,
+    /// Per family, flows pushed out since the agent started.
+    totals: [u64; 2],
+    /// When the maps were last read (monotonic ns).
+    last_read_ns: Option<u64>,
+    /// After the last read: the flows the maps held once the idle ones were deleted, and the
+    /// flows created so far (the counter blocks' `flows_created`, over the hooks).
+    base: Option<(i64, u64)>,
+    /// What the last reconciliation came out below zero (an insert counted after the flows
+    /// were read), made good once at the next.
+    debt: i64,
+}
+
+/// One read of an interface's flow maps, as [`FlowPressure::observe`] takes it.
+#[derive(Clone, Copy, Debug)]
+pub struct Read<'a> {
+    /// Every flow read, merged over CPUs and queues.
+    pub flows: &'a [(FlowKey, FlowStats)],
+    /// The idle cut-off of this read ([`FlowPressure::idle_cutoff`]).
+    pub idle_before_ns: u64,
+    pub sizes: FlowMapSizes,
+    /// The flows created so far, over the interface's hooks (None: the counters could not
+    /// be read).
+    pub created: Option<u64>,
+    /// The idle flows this read deleted.
+    pub deleted: u64,
 }
 
 /// At most one warning line per interface per this long while flows are pushed out.
 pub const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl FlowPressure {
-    /// Takes this read's flows (merged over CPUs and queues) and the idle cut-off the agent
-    /// deletes by: returns the two maps' fill and push-outs, IPv4 first.
-    pub fn observe(
-        &mut self,
-        flows: &[(FlowKey, FlowStats)],
-        idle_before_ns: u64,
-        sizes: FlowMapSizes,
-    ) -> [MapFill; 2] {
+    /// The idle cut-off of a read at `now_ns` (monotonic): flows with no packet since it are
+    /// deleted. Never later than the previous read, so a flow that had a packet since then
+    /// is never deleted: its newest state may sit in a flow cache slot the next flush puts
+    /// back into the map (where the map pushed it out), and an idle flow must not come back
+    /// from a slot with its old totals.
+    pub fn idle_cutoff(&mut self, now_ns: u64, timeout: std::time::Duration) -> u64 {
+        let by_timeout = now_ns.saturating_sub(timeout.as_nanos() as u64);
+        let cut = match self.last_read_ns {
+            Some(last) => by_timeout.min(last),
+            None => by_timeout,
+        };
+        self.last_read_ns = Some(now_ns);
+        cut
+    }
+
+    /// Takes one read of the maps: returns the two maps' fill and push-outs, IPv4 first.
+    ///
+    /// Two views of the push-outs, the larger counts: the flows seen to go (held at the last
+    /// read, gone now or counting afresh: only those that lived across a read), and the
+    /// reconciliation of the counters (the flows held after the last read, plus the flows
+    /// created since, minus the flows held now: also those that came and went between two
+    /// reads, as a flood's do). The second has no family; its excess goes to the fuller map.
+    pub fn observe(&mut self, read: Read<'_>) -> [MapFill; 2] {
+        let Read {
+            flows,
+            idle_before_ns,
+            sizes,
+            created,
+            deleted,
+        } = read;
         let mut out = [
             MapFill {
                 map: MAP_FLOWS4,
@@ -94,7 +143,24 @@ impl FlowPressure {
             out[family(k)].pushed_out += 1;
         }
         self.held = next;
+        let seen: u64 = out.iter().map(|f| f.pushed_out).sum();
+        let now = flows.len() as i64;
+        if let (Some(c), Some((after, before))) = (created, self.base) {
+            let raw = after + c.saturating_sub(before) as i64 - now;
+            let balanced = raw + self.debt;
+            self.debt = raw.min(0);
+            let reconciled = balanced.max(0) as u64;
+            if reconciled > seen {
+                let fuller = usize::from(out[1].ratio() > out[0].ratio());
+                out[fuller].pushed_out += reconciled - seen;
+            }
+        }
+        self.base = created.map(|c| (now - deleted as i64, c));
         self.unwarned += out.iter().map(|f| f.pushed_out).sum::<u64>();
+        for (f, total) in out.iter_mut().zip(&mut self.totals) {
+            *total += f.pushed_out;
+            f.pushed_out_total = *total;
+        }
         out
     }
 
@@ -126,7 +192,6 @@ impl FlowPressure {
         self.warned_at = Some(now);
         Some(line)
     }
-
 }
 
 #[cfg(test)]
@@ -151,6 +216,62 @@ mod tests {
 
     const SIZES: FlowMapSizes = FlowMapSizes { ipv4: 4, ipv6: 8 };
 
+    /// A read without the counters (only the flows seen to go count).
+    fn obs(p: &mut FlowPressure, flows: &[(FlowKey, FlowStats)], idle: u64) -> [MapFill; 2] {
+        p.observe(Read {
+            flows,
+            idle_before_ns: idle,
+            sizes: SIZES,
+            created: None,
+            deleted: 0,
+        })
+    }
+
+    fn held4(n: u32) -> Vec<(FlowKey, FlowStats)> {
+        (0..n).map(|i| (key(4, i), stats(1, 100))).collect()
+    }
+
+    /// Flows that came and went between two reads (a flood) are counted from the counters:
+    /// 4 held, 100 created since, 4 held now (other ones): 100 pushed out, of which the 4
+    /// seen to go are part.
+    #[test]
+    fn flows_that_came_and_went_between_reads_are_counted_from_the_counters() {
+        let mut p = FlowPressure::default();
+        let read = |p: &mut FlowPressure, flows: &[(FlowKey, FlowStats)], created, deleted| {
+            p.observe(Read {
+                flows,
+                idle_before_ns: 200,
+                sizes: SIZES,
+                created: Some(created),
+                deleted,
+            })
+        };
+        let at = |qps: std::ops::Range<u32>, last_seen| -> Vec<(FlowKey, FlowStats)> {
+            qps.map(|i| (key(4, i), stats(1, last_seen))).collect()
+        };
+        read(&mut p, &at(0..4, 500), 4, 0);
+        let [v4, v6] = read(&mut p, &at(100..104, 500), 104, 0);
+        assert_eq!((v4.pushed_out, v6.pushed_out), (100, 0));
+        // Two of them idle now, deleted: no push-outs.
+        let mut now = at(100..102, 100);
+        now.extend(at(102..104, 500));
+        let [v4, _] = read(&mut p, &now, 104, 2);
+        assert_eq!(v4.pushed_out, 0);
+        // Two new flows, one of them created after the counters were read: no push-out now,
+        // and none at the next read, where the counters have it.
+        let mut now = at(102..104, 500);
+        now.extend(at(0..1, 500));
+        now.extend(at(50..51, 500));
+        let [v4, _] = read(&mut p, &now, 105, 0);
+        assert_eq!(v4.pushed_out, 0);
+        let [v4, _] = read(&mut p, &now, 106, 0);
+        assert_eq!(
+            v4.pushed_out, 0,
+            "the late-counted insert balances the debt"
+        );
+        assert_eq!(v4.pushed_out_total, 100);
+    }
+
     #[test]
     fn fill_counts_held_flows_per_family() {
         let mut p = FlowPressure::default();
@@ -159,7 +280,7 @@ mod tests {
             (key(4, 2), stats(1, 100)),
             (key(6, 3), stats(1, 100)),
         ];
-        let [v4, v6] = p.observe(&fl, 0, SIZES);
+        let [v4, v6] = obs(&mut p, &fl, 0);
         assert_eq!((v4.map, v4.entries, v4.capacity), ("FLOWS4", 2, 4));
         assert_eq!((v6.map, v6.entries, v6.capacity), ("FLOWS", 1, 8));
         assert_eq!(v4.ratio(), 0.5);
@@ -169,16 +290,20 @@ mod tests {
     #[test]
     fn a_held_flow_gone_without_the_idle_timeout_was_pushed_out() {
         let mut p = FlowPressure::default();
-        p.observe(&[(key(4, 1), stats(5, 100)), (key(6, 2), stats(5, 100))], 0, SIZES);
-        let [v4, v6] = p.observe(&[(key(6, 2), stats(6, 200))], 0, SIZES);
+        obs(
+            &mut p,
+            &[(key(4, 1), stats(5, 100)), (key(6, 2), stats(5, 100))],
+            0,
+        );
+        let [v4, v6] = obs(&mut p, &[(key(6, 2), stats(6, 200))], 0);
         assert_eq!((v4.pushed_out, v6.pushed_out), (1, 0));
     }
 
     #[test]
     fn counts_that_go_back_were_pushed_out_and_admitted_again() {
         let mut p = FlowPressure::default();
-        p.observe(&[(key(4, 1), stats(50, 100))], 0, SIZES);
-        let [v4, _] = p.observe(&[(key(4, 1), stats(3, 300))], 0, SIZES);
+        obs(&mut p, &[(key(4, 1), stats(50, 100))], 0);
+        let [v4, _] = obs(&mut p, &[(key(4, 1), stats(3, 300))], 0);
         assert_eq!(v4.pushed_out, 1);
     }
 
@@ -189,10 +314,10 @@ mod tests {
             first_seen_ns,
             ..stats(packets, 500)
         };
-        p.observe(&[(key(4, 1), first(5, 100))], 0, SIZES);
-        let [v4, _] = p.observe(&[(key(4, 1), first(9, 100))], 0, SIZES);
+        obs(&mut p, &[(key(4, 1), first(5, 100))], 0);
+        let [v4, _] = obs(&mut p, &[(key(4, 1), first(9, 100))], 0);
         assert_eq!(v4.pushed_out, 0, "the same flow, counting on");
-        let [v4, _] = p.observe(&[(key(4, 1), first(20, 400))], 0, SIZES);
+        let [v4, _] = obs(&mut p, &[(key(4, 1), first(20, 400))], 0);
         assert_eq!(v4.pushed_out, 1);
     }
 
@@ -205,7 +330,7 @@ mod tests {
         let mut lines = Vec::new();
         for poll in 0..130u64 {
             // A new flow every poll pushes out the previous one.
-            let fill = p.observe(&[(key(4, poll as u32), stats(1, 100))], 0, SIZES);
+            let fill = obs(&mut p, &[(key(4, poll as u32), stats(1, 100))], 0);
             let now = t0 + std::time::Duration::from_secs(poll);
             lines.extend(p.warning("eth1", &fill, now));
         }
@@ -213,25 +338,39 @@ mod tests {
         assert!(lines[0].contains("1 flows pushed out"), "{}", lines[0]);
         assert!(lines[1].contains("60 flows pushed out"), "{}", lines[1]);
         assert!(lines[1].contains("FLOWS4 1 of 4"), "{}", lines[1]);
-        let fill = p.observe(&[(key(4, 999), stats(1, 100))], 1_000, SIZES);
-        let quiet = p.observe(&[], 1_000, SIZES);
+        let fill = obs(&mut p, &[(key(4, 999), stats(1, 100))], 1_000);
+        let quiet = obs(&mut p, &[], 1_000);
         assert_eq!(quiet[0].pushed_out, 0);
         let _ = fill;
         assert!(p
             .warning("eth1", &quiet, t0 + std::time::Duration::from_secs(1_000))
             .is_some_and(|l| l.contains("9 flows")));
-        assert!(p
-            .warning("eth1", &quiet, t0 + std::time::Duration::from_secs(2_000))
-            .is_none(), "no line while nothing is pushed out");
+        assert!(
+            p.warning("eth1", &quiet, t0 + std::time::Duration::from_secs(2_000))
+                .is_none(),
+            "no line while nothing is pushed out"
+        );
+    }
+
+    #[test]
+    fn the_idle_cutoff_never_passes_the_previous_read() {
+        let mut p = FlowPressure::default();
+        let s = std::time::Duration::from_secs(1);
+        assert_eq!(p.idle_cutoff(10_000_000_000, s), 9_000_000_000);
+        // A read 0.5 s later with a 0.1 s timeout: not past the previous read.
+        let short = std::time::Duration::from_millis(100);
+        assert_eq!(p.idle_cutoff(10_500_000_000, short), 10_000_000_000);
+        assert_eq!(p.idle_cutoff(20_000_000_000, s), 10_500_000_000);
+        assert_eq!(p.idle_cutoff(20_500_000_000, s), 19_500_000_000);
     }
 
     #[test]
     fn flows_deleted_as_idle_are_not_pushed_out() {
         let mut p = FlowPressure::default();
         // Idle at this read (deleted by the agent): not held, not counted as entries.
-        let [v4, _] = p.observe(&[(key(4, 1), stats(5, 100))], 1_000, SIZES);
+        let [v4, _] = obs(&mut p, &[(key(4, 1), stats(5, 100))], 1_000);
         assert_eq!(v4.entries, 0);
-        let [v4, _] = p.observe(&[], 1_000, SIZES);
+        let [v4, _] = obs(&mut p, &[], 1_000);
         assert_eq!(v4.pushed_out, 0, "the idle timeout took it");
     }
 }

@@ -3,7 +3,7 @@
 //! ([`flush_flow_cache`]); tests and benchmarks feed frames through the packet programs with
 //! it. aya 0.14 keeps its test-run wrapper private, so this calls bpf(2) itself ([`crate::bpf_sys`]).
 
-use agent_common::cache_mode::{FlushState, CACHE_OFF};
+use agent_common::cache_mode::{FlushState, CACHE_OFF, FLUSH_RELEASE};
 use agent_common::flow_cache::{flush_starts, MAP_FLOW_FLUSHING, PROG_FLOW_FLUSH};
 use aya::Ebpf;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -57,7 +57,9 @@ pub fn run_on_cpu(prog: BorrowedFd<'_>, cpu: u32, arg: u64) -> std::io::Result<(
 
 /// Writes every changed slot of the kernel's per-CPU flow cache back into the flow maps
 /// ([`agent_common::flow_cache`]): the flush program, run on each of `cpus` (the online
-/// ones), once per chunk of slots. The first chunk of every CPU goes first: it judges that
+/// ones), once per chunk of slots; then its release walk on each, which empties the slots
+/// unchanged since the last flush (after every write-back, so that a flow the full map
+/// pushed out and another CPU's write-back created again takes this CPU's state back). The first chunk of every CPU goes first: it judges that
 /// CPU's cache and sets its mode ([`agent_common::cache_mode`]). A cache left off holds no
 /// flow and takes none, so the rest of its slots are not walked: where flows outnumber the
 /// slots (the cache off on every CPU) a poll runs one program per CPU instead of one per
@@ -74,8 +76,8 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     let Ok(fd) = p.fd() else {
         return Vec::new();
     };
-    let run = |cpu: u32, start: u32| {
-        run_on_cpu(fd.as_fd(), cpu, u64::from(start))
+    let run = |cpu: u32, start: u64| {
+        run_on_cpu(fd.as_fd(), cpu, start)
             .map_err(|e| log::debug!("run {PROG_FLOW_FLUSH} on CPU {cpu} from slot {start}: {e}"))
     };
     let any_off_before = flush_states(ebpf).iter().any(|s| s.mode == CACHE_OFF);
@@ -94,13 +96,26 @@ pub fn flush_flow_cache(ebpf: &Ebpf, cpus: &[u32]) -> Vec<u32> {
     } else {
         Vec::new()
     };
-    for &cpu in cpus {
-        let first_only = walk_first_only.get(cpu as usize).copied();
-        if missed.contains(&cpu) || first_only.unwrap_or(false) {
-            continue;
-        }
-        if flush_starts().skip(1).any(|start| run(cpu, start).is_err()) {
+    let walked: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|&cpu| {
+            !missed.contains(&cpu) && !walk_first_only.get(cpu as usize).copied().unwrap_or(false)
+        })
+        .collect();
+    for &cpu in &walked {
+        if flush_starts()
+            .skip(1)
+            .any(|start| run(cpu, u64::from(start)).is_err())
+        {
             missed.push(cpu);
+        }
+    }
+    // The release walk, once every CPU's changed slots are back in the maps (a CPU's state of
+    // a flow the full map pushed out goes back into the element another CPU created again).
+    for &cpu in walked.iter().filter(|c| !missed.contains(c)) {
+        for start in flush_starts() {
+            let _ = run(cpu, u64::from(start) | FLUSH_RELEASE);
         }
     }
     missed

@@ -368,7 +368,10 @@ mod tests {
         }
         assert!(sports(&t).contains(&1), "{:?}", sports(&t));
         let legit = t.flows.values().find(|s| s.packets > 1).unwrap();
-        assert_eq!(legit.packets, 251, "every packet of the legitimate flow, exactly");
+        assert_eq!(
+            legit.packets, 251,
+            "every packet of the legitimate flow, exactly"
+        );
         assert_eq!(t.flows.len(), 8);
         assert_eq!(t.pushed_out, 1001 - 8);
     }

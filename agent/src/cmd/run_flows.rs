@@ -1,0 +1,69 @@
+//! One interface's flow maps at a poll: read (the flow cache flushed into them first), the
+//! idle flows deleted, the fill and the flows the full maps pushed out measured and said
+//! (metrics, one warning line a minute), and the live flows handed on to the pipeline.
+
+use crate::config::Config;
+use crate::export::metrics::Metrics;
+use crate::kernel::loader::Attachment;
+use crate::sources::flow_pressure::{MapFill, Read};
+use agent_common::{FlowKey, FlowStats, MAP_LABEL_FLOWS};
+
+/// Reads `p`'s flows at `now_ns` (monotonic), `created` the flows its hooks created so far:
+/// the flows that are not idle, and the maps' fill. None when the maps could not be read.
+pub fn read(
+    p: &mut Attachment,
+    m: &Metrics,
+    config: &Config,
+    now_ns: u64,
+    created: Option<u64>,
+) -> Option<(Vec<(FlowKey, FlowStats)>, [MapFill; 2])> {
+    let idle_before = p
+        .flow_pressure
+        .idle_cutoff(now_ns, config.flow_idle_timeout);
+    let (flows, errors) = match p.read_flows() {
+        Ok(r) => r,
+        Err(e) => {
+            log::warn!("read the flow maps on {}: {e:#}", p.iface);
+            m.map_read_error(&p.iface, MAP_LABEL_FLOWS, 1);
+            return None;
+        }
+    };
+    if errors > 0 {
+        m.map_read_error(&p.iface, MAP_LABEL_FLOWS, errors);
+    }
+    // The idle timeout: flows quiet that long leave the maps (so a full map seldom has to
+    // push a flow out) and, not fed this poll, the flow table.
+    let deleted = match p.expire_flows(&flows, idle_before) {
+        Ok((deleted, failed)) => {
+            m.flows_expired(&p.iface, deleted);
+            if failed > 0 {
+                m.map_update_error(&p.iface, MAP_LABEL_FLOWS, failed);
+            }
+            deleted
+        }
+        Err(e) => {
+            log::warn!("delete idle flows on {}: {e:#}", p.iface);
+            m.map_update_error(&p.iface, MAP_LABEL_FLOWS, 1);
+            0
+        }
+    };
+    let fill = p.flow_pressure.observe(Read {
+        flows: &flows,
+        idle_before_ns: idle_before,
+        sizes: config.flow_maps,
+        created,
+        deleted,
+    });
+    m.set_flow_maps(&p.iface, &fill);
+    if let Some(line) = p
+        .flow_pressure
+        .warning(&p.iface, &fill, std::time::Instant::now())
+    {
+        log::warn!("{line}");
+    }
+    let live = flows
+        .into_iter()
+        .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
+        .collect();
+    Some((live, fill))
+}
