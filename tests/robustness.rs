@@ -243,8 +243,9 @@ fn a_flood_of_spoofed_flows_cannot_shut_a_legitimate_flow_out() {
 }
 
 /// A flood that comes in does not hide what the host sends: with both tc hooks on 256-entry
-/// maps, an ingress flood of spoofed flows and a flow the host sends out at the same time, the
-/// sent flow is counted exactly per flow (tc egress).
+/// maps (one pair of maps per interface for both directions), an ingress flood of spoofed
+/// flows fills them, then goes on while the host sends a flow out: the sent flow is counted
+/// exactly per flow (tc egress).
 #[test]
 fn egress_flows_are_counted_beside_an_ingress_flood() {
     if !can_run() {
@@ -252,12 +253,8 @@ fn egress_flows_are_counted_beside_an_ingress_flood() {
     }
     require_tshark();
     let dir = TempDir::new("rocemon-flood-egress").unwrap();
-    let flood = flood_capture(
-        dir.path(),
-        "flood_in",
-        (4_000, 1_000, 3, usize::MAX),
-        Vec::new(),
-    );
+    let fill = flood_capture(dir.path(), "fill", (4_000, 0, 0, usize::MAX), Vec::new());
+    let refresh = flood_capture(dir.path(), "refresh", (0, 1_000, 3, usize::MAX), Vec::new());
     let out = whole(
         "sent",
         Format::PcapMicros,
@@ -270,8 +267,9 @@ fn egress_flows_are_counted_beside_an_ingress_flood() {
     )
     .write(dir.path())
     .unwrap();
-    let (e_in, e_out) = (
-        tshark::expected(&flood).unwrap(),
+    let (e_fill, e_refresh, e_out) = (
+        tshark::expected(&fill).unwrap(),
+        tshark::expected(&refresh).unwrap(),
         tshark::expected(&out).unwrap(),
     );
     let pair = VethPair::new("rcflegr").unwrap();
@@ -280,7 +278,9 @@ fn egress_flows_are_counted_beside_an_ingress_flood() {
         "tc-ingress,tc-egress",
         &dir.path().join("rocemon.toml"),
     );
-    // Both at once: the flood into the host, the host's flow out of it.
+    // The maps filled first, then the refreshed flood into the host and the host's flow out
+    // of it at once.
+    pair.replay_from_b(&fill).unwrap();
     let sender = {
         let (ns, ifn, path) = (pair.ns_a.clone(), pair.a_if.clone(), out.clone());
         std::thread::spawn(move || {
@@ -301,9 +301,13 @@ fn egress_flows_are_counted_beside_an_ingress_flood() {
             )
         })
     };
-    pair.replay_from_b(&flood).unwrap();
+    pair.replay_from_b(&refresh).unwrap();
     sender.join().unwrap().unwrap();
-    settled(&pair, &mut agent, e_in.roce_packets + e_out.roce_packets);
+    settled(
+        &pair,
+        &mut agent,
+        e_fill.roce_packets + e_refresh.roce_packets + e_out.roce_packets,
+    );
     let key = (
         "10.91.0.1".to_string(),
         "10.91.0.2".to_string(),

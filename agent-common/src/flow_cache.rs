@@ -99,8 +99,17 @@ pub struct CachedFlow {
     /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
     /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
     pub last_miss: u32,
+    /// The flow's packets when the slot was last equal to its map value (filled from the
+    /// map, or written back): the packets since are what the slot holds unwritten.
+    pub written: u64,
     pub stats: FlowStats,
 }
+
+/// A changed slot with at least this many packets since its last write-back is written back
+/// last at a flush, after every CPU's lighter slots (see the flush program): when the maps
+/// are full, each insert pushes out the flow least recently touched, so the flows written
+/// last are held at the read, and those are the busiest ones, not the flows of a flood.
+pub const HEAVY_PACKETS: u64 = 32;
 
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding, plain integers: every bit pattern is valid.

@@ -132,6 +132,8 @@ pub const SWITCH_RING_COARSE: &str = "ROCEMON_RING_COARSE";
 pub const GLOBAL_ROCE_DSCP: &str = "ROCEMON_ROCE_DSCP";
 pub const GLOBAL_ROCE_PRIORITY: &str = "ROCEMON_ROCE_PRIORITY";
 pub const GLOBAL_CNP_DSCP: &str = "ROCEMON_CNP_DSCP";
+/// The possible CPUs, set by the loader: how many CPUs' states a PSN gap is reconciled with.
+pub const GLOBAL_NR_CPUS: &str = "ROCEMON_NR_CPUS";
 /// Benchmark baselines: one per-CPU counter bump.
 pub const PROG_BASELINE_XDP: &str = "rocemon_baseline_xdp";
 pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";

@@ -94,6 +94,22 @@ impl PsnTrack {
     }
 }
 
+/// How much of a gap another CPU's sequence state covers. A packet with PSN `psn` found
+/// `gap` packets missing after this CPU's expected PSN; another CPU whose state expects
+/// `other` next saw the flow's packets up to `other - 1`: where that lies in the gap, those
+/// packets were not lost, they were counted there (a sender that moved between CPUs, or
+/// packets of one flow spread over CPUs). Returns the packets of the gap covered.
+#[inline(always)]
+pub fn gap_covered(psn: u32, gap: u32, other: u32) -> u32 {
+    let expected = psn.wrapping_sub(gap) & PSN_MASK;
+    let d = other.wrapping_sub(expected) & PSN_MASK;
+    if d <= gap {
+        d
+    } else {
+        0
+    }
+}
+
 /// The NAK slot of an AETH syndrome, `None` for ACKs; RNR NAKs are reported separately.
 #[inline(always)]
 pub const fn nak_slot(syndrome: u8) -> Option<usize> {
@@ -128,6 +144,22 @@ pub fn ack_syndrome(p: &PacketRecord) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_cpus_state_covers_the_part_of_a_gap_it_saw() {
+        // Expected 10, got 15: a gap of 5 (10..=14).
+        assert_eq!(gap_covered(15, 5, 15), 5, "the other CPU saw 10..=14");
+        assert_eq!(gap_covered(15, 5, 12), 2, "it saw 10 and 11");
+        assert_eq!(gap_covered(15, 5, 10), 0, "it saw nothing of the gap");
+        assert_eq!(gap_covered(15, 5, 16), 0, "ahead of this packet: no cover");
+        assert_eq!(gap_covered(15, 5, 3), 0, "behind the gap");
+        // Across the wrap.
+        assert_eq!(
+            gap_covered(2, 4, 1),
+            3,
+            "0xFFFFFE..=1, the other saw up to 0"
+        );
+    }
 
     fn run(seq: &[(u8, u32)]) -> (u32, u32) {
         let mut t = PsnTrack::default();

@@ -10,7 +10,7 @@ use agent_common::cache_mode::{
 };
 use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
-    CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK,
+    CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK, HEAVY_PACKETS,
 };
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
@@ -24,7 +24,8 @@ use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use core::sync::atomic::{compiler_fence, Ordering};
 
 #[map]
-static FLOW_CACHE: PerCpuArray<CachedFlow> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
+pub(crate) static FLOW_CACHE: PerCpuArray<CachedFlow> =
+    PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
 
 /// Per CPU: the flush program's state ([`FlushState`]): its flag, set while it runs there (a
 /// packet that interrupts it and misses goes to the map, not into a slot the flush may be
@@ -97,11 +98,16 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     };
     // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
     let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
-    if key.ip_version == 4 {
+    let r = if key.ip_version == 4 {
         store(&FLOWS4, &FlowKey4::of(&key), stats)
     } else {
         store(&FLOWS, &key, stats)
+    };
+    if r != 0 {
+        // SAFETY: as above.
+        unsafe { (*e).written = (*e).stats.packets };
     }
+    r
 }
 
 /// [`store`]: the element was there and took the state.
@@ -230,6 +236,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
         (*e).key = words;
         (*e).last_miss = 0;
+        (*e).written = (*e).stats.packets;
         flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);
@@ -367,19 +374,9 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
             }
         }
         held += 1;
-        set_state(e, CLEAN);
-        match rocemon_flow_write_back(slot) {
-            0 => {
-                set_state(e, DIRTY);
-                refused += 1;
-                // SAFETY: a slot of this CPU's cache.
-                let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
-                if let Some(s) = flow_maps::slot(hook) {
-                    s.counters.flow_update_errors += 1;
-                }
-            }
-            INSERTED => count_created_again(e),
-            _ => {}
+        // A busy flow goes back in the release walk, after every CPU's lighter ones.
+        if !heavy(e) {
+            refused += write_back_slot(e, slot);
         }
     }
     f.held += held;
@@ -397,9 +394,10 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
     refused
 }
 
-/// The release walk over one chunk: every slot unchanged since before the previous pass
-/// began (no packet since: its last one is older) is released ([`rocemon_flow_release`]) and
-/// emptied. It runs after every CPU's write-back walk of the same flush, so an element that
+/// The release walk over one chunk: the changed slots the write-back walk left for last
+/// (the busy flows, [`HEAVY_PACKETS`]) are written back, and every slot unchanged since
+/// before the previous pass began (no packet since: its last one is older) is released
+/// ([`rocemon_flow_release`]) and emptied. It runs after every CPU's write-back walk of the same flush, so an element that
 /// the full map pushed out and another CPU's write-back created again is there to take this
 /// CPU's state. A slot written back by this flush (its last packet newer) stays: its flow is
 /// active (`before_ns` is `u64::MAX` where the cache drains: every unchanged slot goes).
@@ -410,8 +408,17 @@ fn release_chunk(start: u32, before_ns: u64) {
         let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
             continue;
         };
+        match state(e) {
+            DIRTY => {
+                // A busy flow the write-back walk left for last (or one counted since).
+                write_back_slot(e, slot);
+                continue;
+            }
+            CLEAN => {}
+            _ => continue,
+        }
         // SAFETY: a slot of this CPU's cache.
-        if state(e) != CLEAN || unsafe { (*e).stats.last_seen_ns } >= before_ns {
+        if unsafe { (*e).stats.last_seen_ns } >= before_ns {
             continue;
         }
         // A packet that interrupts now is counted in the map (the slot is busy), so
@@ -419,6 +426,37 @@ fn release_chunk(start: u32, before_ns: u64) {
         set_state(e, BUSY);
         rocemon_flow_release(slot);
         set_state(e, EMPTY);
+    }
+}
+
+/// Whether a slot holds [`HEAVY_PACKETS`] or more packets since its last write-back.
+#[inline(always)]
+fn heavy(e: *mut CachedFlow) -> bool {
+    // SAFETY: a slot of this CPU's cache.
+    unsafe { (*e).stats.packets.wrapping_sub((*e).written) >= HEAVY_PACKETS }
+}
+
+/// A changed slot written back by the flush (CLEAN after it, DIRTY again if the map refused
+/// it: the refusal is a flow update error of its flow's hook; a flow inserted again counts as
+/// created). Returns 1 when refused.
+#[inline(always)]
+fn write_back_slot(e: *mut CachedFlow, slot: u32) -> i32 {
+    set_state(e, CLEAN);
+    match rocemon_flow_write_back(slot) {
+        0 => {
+            set_state(e, DIRTY);
+            // SAFETY: a slot of this CPU's cache.
+            let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+            if let Some(s) = flow_maps::slot(hook) {
+                s.counters.flow_update_errors += 1;
+            }
+            1
+        }
+        INSERTED => {
+            count_created_again(e);
+            0
+        }
+        _ => 0,
     }
 }
 

@@ -50,7 +50,16 @@ pub fn flow_record(
     frame_len: u64,
     now: u64,
 ) {
-    flow_step(s, rec, c, frame_len, now, psn_on());
+    let ev = flow_step(s, rec, c, frame_len, now, psn_on());
+    if ev.psn.gap != 0 {
+        // What other CPUs counted of the gap was not lost (see `crate::psn_cpus`).
+        let covered = u64::from(crate::psn_cpus::rocemon_psn_covered(
+            rec.key.hook as u32,
+            ev.psn.gap,
+        ));
+        s.psn_gaps = s.psn_gaps.saturating_sub(covered);
+        c.psn_gaps = c.psn_gaps.saturating_sub(covered);
+    }
 }
 
 /// Counts a RoCE packet in its flow map, without the cache. Returns true when the map

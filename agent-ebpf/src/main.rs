@@ -19,6 +19,7 @@ mod direct;
 mod flow_cache;
 mod flow_maps;
 mod helper_reader;
+mod psn_cpus;
 mod tc;
 mod xdp;
 mod yardsticks;

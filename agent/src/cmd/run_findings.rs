@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::detect::ecmp::{EcmpReport, FlowView};
+use crate::detect::findings::{Finding, Severity};
 use crate::detect::live_findings::{FindingsView, LiveFindings, LiveSlowStep, Poll, Sample};
 use crate::export::metrics::Metrics;
 use crate::sources::flow_pressure::MapFill;
@@ -128,27 +129,86 @@ pub fn update(
             })
             .collect(),
     });
-    for x in &opened {
-        let line = format!(
-            "finding opened: [{}] {} on {}: {}",
-            x.severity.name(),
-            x.kind,
-            x.subject,
-            x.summary
-        );
-        match x.severity {
-            crate::detect::findings::Severity::Info => log::info!("{line}"),
-            _ => log::warn!("{line}"),
-        }
-    }
-    for x in &closed {
-        log::info!(
-            "finding closed: {} on {} after {:.1} s",
-            x.kind,
-            x.subject,
-            (x.end_s - x.start_s).max(0.0)
-        );
-    }
+    log_opened(&opened);
+    log_closed(&closed);
     m.set_findings(findings);
     findings.view(now_s)
+}
+
+/// A kind with more findings than this opening (or closing) in one poll gets one log line
+/// for all of them: one line per incident, not per flow.
+const LOG_PER_KIND: usize = 3;
+
+/// The findings of `xs` by kind, in their order.
+fn by_kind(xs: &[Finding]) -> Vec<(&'static str, Vec<&Finding>)> {
+    let mut out: Vec<(&'static str, Vec<&Finding>)> = Vec::new();
+    for x in xs {
+        match out.iter_mut().find(|(k, _)| *k == x.kind) {
+            Some((_, v)) => v.push(x),
+            None => out.push((x.kind, vec![x])),
+        }
+    }
+    out
+}
+
+/// One line per opened finding, or one per kind where many opened at once.
+fn log_opened(opened: &[Finding]) {
+    for (kind, xs) in by_kind(opened) {
+        let lines: Vec<String> = if xs.len() <= LOG_PER_KIND {
+            xs.iter()
+                .map(|x| {
+                    format!(
+                        "finding opened: [{}] {} on {}: {}",
+                        x.severity.name(),
+                        x.kind,
+                        x.subject,
+                        x.summary
+                    )
+                })
+                .collect()
+        } else {
+            let worst = xs
+                .iter()
+                .map(|x| x.severity)
+                .max()
+                .unwrap_or(Severity::Info);
+            vec![format!(
+                "findings opened: {} x {kind} (worst {}), first on {}: {}",
+                xs.len(),
+                worst.name(),
+                xs[0].subject,
+                xs[0].summary
+            )]
+        };
+        let quiet = xs.iter().all(|x| x.severity == Severity::Info);
+        for line in lines {
+            if quiet {
+                log::info!("{line}");
+            } else {
+                log::warn!("{line}");
+            }
+        }
+    }
+}
+
+/// One line per closed finding, or one per kind where many closed at once.
+fn log_closed(closed: &[Finding]) {
+    for (kind, xs) in by_kind(closed) {
+        if xs.len() <= LOG_PER_KIND {
+            for x in xs {
+                log::info!(
+                    "finding closed: {} on {} after {:.1} s",
+                    x.kind,
+                    x.subject,
+                    (x.end_s - x.start_s).max(0.0)
+                );
+            }
+        } else {
+            log::info!(
+                "findings closed: {} x {kind}, first on {}",
+                xs.len(),
+                xs[0].subject
+            );
+        }
+    }
 }

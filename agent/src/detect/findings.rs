@@ -218,9 +218,18 @@ pub struct Unreacting<'a> {
     pub span: (f64, f64),
 }
 
-/// A sender that kept its rate after every burst of CNPs judged.
+/// The rate a sender must have had before the CNPs for `cnp_ignored` (5 Mb/s): below it
+/// a sender congests no RoCE link, whatever its NIC does with CNPs, and a flood of spoofed
+/// slow "senders" raises nothing.
+pub const CNP_IGNORED_MIN_BYTES_PER_SECOND: f64 = 625_000.0;
+
+/// A sender that kept its rate after every burst of CNPs judged, from
+/// [`CNP_IGNORED_MIN_BYTES_PER_SECOND`] up.
 pub fn cnp_ignored(u: &Unreacting<'_>) -> Option<Finding> {
-    (u.bursts > 0 && u.ignored == u.bursts).then(|| {
+    (u.bursts > 0
+        && u.ignored == u.bursts
+        && u.rate_before_bytes_per_second >= CNP_IGNORED_MIN_BYTES_PER_SECOND)
+        .then(|| {
         Finding::new("cnp_ignored", Severity::Warning, u.span, format!("sender {}", u.sender))
             .say(format!(
                 "{} kept sending at {:.0}% of its rate ({} before) after CNPs began to arrive, in {} burst(s) of CNPs: its NIC's DCQCN reaction point looks off, so the congestion it feeds goes on.",
@@ -383,6 +392,42 @@ pub fn link_down(iface: &str, t: f64) -> Finding {
             "Interface {iface} is down or gone: nothing on it is counted until it comes back (rocemon attaches again by name)."
         ))
         .with("iface", json!(iface))
+}
+
+/// Open findings per kind at most (live); the rest of a kind shows as one finding, "N more"
+/// ([`more`]), whose subject is [`MORE_SUBJECT`]. Spoofed traffic can make thousands of
+/// subjects (fake connections, fake senders): the list stays readable and the real findings
+/// stay in it.
+pub const OPEN_PER_KIND: usize = 20;
+/// The subject of a kind's "N more" finding.
+pub const MORE_SUBJECT: &str = "more subjects";
+
+/// The findings of one kind beyond the open list's bound, as one: how many, the most
+/// serious of them, and the first few subjects (`xs` in the order they were ranked).
+pub fn more(kind: &'static str, xs: &[Finding]) -> Finding {
+    let severity = xs
+        .iter()
+        .map(|x| x.severity)
+        .max()
+        .unwrap_or(Severity::Info);
+    let start = xs.iter().map(|x| x.start_s).fold(f64::INFINITY, f64::min);
+    let end = xs.iter().map(|x| x.end_s).fold(f64::NEG_INFINITY, f64::max);
+    let first: Vec<&str> = xs.iter().take(5).map(|x| x.subject.as_str()).collect();
+    Finding::new(
+        kind,
+        severity,
+        (start.min(end), end),
+        MORE_SUBJECT.to_string(),
+    )
+    .say(format!(
+        "{} more {kind} findings like the ones listed (first: {}{}): so many at once is often one cause seen from many flows, or spoofed traffic; the agent's log and /api/v1/findings list the first {} of the kind.",
+        xs.len(),
+        first.join("; "),
+        if xs.len() > first.len() { "; ..." } else { "" },
+        OPEN_PER_KIND
+    ))
+    .with("more", json!(xs.len()))
+    .with("first_subjects", json!(first))
 }
 
 /// A watched interface's flow maps pushed flows out to admit new ones (live): per-flow

@@ -13,8 +13,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// The window the counters' conditions are judged over, seconds.
 pub const WINDOW_S: f64 = 10.0;
-/// Closed findings kept for `/api/v1/findings`.
-pub const RECENT: usize = 200;
+/// Closed findings kept for `/api/v1/findings`, per kind: one kind that floods cannot push
+/// the others out.
+pub const RECENT_PER_KIND: usize = 50;
+pub use super::findings::{MORE_SUBJECT, OPEN_PER_KIND};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Active {
@@ -33,7 +35,7 @@ pub struct LiveFindings {
     paused_since: BTreeMap<(String, usize), f64>,
     /// Open findings by (kind, subject), with when their condition last held.
     open: BTreeMap<(&'static str, String), (Finding, f64)>,
-    recent: VecDeque<Finding>,
+    recent: BTreeMap<&'static str, VecDeque<Finding>>,
     /// Findings opened so far, by kind.
     pub opened: BTreeMap<&'static str, u64>,
     /// Findings of events (a slow step), held active for a window after they were found.
@@ -292,6 +294,7 @@ impl LiveFindings {
     /// Opens the new, keeps the holding, closes those that no longer hold (the counters'
     /// conditions are judged over a window, so they close a window after the last cause).
     fn settle(&mut self, now: Vec<Finding>, t: f64) -> (Vec<Finding>, Vec<Finding>) {
+        let now = self.bounded(now);
         let mut opened = Vec::new();
         let mut holding = std::collections::BTreeSet::new();
         for mut x in now {
@@ -328,9 +331,10 @@ impl LiveFindings {
         for k in gone {
             if let Some((x, _)) = self.open.remove(&k) {
                 closed.push(x.clone());
-                self.recent.push_back(x);
-                while self.recent.len() > RECENT {
-                    self.recent.pop_front();
+                let recent = self.recent.entry(x.kind).or_default();
+                recent.push_back(x);
+                while recent.len() > RECENT_PER_KIND {
+                    recent.pop_front();
                 }
             }
         }
@@ -352,17 +356,60 @@ impl LiveFindings {
             })
             .collect();
         f::sort(&mut active);
-        FindingsView {
-            active,
-            recent: self.recent.iter().rev().cloned().collect(),
-        }
+        let mut recent: Vec<Finding> = self.recent.values().flatten().cloned().collect();
+        recent.sort_by(|a, b| b.end_s.total_cmp(&a.end_s));
+        FindingsView { active, recent }
     }
 
-    /// Active findings by (kind, severity).
+    /// At most [`OPEN_PER_KIND`] findings of a kind: those open already first (a finding does
+    /// not flap in and out of the list), then the most serious and earliest; the rest of the
+    /// kind becomes one finding that says how many more and names the first few.
+    fn bounded(&self, mut now: Vec<Finding>) -> Vec<Finding> {
+        let mut per_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for x in &now {
+            *per_kind.entry(x.kind).or_default() += 1;
+        }
+        if per_kind.values().all(|n| *n <= OPEN_PER_KIND) {
+            return now;
+        }
+        let open = |x: &Finding| self.open.contains_key(&(x.kind, x.subject.clone()));
+        now.sort_by(|a, b| {
+            a.kind
+                .cmp(b.kind)
+                .then(open(b).cmp(&open(a)))
+                .then(b.severity.cmp(&a.severity))
+                .then(a.start_s.total_cmp(&b.start_s))
+                .then(a.subject.cmp(&b.subject))
+        });
+        let mut out = Vec::new();
+        let mut rest: BTreeMap<&'static str, Vec<Finding>> = BTreeMap::new();
+        let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for x in now {
+            let n = seen.entry(x.kind).or_default();
+            *n += 1;
+            if *n <= OPEN_PER_KIND {
+                out.push(x);
+            } else {
+                rest.entry(x.kind).or_default().push(x);
+            }
+        }
+        out.extend(rest.into_iter().map(|(kind, xs)| f::more(kind, &xs)));
+        out
+    }
+
+    /// Active findings by (kind, severity); a kind's "N more" finding counts N.
     pub fn active_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
         let mut m = BTreeMap::new();
         for (x, _) in self.open.values() {
-            *m.entry((x.kind, x.severity.name())).or_default() += 1;
+            let n = if x.subject == MORE_SUBJECT {
+                x.evidence
+                    .get("more")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(1)
+            } else {
+                1
+            };
+            *m.entry((x.kind, x.severity.name())).or_default() += n;
         }
         m
     }

@@ -8,6 +8,14 @@ use crate::detect::rhythm::{self, Rhythm, Series, BUCKET_NS};
 const WINDOW_BUCKETS: usize = 60_000;
 /// Recent steps the step-bytes figure is the mean of.
 const RECENT_STEPS: usize = 16;
+/// Slow steps are reported live only when they began this close to the newest step's end
+/// (20 s): older ones are history by the time the rhythm shows them.
+pub const REPORT_WINDOW_NS: u64 = 20_000_000_000;
+/// A slow step carries at least this much RoCE (32 KiB) to be reported: a training step's
+/// collectives move far more; a trickle with a rhythm is no job to stretch.
+pub const MIN_SLOW_STEP_BYTES: u64 = 32 * 1024;
+/// New slow steps reported per source and detection at most (the newest).
+pub const MAX_NEW_SLOW_STEPS: usize = 20;
 
 /// One source's rhythm.
 #[derive(Clone, Debug)]
@@ -73,18 +81,31 @@ impl StepTracker {
         self.series.add(ts_ns, bytes);
     }
 
-    /// Looks for the rhythm in the series; returns the slow steps not seen before.
+    /// Looks for the rhythm in the series; returns the slow steps not seen before: those of
+    /// the last [`REPORT_WINDOW_NS`] (a rhythm found late, or found again after a stretch
+    /// without one, does not report a minute of history at once), of at least
+    /// [`MIN_SLOW_STEP_BYTES`], the newest [`MAX_NEW_SLOW_STEPS`] of them.
     pub fn detect(&mut self) -> Vec<rhythm::Step> {
         self.rhythm = rhythm::detect(&self.series);
+        let end = self
+            .rhythm
+            .steps
+            .iter()
+            .map(|s| s.start_ns + (s.seconds * 1e9) as u64)
+            .max()
+            .unwrap_or(0);
         let mut new = Vec::new();
         for s in &self.rhythm.steps {
             if s.start_ns > self.counted_until_ns {
-                if s.slow {
+                let recent = s.start_ns + REPORT_WINDOW_NS >= end;
+                if s.slow && recent && s.bytes >= MIN_SLOW_STEP_BYTES {
                     new.push(s.clone());
                 }
                 self.counted_until_ns = s.start_ns;
             }
         }
+        let extra = new.len().saturating_sub(MAX_NEW_SLOW_STEPS);
+        new.drain(..extra);
         self.slow_steps += new.len() as u64;
         new
     }

@@ -199,6 +199,9 @@ pub(super) fn load_object_pinned(
     l.override_global(agent_common::GLOBAL_ROCE_DSCP, &roce_dscp, true);
     l.override_global(agent_common::GLOBAL_ROCE_PRIORITY, &roce_priority, true);
     l.override_global(agent_common::GLOBAL_CNP_DSCP, &cnp_dscp, true);
+    // Not required to exist: `--ab` loads builds from before the reconciliation.
+    let cpus = aya::util::nr_cpus().map_or(1, |n| n as u32);
+    l.override_global(agent_common::GLOBAL_NR_CPUS, &cpus, false);
     if let Some(p) = pins {
         for m in crate::kernel::pins::PINNED_MAPS {
             l.map_pin_path(m, p.map_path(m));
