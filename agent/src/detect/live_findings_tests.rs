@@ -212,3 +212,92 @@ fn a_full_flow_map_opens_a_finding_within_one_poll() {
     let (_, closed) = at(&mut l, 12.0, 0);
     assert_eq!(closed.len(), 1, "closed a window after the last push-out");
 }
+
+/// `n` elephants (one finding each) and, with `down`, a watched interface that is gone.
+fn crowded<'a>(t: f64, n: usize, down: bool) -> Poll<'a> {
+    let mut p = poll(T + t, Sample::default(), Vec::new());
+    p.elephants = (0..n)
+        .map(|i| {
+            (
+                format!(
+                    "10.0.{}.{} -> 10.1.0.1 port 4791 QP 0x{i:x}",
+                    i / 250,
+                    i % 250
+                ),
+                1e9,
+            )
+        })
+        .collect();
+    if down {
+        p.ifaces.push(("eth9", None, SPEED));
+    }
+    p
+}
+
+/// 500 findings of one kind at once (a flood of spoofed flows): 20 of them and one "500 - 20
+/// more" finding are open, the finding of another kind stays, and the counts by kind still
+/// say 500.
+#[test]
+fn a_flood_of_one_kind_is_bounded_and_keeps_the_others() {
+    let mut l = LiveFindings::default();
+    let (opened, _) = l.poll(&crowded(0.0, 500, true));
+    let elephants: Vec<&Finding> = opened.iter().filter(|x| x.kind == "elephant").collect();
+    assert_eq!(elephants.len(), OPEN_PER_KIND + 1);
+    let more = elephants
+        .iter()
+        .find(|x| x.subject == MORE_SUBJECT)
+        .expect("the 'more' finding");
+    assert_eq!(more.evidence["more"], 480);
+    assert!(
+        more.summary.starts_with("480 more elephant findings"),
+        "{}",
+        more.summary
+    );
+    assert!(
+        opened.iter().any(|x| x.kind == "link_down"),
+        "the other kind kept"
+    );
+    let counts = l.active_counts();
+    assert_eq!(counts[&("elephant", "info")], 500);
+    assert_eq!(counts[&("link_down", "critical")], 1);
+    // The same flood again: the 20 listed stay the same ones (no flapping).
+    let listed = |l: &LiveFindings| -> Vec<String> {
+        l.view(T)
+            .active
+            .iter()
+            .filter(|x| x.kind == "elephant")
+            .map(|x| x.subject.clone())
+            .collect()
+    };
+    let before = listed(&l);
+    let (opened, closed) = l.poll(&crowded(1.0, 500, true));
+    assert!(
+        opened.is_empty() && closed.is_empty(),
+        "{opened:#?} {closed:#?}"
+    );
+    assert_eq!(listed(&l), before);
+}
+
+/// Closed findings are kept per kind: a flood of one kind closing cannot push the others out
+/// of the recent list.
+#[test]
+fn the_recent_list_keeps_every_kind() {
+    let mut l = LiveFindings::default();
+    l.poll(&crowded(0.0, 0, true));
+    l.poll(&crowded(1.0, 0, false));
+    for round in 0..20 {
+        // Twenty elephants open and close, each round other ones.
+        let mut p = crowded(2.0 + 2.0 * round as f64, 0, false);
+        p.elephants = (0..20)
+            .map(|i| (format!("flow {round}-{i}"), 1e9))
+            .collect();
+        l.poll(&p);
+        l.poll(&crowded(3.0 + 2.0 * round as f64, 0, false));
+    }
+    let recent = l.view(T + 100.0).recent;
+    assert_eq!(
+        recent.iter().filter(|x| x.kind == "elephant").count(),
+        RECENT_PER_KIND
+    );
+    assert!(recent.iter().any(|x| x.kind == "link_down"), "{recent:#?}");
+}

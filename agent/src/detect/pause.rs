@@ -142,7 +142,9 @@ impl PauseTracker {
         if pr
             .longest
             .as_ref()
-            .is_none_or(|l| run.end_ns - run.start_ns > l.end_ns - l.start_ns)
+            .is_none_or(|l| {
+                run.end_ns.saturating_sub(run.start_ns) > l.end_ns.saturating_sub(l.start_ns)
+            })
         {
             pr.longest = Some(run.clone());
         }

@@ -172,4 +172,66 @@ mod tests {
         assert!(t.detect().is_empty());
         assert_eq!(t.summary(), None);
     }
+
+    /// Bursts of `burst` ms every `period` ms, steps `slow` (by index) twice as long, each
+    /// burst millisecond `per_ms` bytes.
+    fn job_ms(
+        period: u64,
+        burst: u64,
+        steps: u64,
+        slow: impl Fn(u64) -> bool,
+        per_ms: u64,
+    ) -> Vec<u64> {
+        let mut out = Vec::new();
+        for s in 0..steps {
+            let len = if slow(s) { period * 2 } else { period };
+            out.extend((0..len).map(|i| if i < burst { per_ms } else { 0 }));
+        }
+        out
+    }
+
+    /// A rhythm found over a long history reports only the slow steps of its last 20 s.
+    #[test]
+    fn slow_steps_older_than_the_report_window_are_history() {
+        let mut t = StepTracker::default();
+        // 50 s of 100 ms steps, one slow every 40 steps (every ~4 s), 1 MB per step.
+        t.push(0, job_ms(100, 20, 500, |s| s % 40 == 39, 50_000));
+        let slow = t.detect();
+        assert!(!slow.is_empty());
+        let end = 500 * 100 + 12 * 100;
+        for s in &slow {
+            assert!(
+                s.start_ns / 1_000_000 + 20_000 >= end,
+                "{} ms is history",
+                s.start_ns / 1_000_000
+            );
+        }
+        assert!(slow.len() <= 6, "{}", slow.len());
+    }
+
+    /// Many slow steps at once (a short period, every other step slow) are bounded.
+    #[test]
+    fn at_most_twenty_new_slow_steps_per_detection() {
+        let mut t = StepTracker::default();
+        t.push(0, job_ms(100, 20, 500, |s| s % 8 == 7, 50_000));
+        let slow = t.detect();
+        assert_eq!(
+            slow.len(),
+            MAX_NEW_SLOW_STEPS,
+            "{:?}",
+            t.rhythm.period_seconds
+        );
+        assert_eq!(t.slow_steps, slow.len() as u64);
+    }
+
+    /// A rhythm of steps too small to be a training job (a trickle: 2 KiB a step) reports no
+    /// slow step.
+    #[test]
+    fn a_trickle_with_a_rhythm_reports_no_slow_step() {
+        let mut t = StepTracker::default();
+        t.push(0, job_ms(100, 2, 100, |s| s == 80, 1_024));
+        assert!(t.summary().is_none() || t.detect().is_empty());
+        t.detect();
+        assert_eq!(t.slow_steps, 0, "{:?}", t.rhythm);
+    }
 }

@@ -34,6 +34,9 @@ pub struct Report {
     pub malformed: BTreeMap<&'static str, u64>,
     /// The file ended inside a record; everything before it is counted.
     pub truncated_tail: bool,
+    /// Frames stepped back in time and jumps of the capture's clock (the capture's time runs
+    /// on across a jump instead of spanning it).
+    pub capture_time: crate::pipeline::capture_clock::CaptureTime,
     /// PSN and NAK health over all flows.
     pub health: Health,
     /// Flows that were elephants at some time of the capture.

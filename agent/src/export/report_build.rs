@@ -126,6 +126,7 @@ pub fn build(a: &Analysis) -> Report {
         not_roce,
         malformed,
         truncated_tail: a.summary.truncated_tail,
+        capture_time: a.clock.time.clone(),
         flows_evicted: a.pipeline.flows.evicted,
         health: Health {
             psn_gaps: c.psn_gaps,

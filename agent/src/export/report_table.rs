@@ -92,6 +92,21 @@ pub fn table(r: &Report, top: usize) -> String {
     for (k, v) in r.malformed.iter().filter(|(_, v)| **v > 0) {
         let _ = writeln!(s, "  malformed {k:<28} {v}");
     }
+    let ct = &r.capture_time;
+    if let Some(first) = ct.discontinuities.first() {
+        let _ = writeln!(
+            s,
+            "Capture clock jumped {} time(s) (first at frame {}, {:+.0} s): time runs on across each jump instead of spanning it",
+            ct.discontinuities_total, first.frame, first.jump_seconds
+        );
+    }
+    if ct.frames_stepped_back > 0 {
+        let _ = writeln!(
+            s,
+            "Frames dated back in time (under 1 s): {}, taken at the time already reached",
+            ct.frames_stepped_back
+        );
+    }
     let h = &r.health;
     let nak_total: u64 = h.naks.values().sum();
     let _ = writeln!(

@@ -38,6 +38,9 @@ pub struct Analysis {
     pub pause: crate::detect::pause::PauseTracker,
     /// CE-marked packets paired with their CNPs.
     pub cnp: crate::detect::cnp_response::CnpResponse,
+    /// Capture time as the pipeline takes it (steps back and jumps, see
+    /// [`crate::pipeline::capture_clock`]).
+    pub clock: crate::pipeline::capture_clock::CaptureClock,
     opts: AnalyzeOptions,
     /// The flow side until [`Analysis::finish`] takes its results.
     runner: Option<Runner>,
@@ -60,6 +63,7 @@ impl Analysis {
             pause: crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns),
             cnp: Default::default(),
             training: Default::default(),
+            clock: Default::default(),
             opts,
             runner: Some(Runner::new(side, parallel)),
         }
@@ -72,12 +76,13 @@ impl Analysis {
             sessions,
             opts,
             runner,
+            clock,
             ..
         } = self;
         let Some(runner) = runner.as_mut() else {
             return;
         };
-        let (ts_ns, len) = (f.ts_ns, f.orig_len as u64);
+        let (ts_ns, len) = (clock.at(f.ts_ns), f.orig_len as u64);
         runner.push_with(|step| {
             *step = Step::Roce {
                 ts_ns,
@@ -122,8 +127,8 @@ impl Analysis {
                 _ => Step::At(ts_ns),
             };
         });
-        self.first_ts_ns.get_or_insert(f.ts_ns);
-        self.last_ts_ns = f.ts_ns;
+        self.first_ts_ns.get_or_insert(ts_ns);
+        self.last_ts_ns = ts_ns;
     }
 
     /// Hands over the last steps and takes the flow side's results: the flow table, the

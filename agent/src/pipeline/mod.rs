@@ -1,8 +1,9 @@
 //! The middle of the pipeline: the flow table with rates and elephants ([`flows`]), the flow
-//! records it gives for export ([`flow_records`], counting with [`flow_counts`]), the pipeline over a capture ([`analysis`], its time-ordered half [`flow_side`]), and the capture views over time ([`timeline`], [`training`]).
+//! records it gives for export ([`flow_records`], counting with [`flow_counts`]), the pipeline over a capture ([`analysis`], its time-ordered half [`flow_side`], its clock [`capture_clock`]), and the capture views over time ([`timeline`], [`training`]).
 
 pub mod analysis;
 pub mod analyze_options;
+pub mod capture_clock;
 pub mod flow_counts;
 pub mod flow_records;
 pub mod flow_side;
