@@ -341,6 +341,17 @@ fn readiness_and_sighup_reload() {
         stderr.contains("reload failed, keeping the running configuration"),
         "{stderr}"
     );
+    // One line per reload: what changed, not the whole configuration again.
+    let reloaded: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("configuration reloaded"))
+        .collect();
+    assert_eq!(reloaded.len(), 1, "{stderr}");
+    assert!(reloaded[0].contains("top_k 5 -> 2"), "{}", reloaded[0]);
+    assert!(
+        !stderr.contains("configuration reloaded:\n"),
+        "the summary is not written again: {stderr}"
+    );
 }
 
 #[test]

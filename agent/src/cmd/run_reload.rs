@@ -7,6 +7,7 @@ use crate::pipeline::stages::Pipeline;
 /// and summary settings change at once; what needs reattaching or rebinding (interfaces, hooks, XDP mode, capture
 /// mode, map size, pins, listen address, web settings, IPFIX export) is kept, with a warning naming it.
 pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
+    let before = config.summary();
     let restart_only = [
         (new.ifaces != config.ifaces, "interfaces"),
         (new.sflow != config.sflow, "sflow"),
@@ -51,5 +52,42 @@ pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
         log::set_max_level(l);
     }
     pipeline.set(config.pipeline());
-    log::info!("configuration reloaded:\n{}", config.summary());
+    log::info!(
+        "configuration reloaded: {}",
+        changes(&before, &config.summary())
+    );
+}
+
+/// What changed between two configuration summaries (`key: value` lines), on one line: a
+/// reload (or a storm of them) logs a line each, not the whole configuration.
+fn changes(before: &str, after: &str) -> String {
+    let old: std::collections::BTreeMap<&str, &str> =
+        before.lines().filter_map(|l| l.split_once(": ")).collect();
+    let changed: Vec<String> = after
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, v)| old.get(k) != Some(v))
+        .map(|(k, v)| format!("{k} {} -> {v}", old.get(k).copied().unwrap_or("unset")))
+        .collect();
+    if changed.is_empty() {
+        "nothing changed".into()
+    } else {
+        changed.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changes;
+
+    #[test]
+    fn a_reload_says_what_changed_on_one_line() {
+        let before = "interfaces: eth0\ntop_k: 10\npoll_interval_ms: 1000";
+        let after = "interfaces: eth0\ntop_k: 2\npoll_interval_ms: 250";
+        assert_eq!(
+            changes(before, after),
+            "top_k 10 -> 2; poll_interval_ms 1000 -> 250"
+        );
+        assert_eq!(changes(before, before), "nothing changed");
+    }
 }

@@ -139,13 +139,9 @@ impl PauseTracker {
         }
         let pr = &mut self.prios[p];
         pr.paused_ns += end.saturating_sub(start);
-        if pr
-            .longest
-            .as_ref()
-            .is_none_or(|l| {
-                run.end_ns.saturating_sub(run.start_ns) > l.end_ns.saturating_sub(l.start_ns)
-            })
-        {
+        if pr.longest.as_ref().is_none_or(|l| {
+            run.end_ns.saturating_sub(run.start_ns) > l.end_ns.saturating_sub(l.start_ns)
+        }) {
             pr.longest = Some(run.clone());
         }
         if end.saturating_sub(start) > self.storm_ns {

@@ -165,7 +165,11 @@ mod tests {
     fn a_frame_stepped_far_back_is_a_stray() {
         let (t, time) = run(&[T0 + 10 * S, T0 + 10 * S + 5, T0, T0 + 10 * S + 9]);
         assert_eq!(t[2], T0 + 10 * S + 5 + 1_000);
-        assert_eq!(t[3], T0 + 10 * S + 5 + 1_000, "not 10 s later: the old clock goes on");
+        assert_eq!(
+            t[3],
+            T0 + 10 * S + 5 + 1_000,
+            "not 10 s later: the old clock goes on"
+        );
         assert_eq!(time.discontinuities_total, 1);
     }
 
