@@ -4,7 +4,7 @@
 //! the flush program the agent runs on every CPU before it reads the flow maps.
 
 use crate::flow_maps::{self, on};
-use crate::{FLOWS, FLOWS4};
+use crate::{FLOWS, FLOWS4, FLOW_CACHE};
 use agent_common::cache_mode::{
     mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING, CACHE_ON, FLUSH_RELEASE,
 };
@@ -22,10 +22,6 @@ use aya_ebpf::{
 };
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use core::sync::atomic::{compiler_fence, Ordering};
-
-#[map]
-pub(crate) static FLOW_CACHE: PerCpuArray<CachedFlow> =
-    PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
 
 /// Per CPU: the flush program's state ([`FlushState`]): its flag, set while it runs there (a
 /// packet that interrupts it and misses goes to the map, not into a slot the flush may be

@@ -3,9 +3,10 @@
 //! (created zeroed when new; a full map pushes out its least recently used flow) and the flow step on it. Shared by the counting entry
 //! ([`crate::count`]) and the flow cache's miss and write-back paths ([`crate::flow_cache`]).
 
-use crate::{COUNTERS, FLOWS, FLOWS4, SCRATCH};
+pub use crate::hook_slot::{on, slot};
+use crate::{FLOWS, FLOWS4, SCRATCH};
 use agent_common::count::flow_step;
-use agent_common::{FlowKey4, FlowStats, Hook, HookCounters, HookSlot, PacketRecord};
+use agent_common::{FlowKey4, FlowStats, HookCounters, PacketRecord};
 use aya_ebpf::{bindings::BPF_NOEXIST, maps::LruPerCpuHashMap};
 
 /// Load-time switch: PSN tracking (gaps, retransmissions per flow), set by the loader before
@@ -17,28 +18,6 @@ static ROCEMON_TRACK_PSN: u8 = 1;
 #[inline(always)]
 pub fn psn_on() -> bool {
     on(&ROCEMON_TRACK_PSN)
-}
-
-/// A switch, read where the code it guards starts (a plain read is folded by LLVM; read
-/// early it costs spills).
-#[inline(always)]
-pub fn on(switch: &u8) -> bool {
-    // SAFETY: a valid reference to a static the loader may have rewritten.
-    unsafe { core::ptr::read_volatile(switch) != 0 }
-}
-
-/// This CPU's value of a hook: its counter block and its working state (parse record, clock
-/// caches), one lookup for both.
-#[inline(always)]
-pub fn slot(hook: Hook) -> Option<&'static mut HookSlot> {
-    let s = COUNTERS.get_ptr_mut(hook as u32)?;
-    // SAFETY: a per-CPU array value for this CPU; the packet programs run with bottom halves
-    // disabled and do not interrupt each other on a CPU, so no other reference to it is live
-    // (the flush program, which can be interrupted by them, touches only the counter block's
-    // `flow_update_errors` and the slot's `cache`: it sets the mode packets only read, and
-    // resets the misses, where a packet's count lost to the interruption is a judgement's
-    // sample, see `agent_common::cache_mode`).
-    Some(unsafe { &mut *s })
 }
 
 /// Counts a RoCE packet into its flow's state and the flow events into the counter block.

@@ -19,11 +19,13 @@ mod direct;
 mod flow_cache;
 mod flow_maps;
 mod helper_reader;
+mod hook_slot;
 mod psn_cpus;
 mod tc;
 mod xdp;
 mod yardsticks;
 
+use agent_common::flow_cache::{CachedFlow, FLOW_CACHE_SLOTS};
 use agent_common::{
     fast::Fast, FlowKey, FlowKey4, FlowStats, Hook, HookSlot, SessionKey, SessionStats,
     FLOW_MAP_ENTRIES, MAX_CAPTURE_QUEUES, SESSION_MAP_ENTRIES,
@@ -58,6 +60,11 @@ static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
 #[map]
 static FLOWS4: LruPerCpuHashMap<FlowKey4, FlowStats> =
     LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+
+/// The per-CPU flow cache in front of the flow maps ([`agent_common::flow_cache`]; its code
+/// is in `flow_cache.rs`).
+#[map]
+static FLOW_CACHE: PerCpuArray<CachedFlow> = PerCpuArray::with_max_entries(FLOW_CACHE_SLOTS, 0);
 
 /// Scratch space for a new flow's first record: a `FlowStats` does not fit on the 512-byte
 /// BPF stack next to the parsed packet.

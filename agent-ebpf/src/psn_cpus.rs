@@ -7,9 +7,8 @@
 //! was not lost ([`agent_common::psn::gap_covered`]). Only on a gap (rare where nothing is
 //! lost): the hot path pays one branch.
 
-use crate::flow_cache::FLOW_CACHE;
-use crate::flow_maps;
-use crate::{FLOWS, FLOWS4};
+use crate::hook_slot::slot;
+use crate::{FLOWS, FLOWS4, FLOW_CACHE};
 use agent_common::flow_cache::{same_key, slot_of, CachedFlow, CLEAN, DIRTY};
 use agent_common::psn::{gap_covered, PsnTrack};
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
@@ -29,7 +28,7 @@ const MAX_CPUS: u32 = 256;
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_psn_covered(hook: u32, gap: u32) -> u32 {
-    let Some(HookSlot { record: rec, .. }) = flow_maps::slot(Hook::from_u32(hook)) else {
+    let Some(HookSlot { record: rec, .. }) = slot(Hook::from_u32(hook)) else {
         return 0;
     };
     // SAFETY: a valid reference to a static the loader may have rewritten.

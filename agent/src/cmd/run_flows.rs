@@ -8,6 +8,9 @@ use crate::kernel::loader::Attachment;
 use crate::sources::flow_pressure::{MapFill, Read};
 use agent_common::{FlowKey, FlowStats, MAP_LABEL_FLOWS};
 
+/// The flows that are not idle, and the two flow maps' fill (IPv4, IPv6).
+pub type FlowsRead = (Vec<(FlowKey, FlowStats)>, [MapFill; 2]);
+
 /// Reads `p`'s flows at `now_ns` (monotonic), `created` the flows its hooks created so far:
 /// the flows that are not idle, and the maps' fill. None when the maps could not be read.
 pub fn read(
@@ -16,7 +19,7 @@ pub fn read(
     config: &Config,
     now_ns: u64,
     created: Option<u64>,
-) -> Option<(Vec<(FlowKey, FlowStats)>, [MapFill; 2])> {
+) -> Option<FlowsRead> {
     let idle_before = p
         .flow_pressure
         .idle_cutoff(now_ns, config.flow_idle_timeout);
@@ -50,7 +53,10 @@ pub fn read(
     let fill = p.flow_pressure.observe(Read {
         flows: &flows,
         idle_before_ns: idle_before,
-        sizes: config.flow_maps,
+        sizes: [
+            u64::from(config.flow_maps.ipv4),
+            u64::from(config.flow_maps.ipv6),
+        ],
         created,
         deleted,
     });

@@ -11,8 +11,6 @@
 use agent_common::{FlowKey, FlowStats, MAP_FLOWS, MAP_FLOWS4};
 use rustc_hash::FxHashMap;
 
-use crate::config::FlowMapSizes;
-
 /// One family's map at one read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MapFill {
@@ -66,7 +64,8 @@ pub struct Read<'a> {
     pub flows: &'a [(FlowKey, FlowStats)],
     /// The idle cut-off of this read ([`FlowPressure::idle_cutoff`]).
     pub idle_before_ns: u64,
-    pub sizes: FlowMapSizes,
+    /// The maps' sizes: IPv4, IPv6.
+    pub sizes: [u64; 2],
     /// The flows created so far, over the interface's hooks (None: the counters could not
     /// be read).
     pub created: Option<u64>,
@@ -111,12 +110,12 @@ impl FlowPressure {
         let mut out = [
             MapFill {
                 map: MAP_FLOWS4,
-                capacity: u64::from(sizes.ipv4),
+                capacity: sizes[0],
                 ..MapFill::default()
             },
             MapFill {
                 map: MAP_FLOWS,
-                capacity: u64::from(sizes.ipv6),
+                capacity: sizes[1],
                 ..MapFill::default()
             },
         ];
@@ -214,7 +213,7 @@ mod tests {
         }
     }
 
-    const SIZES: FlowMapSizes = FlowMapSizes { ipv4: 4, ipv6: 8 };
+    const SIZES: [u64; 2] = [4, 8];
 
     /// A read without the counters (only the flows seen to go count).
     fn obs(p: &mut FlowPressure, flows: &[(FlowKey, FlowStats)], idle: u64) -> [MapFill; 2] {
@@ -225,10 +224,6 @@ mod tests {
             created: None,
             deleted: 0,
         })
-    }
-
-    fn held4(n: u32) -> Vec<(FlowKey, FlowStats)> {
-        (0..n).map(|i| (key(4, i), stats(1, 100))).collect()
     }
 
     /// Flows that came and went between two reads (a flood) are counted from the counters:

@@ -1,0 +1,120 @@
+//! A full flow map under a flood of new flows, through BPF_PROG_TEST_RUN: the LRU map admits
+//! every new flow, and flows that come after the pressure are held with exact counts (the
+//! host's count of the same frames).
+
+use agent_common::{FlowKey, FlowStats, Hook};
+#[path = "support/kernel.rs"]
+mod support;
+#[path = "support/testrun.rs"]
+mod testrun;
+
+use rocemon::kernel::loader;
+use rocemon::sources::tally::Tally;
+use rocemon_testkit::fixtures;
+use std::collections::BTreeMap;
+use support::{comparable, ready, xdp_object};
+use testrun::{record_as_kernel, test_run};
+
+const XDP_PASS: u32 = 2;
+
+/// Runs the XDP program once over `data`; it must pass the frame.
+fn run_xdp(ebpf: &aya::Ebpf, data: &[u8]) {
+    let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
+    let r = test_run(prog.fd().unwrap(), data, 1).unwrap();
+    assert_eq!(r.retval, XDP_PASS, "XDP must pass every frame");
+}
+
+/// The flows of `ebpf`'s maps under `keys`, comparable.
+fn held_of(ebpf: &aya::Ebpf, keys: &[FlowKey]) -> BTreeMap<FlowKey, FlowStats> {
+    let (flows, _) = loader::read_flows(ebpf).unwrap();
+    flows
+        .iter()
+        .filter(|(k, _)| keys.contains(k))
+        .map(|(k, s)| (*k, comparable(s)))
+        .collect()
+}
+
+/// A tiny flow map under a flood of new flows (the 400 flows of `many_flows` into 16 entries)
+/// admits every new flow (an LRU map: nothing is refused), and the policy's guarantee holds:
+/// flows that come after the pressure are admitted within one poll and held with exact
+/// counts from then on (eight later flows, after a poll read the flooded maps, equal the
+/// host's count of the same frames), and the global counters are exact throughout.
+#[test]
+fn a_full_flow_map_admits_new_flows_and_holds_the_survivors_exactly() {
+    if !ready(true) {
+        return;
+    }
+    testrun::pin_to_one_cpu().unwrap();
+    let ebpf = xdp_object(16, loader::Switches::default());
+    let fx = fixtures::many_flows();
+    let mut host = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::both(16));
+    for (_, _, data) in fx.records() {
+        run_xdp(&ebpf, &data);
+        record_as_kernel(&mut host, &data, 0);
+    }
+    let mut k = loader::read_counters(&ebpf).unwrap()[Hook::Xdp as usize];
+    assert_eq!(k.flow_update_errors, 0, "a full LRU map refuses nothing");
+    assert!(
+        k.flows_created > 16,
+        "every flow admitted: {}",
+        k.flows_created
+    );
+    // A poll: the agent reads the maps (the flow cache is flushed into them) between the
+    // flood and the later flows.
+    loader::read_flows(&ebpf).unwrap();
+    // Eight later flows, taking turns packet by packet: the first round admits them, the
+    // rounds after it are counted exactly.
+    let later: Vec<Vec<u8>> = (0..8u32)
+        .map(|i| {
+            let mut r = rocemon_testkit::frames::Roce::new(
+                "10.90.0.1".parse().unwrap(),
+                "10.90.0.2".parse().unwrap(),
+                0xD000 + i as u16,
+                0x700 + i,
+                0x0A,
+            );
+            r.payload = 64 + 8 * i as usize;
+            r.frame()
+        })
+        .collect();
+    // The host's count of the later flows alone, from their first packet.
+    let mut fresh = Tally::new(Hook::Xdp, rocemon::sources::tally::FlowLimits::UNBOUNDED);
+    let round = |ebpf: &aya::Ebpf, host: &mut Tally, fresh: &mut Tally| {
+        for f in &later {
+            run_xdp(ebpf, f);
+            record_as_kernel(host, f, 0);
+            record_as_kernel(fresh, f, 0);
+        }
+    };
+    round(&ebpf, &mut host, &mut fresh);
+    let keys: Vec<FlowKey> = fresh.flows.keys().copied().collect();
+    assert_eq!(keys.len(), 8);
+    assert_eq!(
+        held_of(&ebpf, &keys).len(),
+        8,
+        "every later flow admitted at once"
+    );
+    for _ in 0..20 {
+        round(&ebpf, &mut host, &mut fresh);
+    }
+    let want: BTreeMap<FlowKey, FlowStats> = fresh
+        .flows
+        .iter()
+        .map(|(k, s)| (*k, comparable(s)))
+        .collect();
+    assert_eq!(
+        held_of(&ebpf, &keys),
+        want,
+        "held and counted exactly since their admission"
+    );
+    // The global counters are exact whatever the map held (flows created and failed updates
+    // follow the map's policy, which the host's table only approximates).
+    k = loader::read_counters(&ebpf).unwrap()[Hook::Xdp as usize];
+    let mut want = host.counters;
+    want.flows_created = k.flows_created;
+    want.flow_update_errors = k.flow_update_errors;
+    assert_eq!(
+        k, want,
+        "the whole counter block but the flow map's own counts"
+    );
+}
