@@ -75,6 +75,19 @@ const SETTLE_POLLS: usize = 4;
 /// poll runs it), each after a pass of the `n` flows (at least 4,096 packets, so the flush
 /// has as many to judge the cache by as the kernel asks for), until the cache's mode stays
 /// the same over a poll. Returns the mode it settled in ("on", "draining", "off").
+/// The flush state of builds before it kept the pass times: its mode where today's is.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct FlushStateBefore {
+    flushing: u32,
+    mode: u32,
+    rest: [u32; 4],
+    roce_seen: u64,
+}
+
+// SAFETY: `#[repr(C)]`, plain integers, no padding: every bit pattern is valid.
+unsafe impl aya::Pod for FlushStateBefore {}
+
 pub(crate) fn settle_cache(
     ebpf: &aya::Ebpf,
     fd: &aya::programs::ProgramFd,
@@ -87,7 +100,13 @@ pub(crate) fn settle_cache(
         let Some(map) = ebpf.map(agent_common::flow_cache::MAP_FLOW_FLUSHING) else {
             return Ok(agent_common::cache_mode::CACHE_ON);
         };
-        let states: aya::maps::PerCpuArray<_, agent_common::cache_mode::FlushState> =
+        if let Ok(states) =
+            aya::maps::PerCpuArray::<_, agent_common::cache_mode::FlushState>::try_from(map)
+        {
+            return Ok(states.get(&0, 0)?.get(cpu as usize).map_or(0, |s| s.mode));
+        }
+        // A build from before the pass times (under `--ab`): the same mode, a shorter state.
+        let states: aya::maps::PerCpuArray<_, FlushStateBefore> =
             aya::maps::PerCpuArray::try_from(map)?;
         Ok(states.get(&0, 0)?.get(cpu as usize).map_or(0, |s| s.mode))
     };

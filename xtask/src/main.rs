@@ -116,7 +116,7 @@ fn test(allow_skips: bool, args: &[String]) -> Result<()> {
 /// counter, session and flow must be equal (`fuzz/kernel_diff.rs`; `cargo xtask fuzz` runs
 /// it for longer, with other seeds' worth of time).
 fn kernel_differential() -> Result<()> {
-    println!("kernel differential: five seeded batches through every program, two past the flow maps' capacity");
+    println!("kernel differential: five seeded batches through every program, two past the flow maps' capacity (LRU: later flows held exactly)");
     let mut c = Command::new("cargo");
     c.current_dir(root())
         .args(["bench", "-p", "rocemon", "--bench", "rocemon", "--"])

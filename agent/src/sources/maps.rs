@@ -305,7 +305,7 @@ pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)
 
 /// The online CPUs whose flow cache is on, draining and off
 /// ([`agent_common::cache_mode`]), as the flush left them. An object without the cache's
-/// state (a build from before it) has every CPU on.
+/// state (a build from before it, or before its present layout) has every CPU on.
 pub fn cache_modes(ebpf: &Ebpf) -> Result<[u64; 3]> {
     let online = aya::util::online_cpus()
         .map_err(|(_, e)| e)
@@ -315,7 +315,11 @@ pub fn cache_modes(ebpf: &Ebpf) -> Result<[u64; 3]> {
         out[0] = online.len() as u64;
         return Ok(out);
     };
-    let states: PerCpuArray<_, FlushState> = PerCpuArray::try_from(map)?;
+    // A build from before the state's present layout (under `--ab`): its modes are not read.
+    let Ok(states) = PerCpuArray::<_, FlushState>::try_from(map) else {
+        out[0] = online.len() as u64;
+        return Ok(out);
+    };
     let values = states.get(&0, 0)?;
     for cpu in online {
         let mode = values.get(cpu as usize).map_or(0, |s| s.mode) as usize;
