@@ -4,8 +4,10 @@
 //! kernel programs track it in the flow record ([`crate::FlowStats::record`]), and `analyze`
 //! runs the same code. The flow map is per-CPU: each CPU keeps its own expected PSN for a flow.
 //! On receive (XDP, tc ingress) RSS steers a flow to one queue, so one CPU sees its whole
-//! sequence; on tc egress a flow stays on its sending CPU unless the sender migrates, and a
-//! migration shows as a gap on one CPU and a jump on the other. Totals are summed over CPUs.
+//! sequence; a sender that migrates (tc egress, a veth) spreads it over CPUs, and each CPU
+//! would see the others' packets as a gap: the kernel reconciles a gap with the other CPUs'
+//! states of the flow before it counts ([`gap_covered`], `agent-ebpf/src/psn_cpus.rs`), so
+//! gaps are judged per flow. Totals are summed over CPUs.
 //!
 //! Which packets carry the sequence: requests (SEND, WRITE, READ REQUEST, atomics) of RC, UC
 //! and XRC, one PSN each. A READ REQUEST consumes one PSN per response packet, which depends

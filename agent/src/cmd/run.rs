@@ -8,7 +8,7 @@ use crate::cmd::run_rhythm::{
     detect_rhythms, drain_rings, ring_read_errors, LiveRhythm, RING_READ_EVERY,
 };
 use crate::config::Config;
-use crate::detect::elephant::{link_speed_mbps, Transition};
+use crate::detect::elephant::link_speed_mbps;
 use crate::detect::steps::StepTracker;
 use crate::error::UsageError;
 use crate::export::api::{self, ApiView};
@@ -382,31 +382,7 @@ fn poll(
     };
     // The flow records of this poll (IPFIX): handed to the exporter's queue, never waited on.
     run_ipfix::records(pipeline);
-    for ev in events {
-        let iface = pipeline
-            .flows
-            .ifaces
-            .get(ev.iface)
-            .map(String::as_str)
-            .unwrap_or("?");
-        let (src, dst) = (
-            agent_common::flow_key::addr(ev.key.ip_version, &ev.key.src),
-            agent_common::flow_key::addr(ev.key.ip_version, &ev.key.dst),
-        );
-        match ev.transition {
-            Transition::Started => log::info!(
-                "elephant started on {iface}: {src} -> {dst} sport {} qp 0x{:x} at {}",
-                ev.key.sport,
-                ev.key.dest_qp,
-                crate::detect::findings::bits_per_second(ev.rate_bytes)
-            ),
-            Transition::Ended => log::info!(
-                "elephant ended on {iface}: {src} -> {dst} sport {} qp 0x{:x}",
-                ev.key.sport,
-                ev.key.dest_qp
-            ),
-        }
-    }
+    super::run_flows::log_elephants(&pipeline.flows.ifaces, &events);
     m.set_rdma_counters(&crate::sources::rdma::port_counters(&config.sysfs_root));
     // Rates of every flow are read below (top-K, API): `detect` brings the quiet ones up to
     // date before the ECMP views.

@@ -3,8 +3,10 @@
 //! (metrics, one warning line a minute), and the live flows handed on to the pipeline.
 
 use crate::config::Config;
+use crate::detect::elephant::Transition;
 use crate::export::metrics::Metrics;
 use crate::kernel::loader::Attachment;
+use crate::pipeline::flows::ElephantEvent;
 use crate::sources::flow_pressure::{MapFill, Read};
 use agent_common::{FlowKey, FlowStats, MAP_LABEL_FLOWS};
 
@@ -72,4 +74,47 @@ pub fn read(
         .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
         .collect();
     Some((live, fill))
+}
+
+/// Elephants that started or ended at this poll: a line each, or one line per transition
+/// where more than three did at once (a flood of flows makes one line, not one per flow).
+pub fn log_elephants(ifaces: &[String], events: &[ElephantEvent]) {
+    for (t, word) in [
+        (Transition::Started, "started"),
+        (Transition::Ended, "ended"),
+    ] {
+        let these: Vec<&ElephantEvent> = events.iter().filter(|e| e.transition == t).collect();
+        let line = |ev: &ElephantEvent| {
+            let iface = ifaces.get(ev.iface).map(String::as_str).unwrap_or("?");
+            let (src, dst) = (
+                agent_common::flow_key::addr(ev.key.ip_version, &ev.key.src),
+                agent_common::flow_key::addr(ev.key.ip_version, &ev.key.dst),
+            );
+            let rate = if t == Transition::Started {
+                format!(
+                    " at {}",
+                    crate::detect::findings::bits_per_second(ev.rate_bytes)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "on {iface}: {src} -> {dst} sport {} qp 0x{:x}{rate}",
+                ev.key.sport, ev.key.dest_qp
+            )
+        };
+        match these.as_slice() {
+            [] => {}
+            few if few.len() <= 3 => {
+                for ev in few {
+                    log::info!("elephant {word} {}", line(ev));
+                }
+            }
+            many => log::info!(
+                "{} elephants {word}, the first {}",
+                many.len(),
+                line(many[0])
+            ),
+        }
+    }
 }
