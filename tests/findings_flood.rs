@@ -57,26 +57,14 @@ fn a_flood_of_one_finding_kind_is_bounded_live_and_the_others_stay() {
     )
     .unwrap();
     let pair = VethPair::new("rcfflood").unwrap();
-    let mut agent = Agent::start(
+    let agent = Agent::on_iface(
         &pair.ns_a,
         BIN,
-        &[
-            "run",
-            "--iface",
-            &pair.a_if,
-            "--hooks",
-            "xdp",
-            "--no-pin",
-            "--listen",
-            ADDR,
-            "--poll-interval-ms",
-            "200",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
+        (&pair.a_if, "xdp"),
+        ADDR,
+        &["--config", cfg.to_str().unwrap()],
     )
     .unwrap();
-    agent.wait_ready(&pair.ns_a, ADDR).unwrap();
     let sender = {
         let (ns, ifn) = (pair.ns_b.clone(), pair.b_if.clone());
         std::thread::spawn(move || rocemon_testkit::sender::send_paced(&ns, &ifn, frames()))

@@ -73,25 +73,7 @@ fn a_sender_that_moves_between_cpus_shows_no_false_gaps() {
         .sum();
     assert_eq!(roce, 2_000);
     let pair = VethPair::new("rcpsncpu").unwrap();
-    let mut agent = Agent::start(
-        &pair.ns_a,
-        BIN,
-        &[
-            "run",
-            "--iface",
-            &pair.a_if,
-            "--hooks",
-            "xdp",
-            "--poll-interval-ms",
-            "100",
-            "--listen",
-            ADDR,
-        ],
-    )
-    .unwrap();
-    agent
-        .wait_metrics(&pair.ns_a, ADDR, Duration::from_secs(30), |_| true)
-        .unwrap();
+    let mut agent = Agent::on_iface(&pair.ns_a, BIN, (&pair.a_if, "xdp"), ADDR, &[]).unwrap();
     for (p, path) in parts.iter().enumerate() {
         let cpu = (p % 2).to_string();
         run(

@@ -97,30 +97,20 @@ fn flood_capture(
 /// with the configuration file `cfg` (a flow idle timeout long enough that nothing expires
 /// while the test reads).
 fn small_map_agent(pair: &VethPair, hooks: &str, cfg: &std::path::Path) -> Agent {
-    let extra = std::env::var("XTRA").unwrap_or_default();
-    std::fs::write(cfg, format!("flow_idle_timeout_seconds = 600\n{extra}")).unwrap();
-    let mut agent = Agent::start(
+    std::fs::write(cfg, "flow_idle_timeout_seconds = 600\n").unwrap();
+    Agent::on_iface(
         &pair.ns_a,
         BIN,
+        (&pair.a_if, hooks),
+        ADDR,
         &[
-            "run",
-            "--iface",
-            &pair.a_if,
-            "--hooks",
-            hooks,
             "--flow-map-entries",
             "256",
-            "--poll-interval-ms",
-            "100",
-            "--listen",
-            ADDR,
             "--config",
             cfg.to_str().unwrap(),
         ],
     )
-    .unwrap();
-    wait_ready(&pair.ns_a, &mut agent);
-    agent
+    .unwrap()
 }
 
 /// Waits for the capture's RoCE packets in the global counters, then for two more polls (the

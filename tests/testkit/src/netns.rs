@@ -361,6 +361,34 @@ impl Agent {
         Agent::start(ns, bin, &args)
     }
 
+    /// rocemon on interface `iface` of namespace `ns` with `hooks` (100 ms polls, no pins,
+    /// listening on `addr`) and `extra` flags, once it serves `/metrics`: the agent of a veth
+    /// test.
+    pub fn on_iface(
+        ns: &str,
+        bin: &str,
+        (iface, hooks): (&str, &str),
+        addr: &str,
+        extra: &[&str],
+    ) -> Result<Agent> {
+        let mut args = vec![
+            "run",
+            "--iface",
+            iface,
+            "--hooks",
+            hooks,
+            "--no-pin",
+            "--poll-interval-ms",
+            "100",
+            "--listen",
+            addr,
+        ];
+        args.extend_from_slice(extra);
+        let mut agent = Agent::start(ns, bin, &args)?;
+        agent.wait_ready(ns, addr)?;
+        Ok(agent)
+    }
+
     /// Waits until the agent serves `/metrics` at `addr` inside `ns` (30 s at most).
     pub fn wait_ready(&mut self, ns: &str, addr: &str) -> Result<String> {
         self.wait_metrics(ns, addr, std::time::Duration::from_secs(30), |_| true)
