@@ -4,7 +4,7 @@
 //! a real gap in the same traffic is still counted, exactly.
 
 use rocemon_testkit::fixtures::{whole, Format};
-use rocemon_testkit::frames::Roce;
+use rocemon_testkit::frames;
 use rocemon_testkit::netns::{http_get_in, metric_sum, run, try_metric_sum, Agent, VethPair};
 use rocemon_testkit::{require_tshark, tshark, TempDir};
 use std::time::Duration;
@@ -12,29 +12,18 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9442";
 
-/// `n` RDMA WRITEs of one flow from `src`, PSNs from `first`, `skip` PSNs left out after the
+/// `n` RDMA WRITEs of one flow from `src`, PSNs from 100, `skip` PSNs left out after the
 /// packet `skip_at` (a real loss: the packets never reach the wire).
 fn writes(src: &str, n: u32, skip_at: Option<u32>, skip: u32) -> Vec<Vec<u8>> {
-    let mut psn = 100;
-    (0..n)
-        .map(|i| {
-            let mut r = Roce::new(
-                src.parse().unwrap(),
-                "10.93.0.2".parse().unwrap(),
-                0xD100,
-                0x710,
-                0x0A,
-            );
-            r.psn = psn;
-            r.payload = 256;
-            r.dma_len = 256;
-            psn += 1;
-            if skip_at == Some(i) {
-                psn += skip;
+    let psns = (0..n).map(|i| {
+        100 + i
+            + if skip_at.is_some_and(|s| i > s) {
+                skip
+            } else {
+                0
             }
-            r.frame()
-        })
-        .collect()
+    });
+    frames::writes(src, "10.93.0.2", (0xD100, 0x710), psns, 256)
 }
 
 #[test]

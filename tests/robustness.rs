@@ -47,21 +47,7 @@ fn spoofed(i: u32) -> Vec<u8> {
 
 /// A legitimate flow's frames: RDMA WRITEs, PSNs in order.
 fn legit(src: &str, dst: &str, n: u32) -> Vec<Vec<u8>> {
-    (0..n)
-        .map(|psn| {
-            let mut r = Roce::new(
-                src.parse().unwrap(),
-                dst.parse().unwrap(),
-                0xD001,
-                0x700,
-                0x0A,
-            );
-            r.psn = psn;
-            r.payload = 512;
-            r.dma_len = 512;
-            r.frame()
-        })
-        .collect()
+    rocemon_testkit::frames::writes(src, dst, (0xD001, 0x700), 0..n, 512)
 }
 
 /// The flood, then the refreshed flood with a legitimate flow among it: `first` distinct

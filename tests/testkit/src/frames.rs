@@ -187,6 +187,27 @@ pub const SRC_MAC: [u8; 6] = [0x02, 0x52, 0x4F, 0x43, 0x45, 0x01];
 /// Destination MAC of every fixture frame.
 pub const DST_MAC: [u8; 6] = [0x02, 0x52, 0x4F, 0x43, 0x45, 0x02];
 
+/// RDMA WRITE ONLY frames of one flow (`src -> dst`, UDP source port and destination QP
+/// `(sport, qp)`), one per PSN of `psns`, each `payload` bytes long.
+pub fn writes(
+    src: &str,
+    dst: &str,
+    (sport, qp): (u16, u32),
+    psns: impl IntoIterator<Item = u32>,
+    payload: usize,
+) -> Vec<Vec<u8>> {
+    let (a, b): (IpAddr, IpAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+    psns.into_iter()
+        .map(|psn| {
+            let mut r = Roce::new(a, b, sport, qp, 0x0A);
+            r.psn = psn;
+            r.payload = payload;
+            r.dma_len = payload as u32;
+            r.frame()
+        })
+        .collect()
+}
+
 /// A VLAN tag's TCI: 802.1p priority (PCP, three bits), DEI 0, VLAN id (twelve bits).
 pub fn tci(pcp: u8, vid: u16) -> u16 {
     (u16::from(pcp & 7) << 13) | (vid & 0x0FFF)
