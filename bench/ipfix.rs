@@ -66,7 +66,7 @@ fn throughput(flows: &[(FlowKey, FlowStats)]) -> Result<(f64, f64)> {
     let mut table = FlowTable::new(vec!["bench0".into()]);
     table.record_ends = true;
     table.begin_poll();
-    table.end_poll(&[0]);
+    table.end_poll(&[(0, u64::MAX)]);
     table.begin_poll();
     for (k, s) in flows {
         table.update(0, *k, *s);
@@ -114,6 +114,7 @@ fn pipeline(records: Option<&Exporter>) -> Pipeline {
         ecmp: Default::default(),
         rate_window_s: 5.0,
         max_flows: None,
+        hold_pushed_out: 0,
         sflow_groups: Vec::new(),
         history: History::Off,
         records: records.map(|x| RecordSettings {
@@ -126,7 +127,7 @@ fn pipeline(records: Option<&Exporter>) -> Pipeline {
     // A fresh agent's first poll, over empty maps: the flows that come after it are new, not
     // a baseline of a previous agent's counts (which no record carries).
     p.begin_poll();
-    p.end_poll(&[0]);
+    p.end_poll(&[(0, u64::MAX)]);
     p
 }
 
@@ -143,7 +144,7 @@ fn poll(ebpf: &aya::Ebpf, p: &mut Pipeline, n: u64, start_ns: &[u64]) -> Result<
         s.last_seen_ns = (60 + n) * S;
         p.flow(0, k, s);
     }
-    p.end_poll(&[0]);
+    p.end_poll(&[(0, u64::MAX)]);
     p.tick(1.0, &[12_500_000.0], None);
     p.detect([], Rates::Now);
     p.records((60 + n) * S, 0);

@@ -45,7 +45,7 @@ pub(crate) fn scale_bench() -> Result<Value> {
         for (k, s) in flows {
             table.update(0, k, s);
         }
-        table.end_poll(&[0]);
+        table.end_poll(&[(0, u64::MAX)]);
         table.tick(1.0, &cfg, &[cfg.threshold_bytes_per_second]);
         let report = rocemon::detect::ecmp::analyze(
             &table.views(),

@@ -133,7 +133,30 @@ impl FlowStats {
         }
     }
 
-    /// Merges another partial record of the same flow (per-CPU values).
+    /// Zeroes what [`FlowStats::merge`] adds (every count, and the first-seen time that
+    /// the next packet sets), keeping the flow's sequence state (its PSNs, the message in
+    /// progress, the last packet's fields): a flow cache slot after its write-back holds
+    /// only what comes next, so a write-back adds and never overwrites.
+    #[inline(always)]
+    pub fn clear_counts(&mut self) {
+        self.packets = 0;
+        self.bytes = 0;
+        self.first_seen_ns = 0;
+        self.ecn_ce = 0;
+        self.cnp = 0;
+        self.becn = 0;
+        self.class_packets = [0; OpClass::COUNT];
+        self.psn_gaps = 0;
+        self.retransmits = 0;
+        self.naks = [0; NAK_SLOTS];
+        self.rnr_naks = 0;
+        self.messages = [0; MsgOp::COUNT];
+        self.message_bytes = [0; MsgOp::COUNT];
+    }
+
+    /// Merges another partial record of the same flow (per-CPU values; a flow cache slot's
+    /// counts since its last write-back into the map's value).
+    #[inline(always)]
     pub fn merge(&mut self, o: &FlowStats) {
         if o.packets == 0 {
             return;
@@ -252,6 +275,35 @@ mod tests {
         assert_eq!((m.first_seen_ns, m.last_seen_ns, m.last_psn), (5, 30, 10));
 
         assert_eq!(m.class_packets[OpClass::Write as usize], 2);
+    }
+
+    /// The flow cache's write-back: a slot counts from its flow's state, its counts go into
+    /// the map's value (merged) and are cleared, and it counts on. The map's value ends equal
+    /// to one record of every packet, counts, times and sequence state alike.
+    #[test]
+    fn counts_cleared_and_merged_back_equal_one_record() {
+        let packets = [
+            info(0x06, 0, 1),
+            info(0x07, 3, 2),
+            info(0x08, 0, 3),
+            info(0x0A, 0, 5),
+            info(0x81, 0, 0),
+            info(0x0A, 3, 6),
+        ];
+        let mut whole = FlowStats::default();
+        let (mut map, mut slot) = (FlowStats::default(), FlowStats::default());
+        for (i, p) in packets.iter().enumerate() {
+            let t = 100 + i as u64 * 10;
+            whole.record(&(*p).into(), 90, t);
+            slot.record(&(*p).into(), 90, t);
+            if i % 2 == 1 {
+                map.merge(&slot);
+                slot.clear_counts();
+            }
+        }
+        assert_eq!(slot.packets, 0);
+        assert_eq!(slot.psn, whole.psn, "the slot keeps the sequence state");
+        assert_eq!(map, whole);
     }
 
     #[test]

@@ -8,31 +8,40 @@
 //! update itself: no call at all. A host carries few flows at a time per CPU (queue pairs,
 //! spread by RSS), so nearly every packet finds its flow there.
 //!
-//! The cache is write-back and holds a flow's whole state for its CPU (counters, PSN
-//! tracking, the SEND in progress): exact counts, no merge. A miss writes the slot's flow
-//! back into its map (this CPU's value of the element), then loads the new flow's value into
-//! the slot. The agent runs the flush program on every CPU before it reads the flow maps,
-//! which writes each changed slot back, so the maps it reads hold every packet counted up to
-//! the flush. The flush also empties every slot not counted in since the flush before (equal
-//! to its map value): the cache holds only flows of the last poll interval, so a flow the
-//! agent deletes from its map as idle is in no slot to come back from.
+//! The cache is write-back. A slot holds its flow's sequence state for its CPU (PSN
+//! tracking, the SEND in progress, the last packet's fields) and the flow's counts since the
+//! slot was last written back. A write-back adds those counts into the map's value
+//! ([`FlowStats::merge`], this CPU's value of the element, inserted again with them alone
+//! if the map dropped it) and clears them in the slot, so no count ever goes into the map
+//! twice, whatever happened to the element in between: the full LRU map pushed it out and
+//! another CPU created it again, the agent deleted it as idle. A miss writes the slot's flow
+//! back, then loads the new flow's sequence state into the slot, its counts at zero. The
+//! agent runs the flush program on every CPU before it reads the flow maps, which writes each
+//! changed slot back, so the maps it reads hold every packet counted up to the flush. The
+//! flush also empties every slot not counted in since the flush before (it holds no counts):
+//! the cache holds only flows of the last poll interval.
 //!
 //! The flush runs on the slot's own CPU (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU), so
 //! the only interleaving is one program interrupting the other on that CPU, and program
 //! order on one CPU is all the protocol needs (volatile accesses, compiler fences):
 //! - a packet updates its slot's state, then marks it [`DIRTY`]; the flush marks a slot
-//!   [`CLEAN`] before it copies it, so a packet counted in between leaves it dirty again;
+//!   [`BUSY`] while it writes it back (adds its counts into the map, then clears them), and
+//!   [`CLEAN`] after: a packet in between misses the busy slot and is counted in the map,
+//!   never into counts about to be cleared;
 //! - a miss marks the slot [`BUSY`] while it swaps flows; the flush leaves a busy slot alone
-//!   (the interrupted miss writes the old flow back itself); the flush marks a clean slot
-//!   busy before it empties it, so a packet in between is counted in the map;
+//!   (the interrupted miss writes the old flow back itself);
 //! - while the flush runs (its per-CPU flag set), a packet that interrupted it and misses
 //!   updates the map directly instead of swapping the slot under the flush.
 //!
 //! A flow earns its slot: a miss swaps the slot's flow out only when the missing flow also
 //! missed there last, with no hit in between (two of its packets in a row, as far as the slot
 //! sees: a burst, or a flow that now has the slot's traffic to itself); any other miss counts
-//! its packet in the map and the slot keeps its flow. An empty slot takes the first flow that
-//! misses. Where more flows than slots take turns (a mirror collector's hundreds to thousands
+//! its packet in the map and the slot keeps its flow (an empty slot too). A flow the map does
+//! not hold (new, or pushed out) takes its slot at once, the slot's flow written back: its
+//! first packet is counted in the slot, never in an element nobody looks up. The full LRU
+//! map pushes out the elements nobody looked up first: the flows a flood sends once, written
+//! back into elements no lookup marks, go before any flow seen again (each of its misses
+//! looks its element up). Where more flows than slots take turns (a mirror collector's hundreds to thousands
 //! of QPs interleaved packet by packet), no flow comes back to its slot before others have
 //! missed there, so no slot is ever swapped and each packet costs the map update alone, not a
 //! swap (two copies of the flow state) on top; a burst swaps at its second packet and hits
@@ -80,7 +89,7 @@ pub const SWITCH_FLOW_CACHE: &str = "ROCEMON_FLOW_CACHE";
 
 /// A slot that never held a flow (or whose flow could not be loaded).
 pub const EMPTY: u32 = 0;
-/// A slot whose flow's map value equals the slot.
+/// A slot with no counts since its last write-back (its flow's counts are all in the map).
 pub const CLEAN: u32 = 1;
 /// A slot counted since it was last written back.
 pub const DIRTY: u32 = 2;
@@ -99,9 +108,12 @@ pub struct CachedFlow {
     /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
     /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
     pub last_miss: u32,
-    /// The flow's packets when the slot was last equal to its map value (filled from the
-    /// map, or written back): the packets since are what the slot holds unwritten.
-    pub written: u64,
+    /// 1 while the slot holds a flow its miss counted as created (the map did not hold it)
+    /// and no write-back has inserted it yet: that insert is the creation, not another.
+    pub created: u64,
+    /// The flow's state on this CPU: its sequence state, and its counts since the slot was
+    /// last written back (a write-back adds them into the map's value and clears them:
+    /// [`FlowStats::merge`], [`FlowStats::clear_counts`]).
     pub stats: FlowStats,
 }
 

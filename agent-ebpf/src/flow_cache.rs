@@ -83,9 +83,10 @@ pub fn counted(e: *mut CachedFlow) {
     set_state(e, DIRTY);
 }
 
-/// Writes slot `slot`'s flow back into its map (this CPU's value of the element; inserted
-/// again if the map dropped it). Returns [`STORED`] or [`INSERTED`] when the map took it (an
-/// insert is a flow created again: the caller counts it), 0 when not.
+/// Writes slot `slot`'s flow back into its map: its counts since the last write-back are
+/// added into this CPU's value of the element (inserted again, with them alone, if the map
+/// dropped it), then cleared in the slot. Returns [`STORED`] or [`INSERTED`] when the map
+/// took them (an insert is a flow created again: the caller counts it), 0 when not.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
@@ -93,25 +94,37 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
         return 0;
     };
     // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
-    let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
+    let (key, stats) = unsafe { (key_of(&(*e).key), &mut (*e).stats) };
     let r = if key.ip_version == 4 {
         store(&FLOWS4, &FlowKey4::of(&key), stats)
     } else {
         store(&FLOWS, &key, stats)
     };
-    if r != 0 {
-        // SAFETY: as above.
-        unsafe { (*e).written = (*e).stats.packets };
+    if r == 0 {
+        return 0;
     }
-    r
+    stats.clear_counts();
+    // SAFETY: as above.
+    let created = unsafe { core::mem::replace(&mut (*e).created, 0) };
+    if created == 0 {
+        return r;
+    }
+    // The slot's miss counted the flow as created: its first insert is that creation. Where
+    // another CPU inserted it first (and counted it), this CPU's count goes back.
+    if r == STORED {
+        if let Some(s) = flow_maps::slot(Hook::from_u32(u32::from(key.hook))) {
+            s.counters.flows_created = s.counters.flows_created.saturating_sub(1);
+        }
+    }
+    STORED
 }
 
-/// [`store`]: the element was there and took the state.
+/// [`store`]: the element was there and took the counts.
 pub const STORED: u32 = 1;
-/// [`store`]: the element was gone and was inserted with the state.
+/// [`store`]: the element was gone and was inserted with the counts.
 pub const INSERTED: u32 = 2;
 
-/// Counts a flow a write-back or a release inserted again (the agent reconciles the flows it
+/// Counts a flow a write-back inserted again (the agent reconciles the flows it
 /// reads with the flows created, to count what the full map pushed out).
 #[inline(always)]
 fn created_again(c: &mut agent_common::HookCounters, r: u32) {
@@ -120,61 +133,25 @@ fn created_again(c: &mut agent_common::HookCounters, r: u32) {
     }
 }
 
-/// A slot that leaves the cache unchanged since its last write-back (CLEAN): its state is
-/// this CPU's value of its map element, unless the full map pushed the element out since and
-/// another CPU's write-back created it again, without this CPU's value: then the slot's state
-/// goes back in, so nothing this CPU counted is lost. An element that is gone stays gone: the
-/// flow had no packet since the last flush on any CPU that caches it, and bringing stale
-/// flows back would push out the active ones. Returns [`STORED`] when it restored, else 0.
-#[no_mangle]
-#[inline(never)]
-pub extern "C" fn rocemon_flow_release(slot: u32) -> u32 {
-    let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
-        return 0;
-    };
-    // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
-    let (key, stats) = unsafe { (key_of(&(*e).key), &(*e).stats) };
-    if key.ip_version == 4 {
-        restore(&FLOWS4, &FlowKey4::of(&key), stats)
-    } else {
-        restore(&FLOWS, &key, stats)
-    }
-}
-
-/// Puts `stats` back as this CPU's value of `key` when the element holds fewer packets for
-/// this CPU than `stats` (a living element's value never falls below what was written back
-/// into it: fewer means created anew).
-#[inline(always)]
-fn restore<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> u32 {
-    let Some(v) = map.get_ptr_mut(key) else {
-        return 0;
-    };
-    // SAFETY: this CPU's value of an element of the map.
-    unsafe {
-        if (*v).packets >= stats.packets {
-            return 0;
-        }
-        core::ptr::copy_nonoverlapping(stats, v, 1);
-    }
-    STORED
-}
-
-/// Copies `stats` into this CPU's value of `key` in `map`, inserting the element if it is
-/// gone (the agent deleted it as idle, or the full map pushed it out while the slot held its
-/// newest state: the slot has this CPU's whole count, so nothing of it is lost; another CPU
-/// may insert it in between).
+/// Adds a slot's counts (`stats`, since its last write-back) into this CPU's value of `key`
+/// in `map`, inserting the element with them alone if it is gone (the agent deleted it as
+/// idle, or the full map pushed it out: what the element held then was read by the agent
+/// or is lost, never counted twice; another CPU may insert it in between). An element
+/// created again starts with a later first-seen time, so the agent sees it start afresh.
 #[inline(always)]
 fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) -> u32 {
     for _ in 0..2 {
         if let Some(v) = map.get_ptr_mut(key) {
             // SAFETY: this CPU's value of an element of the map.
-            unsafe { core::ptr::copy_nonoverlapping(stats, v, 1) };
+            unsafe { (*v).merge(stats) };
             return STORED;
         }
         if map.insert(key, stats, BPF_NOEXIST as u64).is_ok() {
-            // A lookup marks the new element used: the LRU map pushes out unmarked elements
-            // first, and the flows written back at a flush are the active ones.
-            let _ = map.get_ptr(key);
+            // A flow seen more than once is marked used (a lookup): the LRU map pushes out
+            // unmarked elements first, so a flood's flows seen once go before it.
+            if stats.packets > 1 {
+                let _ = map.get_ptr(key);
+            }
             return INSERTED;
         }
     }
@@ -183,10 +160,10 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
 
 /// A packet whose flow is not in its slot: unless the packet's flow has earned the slot (see
 /// [`keeps`]; else the slot keeps its flow and this packet is counted in the map), the slot's
-/// flow goes back to its map and the packet's flow comes into the slot (looked up, or inserted zeroed: a new
-/// flow), then the packet is counted there. While the flush runs on this CPU, or if the map
-/// refuses the flow, the packet is counted in the map as without the cache. Takes only scalars (a
-/// global function): the packet is in this CPU's record.
+/// flow goes back to its map and the packet's flow comes into the slot (its sequence state
+/// from the map, or nothing for a flow the map does not hold), then the packet is counted
+/// there. While the flush runs on this CPU, the packet is counted in the map as without the
+/// cache. Takes only scalars (a global function): the packet is in this CPU's record.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 {
@@ -205,13 +182,23 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     let e = if flushing() {
         None
     } else {
-        FLOW_CACHE
-            .get_ptr_mut(slot)
-            .filter(|&e| !keeps(e, fingerprint(hash)))
+        FLOW_CACHE.get_ptr_mut(slot)
     };
     let Some(e) = e else {
         return u32::from(flow_maps::flow_to_map(rec, c, frame_len, now));
     };
+    // A flow the map holds (the lookup marks it used) earns the slot (see `keeps`); until
+    // then its packet is counted there. A flow the map does not hold (new, or pushed out)
+    // takes the slot at once: its first packet is never counted in an element nobody looks
+    // up, which a full map would push out before the agent reads it.
+    let known = flow_maps::flow_value_of(rec);
+    if let Some(v) = known {
+        if keeps(e, fingerprint(hash)) {
+            // SAFETY: this CPU's value of an element of the map.
+            flow_maps::flow_record(unsafe { &mut *v }, rec, c, frame_len, now);
+            return 0;
+        }
+    }
     let was = state(e);
     set_state(e, BUSY);
     if was == DIRTY {
@@ -219,20 +206,31 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
             0 => c.flow_update_errors += 1,
             r => created_again(c, r),
         }
-    } else if was == CLEAN {
-        rocemon_flow_release(slot);
     }
-    let Some(v) = flow_maps::flow_slot_of(rec, c) else {
-        set_state(e, EMPTY);
-        c.flow_update_errors += 1;
-        return 1;
+    // The write-back may have pushed the flow out: looked up again.
+    let v = if known.is_some() {
+        flow_maps::flow_value_of(rec)
+    } else {
+        None
     };
-    // SAFETY: this CPU's slot and this CPU's value of the flow's element.
+    // SAFETY: this CPU's slot and this CPU's value of the flow's element: the slot takes the
+    // flow's sequence state, and counts from zero. A flow the map does not hold starts from
+    // nothing, counted as created now; its write-back inserts it.
     unsafe {
-        core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
+        match v {
+            Some(v) => {
+                core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
+                (*e).stats.clear_counts();
+                (*e).created = 0;
+            }
+            None => {
+                core::ptr::write_bytes(addr_of_mut!((*e).stats), 0, 1);
+                c.flows_created += 1;
+                (*e).created = 1;
+            }
+        }
         (*e).key = words;
         (*e).last_miss = 0;
-        (*e).written = (*e).stats.packets;
         flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);
@@ -275,21 +273,16 @@ pub extern "C" fn rocemon_flow_take_out(hook: u32) -> u32 {
             r => created_again(c, r),
         }
     }
-    if s == CLEAN {
-        rocemon_flow_release(slot);
-    }
     set_state(e, EMPTY);
     1
 }
 
-/// Whether a slot keeps its flow at a miss of the flow with fingerprint `fp`: not when it is
-/// empty, nor when the same flow missed there last with no hit in between; else it keeps it
-/// and remembers `fp` (see [`agent_common::flow_cache`]).
+/// Whether a slot keeps its flow (or stays empty) at a miss of the flow with fingerprint
+/// `fp`: not when the same flow missed there last with no hit in between; else it keeps it
+/// and remembers `fp` (see [`agent_common::flow_cache`]). Asked only for a flow the map
+/// holds: one it does not hold takes the slot at once (see [`rocemon_flow_miss`]).
 #[inline(always)]
 fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
-    if state(e) == EMPTY {
-        return false;
-    }
     // SAFETY: a slot of this CPU's cache.
     let last = unsafe { &mut (*e).last_miss };
     if *last == fp {
@@ -301,13 +294,12 @@ fn keeps(e: *mut CachedFlow, fp: u32) -> bool {
 
 /// The flush, in two walks the agent runs one after the other on every CPU: the write-back
 /// walk writes every changed slot of this CPU's cache back into its map; the release walk
-/// ([`FLUSH_RELEASE`] in the argument, after every CPU's write-back walk) empties every slot
-/// unchanged since before the previous pass, its state restored where the full map pushed
-/// its element out and another CPU created it again (see [`rocemon_flow_release`]). An
-/// emptied slot's flow had no packet since the last flush: the map holds the same, and a flow
-/// the agent deletes as idle does not come back from a slot with its old totals (the agent
-/// never deletes a flow that had a packet since its previous read: see
-/// `FlowPressure::idle_cutoff`).
+/// ([`FLUSH_RELEASE`] in the argument, after every CPU's write-back walk) writes back the
+/// busy slots the first walk left and empties every slot unchanged since before the previous
+/// pass. A slot holds only the counts since its last write-back (a write-back adds them into
+/// the map and clears them), so an unchanged slot holds none and emptying it loses nothing,
+/// and a slot never puts counts into the map twice, whatever the map did to the element in
+/// between (pushed out, deleted as idle, created again by another CPU).
 /// Never attached; the agent runs it on each CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU)
 /// before it reads the flow maps, once per [`FLUSH_CHUNK`] slots, the chunk's first slot in the
 /// context's first argument. The first chunk of a pass judges the cache's mode over the
@@ -392,11 +384,10 @@ pub fn rocemon_flow_flush(ctx: RawTracePointContext) -> i32 {
 
 /// The release walk over one chunk: the changed slots the write-back walk left for last
 /// (the busy flows, [`HEAVY_PACKETS`]) are written back, and every slot unchanged since
-/// before the previous pass began (no packet since: its last one is older) is released
-/// ([`rocemon_flow_release`]) and emptied. It runs after every CPU's write-back walk of the same flush, so an element that
-/// the full map pushed out and another CPU's write-back created again is there to take this
-/// CPU's state. A slot written back by this flush (its last packet newer) stays: its flow is
-/// active (`before_ns` is `u64::MAX` where the cache drains: every unchanged slot goes).
+/// before the previous pass began (no packet since: its last one is older) is emptied (it
+/// holds no counts). A slot written back by this flush (its last packet newer) stays: its
+/// flow is active (`before_ns` is `u64::MAX` where the cache drains: every unchanged slot
+/// goes).
 #[inline(always)]
 fn release_chunk(start: u32, before_ns: u64) {
     for i in 0..FLUSH_CHUNK {
@@ -417,10 +408,7 @@ fn release_chunk(start: u32, before_ns: u64) {
         if unsafe { (*e).stats.last_seen_ns } >= before_ns {
             continue;
         }
-        // A packet that interrupts now is counted in the map (the slot is busy), so
-        // emptying the slot loses nothing.
-        set_state(e, BUSY);
-        rocemon_flow_release(slot);
+        // A clean slot holds no counts (they are in the map): emptying it loses nothing.
         set_state(e, EMPTY);
     }
 }
@@ -429,18 +417,20 @@ fn release_chunk(start: u32, before_ns: u64) {
 #[inline(always)]
 fn heavy(e: *mut CachedFlow) -> bool {
     // SAFETY: a slot of this CPU's cache.
-    unsafe { (*e).stats.packets.wrapping_sub((*e).written) >= HEAVY_PACKETS }
+    unsafe { (*e).stats.packets >= HEAVY_PACKETS }
 }
 
 /// A changed slot written back by the flush (CLEAN after it, DIRTY again if the map refused
 /// it: the refusal is a flow update error of its flow's hook; a flow inserted again counts as
-/// created). Returns 1 when refused.
+/// created). Returns 1 when refused. The slot is busy meanwhile: a packet that interrupts
+/// the flush then misses and is counted in the map, never into counts about to be cleared.
 #[inline(always)]
 fn write_back_slot(e: *mut CachedFlow, slot: u32) -> i32 {
-    set_state(e, CLEAN);
-    match rocemon_flow_write_back(slot) {
+    set_state(e, BUSY);
+    let r = rocemon_flow_write_back(slot);
+    set_state(e, if r == 0 { DIRTY } else { CLEAN });
+    match r {
         0 => {
-            set_state(e, DIRTY);
             // SAFETY: a slot of this CPU's cache.
             let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
             if let Some(s) = flow_maps::slot(hook) {

@@ -1,7 +1,9 @@
 //! The kernel's flow maps and per-CPU slots, as the counting sequence's store reaches them:
 //! this CPU's hook slot, the load-time switches, a flow's value in its family's map
-//! (created zeroed when new; a full map pushes out its least recently used flow) and the flow step on it. Shared by the counting entry
-//! ([`crate::count`]) and the flow cache's miss and write-back paths ([`crate::flow_cache`]).
+//! (inserted with its first packet when new; a full map pushes out the flows nobody looked up
+//! first, then the least recently used) and the flow step on it. Shared by the counting
+//! entry ([`crate::count`]) and the flow cache's miss and write-back paths
+//! ([`crate::flow_cache`]).
 
 pub use crate::hook_slot::{on, slot};
 use crate::{FLOWS, FLOWS4, SCRATCH};
@@ -43,50 +45,72 @@ pub fn flow_record(
 
 /// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
 /// refused the flow (counted in `flow_update_errors`).
-#[inline(always)]
-pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
-    let Some(s) = flow_slot_of(rec, c) else {
-        c.flow_update_errors += 1;
-        return true;
-    };
-    // SAFETY: this CPU's value of an element of the map; BPF programs do not preempt each
-    // other on a CPU.
-    flow_record(unsafe { &mut *s }, rec, c, frame_len, now);
-    false
-}
-
-/// This CPU's value of the packet's flow in its family's map (see [`flow_slot`]).
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-pub fn flow_slot_of(rec: &PacketRecord, c: &mut HookCounters) -> Option<*mut FlowStats> {
-    if rec.key.ip_version == 4 {
-        flow_slot(&FLOWS4, &FlowKey4::of(&rec.key), c)
+pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
+    let refused = if rec.key.ip_version == 4 {
+        to_map(&FLOWS4, &FlowKey4::of(&rec.key), rec, c, frame_len, now)
     } else {
-        flow_slot(&FLOWS, &rec.key, c)
+        to_map(&FLOWS, &rec.key, rec, c, frame_len, now)
+    };
+    if refused {
+        c.flow_update_errors += 1;
+    }
+    refused
+}
+
+/// This CPU's value of the packet's flow in its family's map, if the map holds the flow
+/// (looked up: the LRU map marks it used).
+#[allow(clippy::needless_borrows_for_generic_args)]
+#[inline(always)]
+pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
+    if rec.key.ip_version == 4 {
+        FLOWS4.get_ptr_mut(&FlowKey4::of(&rec.key))
+    } else {
+        FLOWS.get_ptr_mut(&rec.key)
     }
 }
 
-/// This CPU's value of the flow `key` in `map`: looked up, else inserted zeroed
-/// (`BPF_NOEXIST`: another CPU may insert it in between, then its element is used) and looked
-/// up again, so the packet is counted in one place. `None` when the map refused the flow.
+/// [`flow_to_map`] in `map`: a held flow is counted in this CPU's value (the lookup marks it
+/// used); a new one is counted into the scratch value and inserted with its first packet,
+/// never looked up. The full LRU map pushes out the elements nobody looked up first, so the
+/// flows seen once (a flood of spoofed 5-tuples) go before any flow seen again. Where another
+/// CPU inserted the flow in between, the packet's record goes into this CPU's value of that
+/// element (zero until then). Returns true when the map refused the flow.
+#[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn flow_slot<K>(
+fn to_map<K>(
     map: &LruPerCpuHashMap<K, FlowStats>,
     key: &K,
+    rec: &PacketRecord,
     c: &mut HookCounters,
-) -> Option<*mut FlowStats> {
+    frame_len: u64,
+    now: u64,
+) -> bool {
     if let Some(s) = map.get_ptr_mut(key) {
-        return Some(s);
+        // SAFETY: this CPU's value of an element of the map; BPF programs do not preempt
+        // each other on a CPU.
+        flow_record(unsafe { &mut *s }, rec, c, frame_len, now);
+        return false;
     }
-    let scratch = SCRATCH.get_ptr_mut(0)?;
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return true;
+    };
     // SAFETY: this CPU's scratch slot, zeroed in place (a `FlowStats` does not fit on the
     // stack next to the record); the map copies the value.
-    let zeroed = unsafe {
+    let first = unsafe {
         core::ptr::write_bytes(scratch, 0, 1);
-        &*scratch
+        &mut *scratch
     };
-    if map.insert(key, zeroed, BPF_NOEXIST as u64).is_ok() {
+    flow_record(first, rec, c, frame_len, now);
+    if map.insert(key, &*first, BPF_NOEXIST as u64).is_ok() {
         c.flows_created += 1;
+        return false;
     }
-    map.get_ptr_mut(key)
+    let Some(v) = map.get_ptr_mut(key) else {
+        return true;
+    };
+    // SAFETY: as above.
+    unsafe { (*v).merge(first) };
+    false
 }

@@ -366,12 +366,12 @@ fn poll(
             Ok(modes) => m.set_flow_cache_modes(&p.iface, modes),
             Err(e) => log::debug!("read the flow cache's modes on {}: {e:#}", p.iface),
         }
-        if let Some((flows, fill)) = super::run_flows::read(p, &m, config, now_mono, created) {
-            for (k, st) in flows {
+        if let Some(read) = super::run_flows::read(p, &m, config, now_mono, created) {
+            for (k, st) in read.live {
                 pipeline.flow(i, k, st);
             }
-            flow_maps.push((p.iface.clone(), fill));
-            polled.push(i);
+            flow_maps.push((p.iface.clone(), read.fill));
+            polled.push((i, read.idle_before_ns));
         }
     }
     pipeline.end_poll(&polled);

@@ -10,8 +10,13 @@ use crate::pipeline::flows::ElephantEvent;
 use crate::sources::flow_pressure::{MapFill, Read};
 use agent_common::{FlowKey, FlowStats, MAP_LABEL_FLOWS};
 
-/// The flows that are not idle, and the two flow maps' fill (IPv4, IPv6).
-pub type FlowsRead = (Vec<(FlowKey, FlowStats)>, [MapFill; 2]);
+/// One read of an interface's flow maps: the flows that are not idle, the two flow maps' fill
+/// (IPv4, IPv6), and the read's idle cut-off (kernel ns: flows quiet since were deleted).
+pub struct FlowsRead {
+    pub live: Vec<(FlowKey, FlowStats)>,
+    pub fill: [MapFill; 2],
+    pub idle_before_ns: u64,
+}
 
 /// Reads `p`'s flows at `now_ns` (monotonic), `created` the flows its hooks created so far:
 /// the flows that are not idle, and the maps' fill. None when the maps could not be read.
@@ -73,7 +78,11 @@ pub fn read(
         .into_iter()
         .filter(|(_, s)| !crate::sources::maps::idle(s, idle_before))
         .collect();
-    Some((live, fill))
+    Some(FlowsRead {
+        live,
+        fill,
+        idle_before_ns: idle_before,
+    })
 }
 
 /// Elephants that started or ended at this poll: a line each, or one line per transition

@@ -212,6 +212,7 @@ impl Config {
             ecmp: self.ecmp.clone(),
             rate_window_s: self.rate_window_s,
             max_flows: None,
+            hold_pushed_out: (self.flow_maps.ipv4 as usize) + (self.flow_maps.ipv6 as usize),
             sflow_groups: self.sflow_groups.clone(),
             history: crate::pipeline::stages::History::Off,
             // The exporter's sink exists once the agent runs: `run` sets it.

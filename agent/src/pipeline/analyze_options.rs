@@ -69,6 +69,8 @@ impl AnalyzeOptions {
             ecmp: self.ecmp.clone(),
             rate_window_s: self.rate_window_s,
             max_flows: Some(self.max_flows),
+            // A capture's flows are counted from its packets: nothing pushes them out.
+            hold_pushed_out: 0,
             sflow_groups: self.sflow_groups.clone(),
             history: crate::pipeline::stages::History::All,
             records: self.records.clone(),

@@ -48,7 +48,7 @@ fn table() -> FlowTable {
     let mut t = FlowTable::new(vec!["eth0".into()]);
     t.record_ends = true;
     t.begin_poll();
-    t.end_poll(&[0]);
+    t.end_poll(&[(0, u64::MAX)]);
     t
 }
 
@@ -58,7 +58,7 @@ fn poll(t: &mut FlowTable, r: &mut Recorder, now_s: u64, flows: &[(u32, FlowStat
     for (qp, s) in flows {
         t.update(0, key(*qp), *s);
     }
-    t.end_poll(&[0]);
+    t.end_poll(&[(0, u64::MAX)]);
     r.round(t, now_s * S, 0, None);
 }
 
@@ -231,7 +231,7 @@ fn records_name_the_predicted_ecmp_path() {
     let model: HashModel = toml::from_str("function = \"crc16-8005\"\npaths = 4").unwrap();
     poll(&mut t, &mut r, 1, &[(1, stats(1, 1))]);
     t.begin_poll();
-    t.end_poll(&[0]);
+    t.end_poll(&[(0, u64::MAX)]);
     r.round(&mut t, 2 * S, 0, Some(&model));
     let recs = got.lock().unwrap().clone();
     let want = model.path(&ecmp::fields(&key(1)));

@@ -207,6 +207,7 @@ mod tests {
             active: false,
             rate_clock_s: 0.0,
             export: None,
+            lives: None,
         }
     }
 

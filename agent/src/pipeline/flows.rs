@@ -5,6 +5,7 @@
 use crate::detect::ecmp::FlowView;
 use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
 use crate::pipeline::flow_counts::{EndReason, ExportMark, FlowCounts};
+use crate::pipeline::flow_lives::{self, Lives};
 use agent_common::{FlowKey, FlowStats};
 use std::net::IpAddr;
 
@@ -54,9 +55,17 @@ pub struct FlowEntry {
     rate_clock_s: f64,
     /// Its last flow record (only while records are asked for: [`FlowTable::record_ends`]).
     pub export: Option<Box<ExportMark>>,
+    /// Its earlier lives in the kernel map, once the full map pushed it out and it came
+    /// back (live mode; `stats` then holds the totals of every life).
+    lives: Option<Box<Lives>>,
 }
 
 impl FlowEntry {
+    /// The kernel map's value of the flow at the last read (its current life).
+    fn map_value(&self) -> &FlowStats {
+        self.lives.as_ref().map_or(&self.stats, |l| &l.current)
+    }
+
     pub fn src(&self) -> IpAddr {
         addr(self.key.ip_version, &self.key.src)
     }
@@ -112,6 +121,9 @@ pub struct FlowTable {
     pub record_ends: bool,
     created: Vec<(usize, FlowKey)>,
     ended: Vec<(FlowEntry, EndReason)>,
+    /// Flows the full kernel map pushed out that the table holds at most per interface (see
+    /// [`FlowTable::end_poll`]; 0: none, as `analyze` and the tests that feed snapshots).
+    pub hold_pushed_out: usize,
 }
 
 impl FlowTable {
@@ -128,6 +140,7 @@ impl FlowTable {
             record_ends: false,
             created: Vec::new(),
             ended: Vec::new(),
+            hold_pushed_out: 0,
         }
     }
 
@@ -164,6 +177,7 @@ impl FlowTable {
                 active: false,
                 rate_clock_s: clock,
                 export: None,
+                lives: None,
             }
         });
         if !e.active {
@@ -385,13 +399,15 @@ impl FlowTable {
     }
 
     /// Applies a kernel-map snapshot (cumulative totals) of one flow; rates follow at the
-    /// next [`FlowTable::tick`].
+    /// next [`FlowTable::tick`]. A snapshot of a new life of the flow (the full map pushed
+    /// it out since the last read) adds to the totals of the earlier ones
+    /// ([`flow_lives`]).
     pub fn update(&mut self, iface: usize, key: FlowKey, stats: FlowStats) {
         let generation = self.generation;
-        let known = self
-            .entries
-            .get_mut(&(iface, key))
-            .filter(|e| e.stats.packets == stats.packets && e.stats.bytes == stats.bytes);
+        let known = self.entries.get_mut(&(iface, key)).filter(|e| {
+            let last = e.map_value();
+            last.packets == stats.packets && last.bytes == stats.bytes
+        });
         if let Some(e) = known {
             // Unchanged: still held by the kernel, nothing for the ticks to do.
             e.generation = generation;
@@ -399,14 +415,19 @@ impl FlowTable {
         }
         let record = self.record_ends;
         let e = self.entry(iface, key);
+        if flow_lives::restarted(e.map_value(), &stats) {
+            e.lives = Some(Box::new(Lives {
+                before: e.stats,
+                current: FlowStats::default(),
+            }));
+        }
         // A snapshot read while the kernel counted the flow's first packet may lack its time:
         // the time already known stands (a held flow's first seen never moves).
         let mut stats = stats;
-        if stats.first_seen_ns == 0
-            || (e.stats.first_seen_ns != 0 && e.stats.packets <= stats.packets)
-        {
-            stats.first_seen_ns = if e.stats.first_seen_ns != 0 {
-                e.stats.first_seen_ns
+        let last = *e.map_value();
+        if stats.first_seen_ns == 0 || (last.first_seen_ns != 0 && last.packets <= stats.packets) {
+            stats.first_seen_ns = if last.first_seen_ns != 0 {
+                last.first_seen_ns
             } else {
                 stats.first_seen_ns.max(stats.last_seen_ns)
             };
@@ -426,18 +447,32 @@ impl FlowTable {
                 }));
             }
         }
-        e.stats = stats;
+        match &mut e.lives {
+            Some(l) => {
+                l.current = stats;
+                e.stats = flow_lives::totals(l, &stats);
+            }
+            None => e.stats = stats,
+        }
         e.generation = generation;
     }
 
-    /// Ends a poll round: flows of `polled` interfaces that the kernel no longer holds
-    /// (evicted from the LRU map) leave the table. Returns how many left, per interface.
-    pub fn end_poll(&mut self, polled: &[usize]) -> Vec<usize> {
+    /// Ends a poll round: flows of `polled` interfaces (each with the idle cut-off of its
+    /// read, kernel ns) that the kernel no longer holds leave the table, unless heard since
+    /// the cut-off: those the full LRU map pushed out (the agent deletes only idle flows),
+    /// held at their totals until they idle out or come back ([`flow_lives`]). Only flows
+    /// seen more than once are held (a flood's spoofed flows are seen once), the most
+    /// recently heard [`FlowTable::hold_pushed_out`] of them per interface, so no flood
+    /// grows the table past the maps' size. Returns how many left, per interface.
+    pub fn end_poll(&mut self, polled: &[(usize, u64)]) -> Vec<usize> {
         let g = self.generation;
+        let held = self.pushed_out_held(polled);
         let mut gone = vec![0; self.ifaces.len()];
         let (record, ended) = (self.record_ends, &mut self.ended);
         self.entries.retain(|e| {
-            let keep = !polled.contains(&e.iface) || e.generation == g;
+            let keep = !polled.iter().any(|(i, _)| *i == e.iface)
+                || e.generation == g
+                || held.contains(&(e.iface, e.key));
             if !keep {
                 if let Some(n) = gone.get_mut(e.iface) {
                     *n += 1;
@@ -449,6 +484,35 @@ impl FlowTable {
             keep
         });
         gone
+    }
+
+    /// The flows absent from this round's reads that [`FlowTable::end_poll`] holds.
+    fn pushed_out_held(&self, polled: &[(usize, u64)]) -> rustc_hash::FxHashSet<(usize, FlowKey)> {
+        let mut held = rustc_hash::FxHashSet::default();
+        if self.hold_pushed_out == 0 {
+            return held;
+        }
+        for &(iface, idle_before) in polled {
+            let mut absent: Vec<(u64, FlowKey)> = self
+                .entries
+                .values()
+                .filter(|e| {
+                    e.iface == iface
+                        && e.generation != self.generation
+                        && e.stats.packets > 1
+                        && e.stats.last_seen_ns >= idle_before
+                })
+                .map(|e| (e.stats.last_seen_ns, e.key))
+                .collect();
+            absent.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
+            held.extend(
+                absent
+                    .into_iter()
+                    .take(self.hold_pushed_out)
+                    .map(|(_, k)| (iface, k)),
+            );
+        }
+        held
     }
 
     /// The flows created since the last call (with [`FlowTable::record_ends`] only).

@@ -28,13 +28,13 @@ fn rates_top_k_and_eviction() {
     t.begin_poll();
     t.update(0, key(1), stats(0));
     t.update(0, key(2), stats(0));
-    t.end_poll(&[0]);
+    t.end_poll(&[(0, u64::MAX)]);
     let mut events = vec![];
     for i in 1..=50u64 {
         t.begin_poll();
         t.update(0, key(1), stats(i * 1_000_000));
         t.update(0, key(2), stats(i * 1_000));
-        t.end_poll(&[0]);
+        t.end_poll(&[(0, u64::MAX)]);
         events.extend(t.tick(1.0, &cfg, &[500_000.0]));
     }
     assert_eq!(events.len(), 1);
@@ -52,7 +52,7 @@ fn rates_top_k_and_eviction() {
     );
     t.begin_poll();
     t.update(0, key(1), stats(51_000_000));
-    assert_eq!(t.end_poll(&[0]), vec![1]);
+    assert_eq!(t.end_poll(&[(0, u64::MAX)]), vec![1]);
     assert_eq!(t.len(), 1);
     assert_eq!(t.count_for(0), 1);
 }
@@ -71,7 +71,7 @@ fn totals_found_at_the_first_poll_are_a_baseline() {
     for i in 0..10u64 {
         t.begin_poll();
         t.update(0, key(1), stats(50_000_000_000 + i * 1_000_000));
-        t.end_poll(&[0]);
+        t.end_poll(&[(0, u64::MAX)]);
         events.extend(t.tick(1.0, &cfg, &[5_000_000.0]));
         let r = t.top_k(1)[0].rate_bytes;
         assert!(r <= 1_000_001.0, "poll {i}: rate {r}");
@@ -169,4 +169,87 @@ fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
     // The newest flows stay.
     assert!(t.iter().any(|e| e.key == key(999)));
     assert!(!t.iter().any(|e| e.key == key(0)));
+}
+
+/// A kernel-map snapshot of `packets` packets, first seen at `first`, last at `last` (ns).
+fn life(packets: u64, first: u64, last: u64) -> FlowStats {
+    FlowStats {
+        packets,
+        bytes: packets * 100,
+        first_seen_ns: first,
+        last_seen_ns: last,
+        ..FlowStats::default()
+    }
+}
+
+/// One poll of interface 0 that reads `flows`, with idle cut-off `idle_before`: how many
+/// flows left the table.
+fn poll(t: &mut FlowTable, flows: &[(u32, FlowStats)], idle_before: u64) -> usize {
+    t.begin_poll();
+    for &(qp, s) in flows {
+        t.update(0, key(qp), s);
+    }
+    t.end_poll(&[(0, idle_before)])[0]
+}
+
+/// A flow the full map pushed out (absent from the read, heard since the idle cut-off) is
+/// held at its totals, and leaves once it idles out.
+#[test]
+fn a_flow_pushed_out_of_the_map_is_held_at_its_totals() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    t.hold_pushed_out = 8;
+    poll(
+        &mut t,
+        &[(1, life(10, 100, 500)), (2, life(3, 100, 200))],
+        50,
+    );
+    assert_eq!(poll(&mut t, &[], 300), 1, "the idle one leaves");
+    let held: Vec<u64> = t.iter().map(|e| e.stats.packets).collect();
+    assert_eq!(held, vec![10], "the pushed-out one is held");
+    assert_eq!(poll(&mut t, &[], 600), 1, "and leaves once idle");
+    assert!(t.is_empty());
+}
+
+/// A flow that comes back afresh (fewer packets, or a later first packet) adds its new
+/// life to the totals of the earlier ones, and the rates see only the new packets.
+#[test]
+fn a_flow_admitted_again_adds_its_new_life_to_its_totals() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    t.hold_pushed_out = 8;
+    let cfg = ElephantConfig::default();
+    poll(&mut t, &[(1, life(10, 100, 500))], 50);
+    t.tick(1.0, &cfg, &[f64::MAX]);
+    poll(&mut t, &[], 50);
+    poll(&mut t, &[(1, life(4, 900, 950))], 50);
+    let e = t.iter().next().unwrap();
+    assert_eq!((e.stats.packets, e.stats.bytes), (14, 1400));
+    assert_eq!((e.stats.first_seen_ns, e.stats.last_seen_ns), (100, 950));
+    t.tick(1.0, &cfg, &[f64::MAX]);
+    // The same life again, grown: one more packet.
+    poll(&mut t, &[(1, life(5, 900, 990))], 50);
+    assert_eq!(t.iter().next().unwrap().stats.packets, 15);
+    // A third life with more packets than the second had: told by its later first packet.
+    poll(&mut t, &[(1, life(30, 2_000, 2_100))], 50);
+    let e = t.iter().next().unwrap();
+    assert_eq!((e.stats.packets, e.stats.first_seen_ns), (45, 100));
+    t.tick(1.0, &cfg, &[f64::MAX]);
+    let rate = t.iter().next().unwrap().rate_packets;
+    assert!(rate <= 31.0, "the rate counts only new packets: {rate}");
+}
+
+/// A flood cannot grow the table past its bound: flows seen once are not held once pushed
+/// out, and of the others only the most recently heard `hold_pushed_out`.
+#[test]
+fn pushed_out_flows_are_held_within_a_bound() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    t.hold_pushed_out = 2;
+    let mut flows: Vec<(u32, FlowStats)> = (0..100)
+        .map(|qp| (qp, life(1, 100, 100 + u64::from(qp))))
+        .collect();
+    flows.extend((100..104).map(|qp| (qp, life(5, 100, 300 + u64::from(qp)))));
+    poll(&mut t, &flows, 50);
+    assert_eq!(poll(&mut t, &[], 50), 102);
+    let mut held: Vec<u32> = t.iter().map(|e| e.key.dest_qp).collect();
+    held.sort_unstable();
+    assert_eq!(held, vec![102, 103]);
 }

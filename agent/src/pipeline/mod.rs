@@ -1,10 +1,12 @@
-//! The middle of the pipeline: the flow table with rates and elephants ([`flows`]), the flow
+//! The middle of the pipeline: the flow table with rates and elephants ([`flows`]; a flow
+//! the full kernel map pushed out keeps its totals: [`flow_lives`]), the flow
 //! records it gives for export ([`flow_records`], counting with [`flow_counts`]), the pipeline over a capture ([`analysis`], its time-ordered half [`flow_side`], its clock [`capture_clock`]), and the capture views over time ([`timeline`], [`training`]).
 
 pub mod analysis;
 pub mod analyze_options;
 pub mod capture_clock;
 pub mod flow_counts;
+pub mod flow_lives;
 pub mod flow_records;
 pub mod flow_side;
 pub mod flows;

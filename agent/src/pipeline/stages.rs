@@ -71,6 +71,9 @@ pub struct Settings {
     pub rate_window_s: f64,
     /// Flows held at most (`None`: as many as the source holds: the kernel maps bound them).
     pub max_flows: Option<usize>,
+    /// Flows the full kernel maps pushed out that the table holds at their totals, at most,
+    /// per interface (live mode: the maps' size; see [`FlowTable::end_poll`]).
+    pub hold_pushed_out: usize,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
     pub sflow_groups: Vec<UplinkGroup>,
     pub history: History,
@@ -102,6 +105,7 @@ impl Pipeline {
         let mut flows = FlowTable::new(ifaces);
         flows.tau_s = settings.rate_window_s;
         flows.max_flows = settings.max_flows;
+        flows.hold_pushed_out = settings.hold_pushed_out;
         // The stage keeps its settings (and the exporter's sink) for the pipeline's life.
         let recorder = settings.records.take().map(Recorder::new);
         flows.record_ends = recorder.is_some();
@@ -122,6 +126,7 @@ impl Pipeline {
     pub fn set(&mut self, settings: Settings) {
         self.flows.tau_s = settings.rate_window_s;
         self.flows.max_flows = settings.max_flows;
+        self.flows.hold_pushed_out = settings.hold_pushed_out;
         self.settings = settings;
     }
 
@@ -178,8 +183,9 @@ impl Pipeline {
         self.flows.update(iface, key, stats);
     }
 
-    /// Ends the round: flows the `polled` interfaces' stores no longer hold leave the table.
-    pub fn end_poll(&mut self, polled: &[usize]) {
+    /// Ends the round: flows the `polled` interfaces' stores no longer hold leave the table,
+    /// unless heard since the interface's idle cut-off ([`FlowTable::end_poll`]).
+    pub fn end_poll(&mut self, polled: &[(usize, u64)]) {
         self.flows.end_poll(polled);
     }
 
@@ -339,6 +345,7 @@ mod tests {
             ecmp: EcmpConfig::default(),
             rate_window_s: 1.0,
             max_flows: None,
+            hold_pushed_out: 0,
             sflow_groups: Vec::new(),
             history,
             records: None,
@@ -368,7 +375,7 @@ mod tests {
         for s in 0..=2 * seconds {
             p.begin_poll();
             p.flow(0, key(7), totals(10_000 * s.min(seconds)));
-            p.end_poll(&[0]);
+            p.end_poll(&[(0, u64::MAX)]);
             events.extend(p.tick(1.0, &[], None));
         }
         events
@@ -417,10 +424,10 @@ mod tests {
         p.begin_poll();
         p.flow(0, key(1), totals(1000));
         p.flow(0, key(2), totals(1000));
-        p.end_poll(&[0]);
+        p.end_poll(&[(0, u64::MAX)]);
         p.begin_poll();
         p.flow(0, key(2), totals(2000));
-        p.end_poll(&[0]);
+        p.end_poll(&[(0, u64::MAX)]);
         let held: Vec<u32> = p.flows.iter().map(|e| e.key.dest_qp).collect();
         assert_eq!(held, [2]);
     }

@@ -48,8 +48,9 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<[HookCounters; Hook::COUNT]> {
 /// Every flow of an object (the IPv4 map and the IPv6 map), merged over CPUs, and the number
 /// of entries that failed to read. The kernel's flow cache is flushed into the maps first, on
 /// every online CPU ([`flush_flow_cache`]). A CPU that is offline (or that the flush could not
-/// reach) runs no program, so its cache slots hold still: they are read from here and stand
-/// in for that CPU's values of their flows, so its packets are not held back until it returns.
+/// reach) runs no program, so its cache slots hold still: their counts not yet written back are
+/// read from here and added to that CPU's values, so its packets are not held back until it
+/// returns.
 pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
     let online = aya::util::online_cpus()
         .map_err(|(_, e)| e)
@@ -57,7 +58,7 @@ pub fn read_flows(ebpf: &Ebpf) -> Result<(Vec<(FlowKey, FlowStats)>, u64)> {
     read_flows_with(ebpf, &online)
 }
 
-/// A flow's state on CPUs whose cache slots were read from userspace: `(cpu, state)`.
+/// A flow's counts in the cache slots of CPUs read from userspace: `(cpu, slot state)`.
 type Held = FxHashMap<FlowKey, Vec<(usize, FlowStats)>>;
 
 /// [`read_flows`] with `online` taken as the online CPUs (tests pretend a CPU is offline).
@@ -130,8 +131,8 @@ fn held_slots(ebpf: &Ebpf, cpus: &[usize]) -> Result<Held> {
 }
 
 /// One flow map's flows (`cpus`: the possible CPUs, one value each), under their full keys,
-/// appended to `out` (a flow in `held` with its held states in place of those CPUs' values,
-/// and taken out of it); returns the entries that failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
+/// appended to `out` (a flow in `held` with its held slots' counts added, and taken out of
+/// it); returns the entries that failed to read. Uses BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map); falls back to
 /// walking the keys (two syscalls per flow) on kernels without batch support.
 fn read_flow_map<K: Pod + Default>(
     ebpf: &Ebpf,
@@ -229,14 +230,12 @@ fn gone(e: &aya::maps::MapError) -> bool {
     }
 }
 
-/// One flow's per-CPU values as one, with `held` states in place of those CPUs' values.
+/// One flow's per-CPU values as one, with the `held` slots' counts (those not yet written
+/// back into the map) added.
 fn merged(values: &[FlowStats], held: &[(usize, FlowStats)]) -> FlowStats {
     let mut s = FlowStats::default();
-    for (cpu, v) in values.iter().enumerate() {
-        s.merge(held.iter().find(|(c, _)| *c == cpu).map_or(v, |(_, h)| h));
-    }
-    for (_, h) in held.iter().filter(|(c, _)| *c >= values.len()) {
-        s.merge(h);
+    for v in values.iter().chain(held.iter().map(|(_, h)| h)) {
+        s.merge(v);
     }
     s
 }
@@ -345,9 +344,9 @@ mod tests {
     }
 
     #[test]
-    fn a_held_state_stands_in_for_its_cpu_s_value() {
+    fn a_held_slot_adds_its_counts_to_its_cpu_s_value() {
         let s = merged(&[packets(1), packets(2), packets(4)], &[(1, packets(20))]);
-        assert_eq!(s.packets, 25);
+        assert_eq!(s.packets, 27);
     }
 
     #[test]
