@@ -17,6 +17,7 @@
 //! same code as the host's, monomorphised for its maps (no call, no indirection on the hot
 //! path).
 
+use crate::headers::mac_control::MacControl;
 use crate::{
     flow::FlowEvent, FlowStats, Hook, HookCounters, Outcome, PacketRecord, SessionKey,
     TrafficClasses,
@@ -50,6 +51,12 @@ pub trait Store {
         now: u64,
         psn: bool,
     ) -> bool;
+    /// A MAC control frame (PFC, PAUSE or another opcode), after the counter block counted
+    /// it: the kernel keeps it with its time in the pause ring
+    /// ([`crate::pause_ring`]); a store whose pause time is worked out elsewhere (a capture
+    /// feeds its frames to its pause tracker with their timestamps) does nothing.
+    #[inline(always)]
+    fn pause_frame(&mut self, _m: &MacControl) {}
 }
 
 /// Counts one parsed frame of `frame_len` wire bytes seen at `hook` into the counter block
@@ -64,6 +71,9 @@ pub fn count<S: Store>(
 ) -> bool {
     c.record(rec, frame_len, &store.classes());
     if !rec.is_roce() {
+        if let Some(m) = rec.mac_control() {
+            store.pause_frame(&m);
+        }
         return false;
     }
     if store.sessions_on() {

@@ -6,7 +6,7 @@
 //!
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
 //! - leaves: [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`clock`], [`cache_mode`],
-//!   [`headers`], [`reader`]; then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
+//!   [`headers`], [`reader`]; [`pause_ring`] (over [`headers`]); then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
 //!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`]; [`flow_cache`];
 //!   [`counters`] on top.
 //!
@@ -33,6 +33,8 @@
 //! - [`cache_mode`]: when the flow cache steps aside (flows outnumber its slots): its modes,
 //!   the flush's judgement of them, the hook slots' view of them.
 //! - [`ring`]: RoCE packets and bytes per millisecond, the kernel's ring (training rhythm).
+//! - [`pause_ring`]: every PFC and PAUSE frame with its time, the kernel's per-CPU ring (the
+//!   live pause time is the union of the pause intervals, as `analyze`'s).
 //! - [`clock`]: the kernel's per-CPU cache of a clock reading (a packet reads the clock only
 //!   now and then).
 //! - [`session`]: per mirror session / tunnel id counters (a bounded label set).
@@ -59,6 +61,7 @@ pub mod message;
 pub mod opcode;
 pub mod outcome;
 pub mod parse;
+pub mod pause_ring;
 pub mod psn;
 pub mod reader;
 pub mod record;

@@ -8,6 +8,7 @@ use crate::{clock, flow_cache, flow_maps, SESSIONS};
 use agent_common::cache_mode::{CacheUse, CACHE_OFF, CACHE_ON};
 use agent_common::clock::ClockCache;
 use agent_common::count::{count, count_outcome, Store};
+use agent_common::headers::mac_control::MacControl;
 use agent_common::ring::{slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::{parse_fast_with, Fast},
@@ -276,6 +277,11 @@ impl Store for KernelStore<'_> {
             }
         }
         flow_maps::flow_to_map(rec, c, frame_len, now)
+    }
+
+    #[inline(always)]
+    fn pause_frame(&mut self, m: &MacControl) {
+        crate::pause_ring::push(m);
     }
 }
 

@@ -20,6 +20,7 @@ mod flow_cache;
 mod flow_maps;
 mod helper_reader;
 mod hook_slot;
+mod pause_ring;
 mod psn_cpus;
 mod tc;
 mod xdp;

@@ -340,11 +340,16 @@ fn poll(
                         &config.switches.classes,
                     );
                 }
-                samples.push((
-                    p.iface.clone(),
-                    super::run_findings::sample(&p.hooks, &blocks, &nic),
+                let mut sample = super::run_findings::sample(&p.hooks, &blocks, &nic);
+                sample.union_paused_ns = super::run_findings::union_paused(
+                    findings,
+                    p,
+                    &sample,
                     speed.unwrap_or(0),
-                ));
+                    (now_mono, (dt * 1e9) as u64),
+                    &m,
+                );
+                samples.push((p.iface.clone(), sample, speed.unwrap_or(0)));
             }
             Err(e) => {
                 log::warn!("read {MAP_COUNTERS} on {}: {e:#}", p.iface);

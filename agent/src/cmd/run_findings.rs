@@ -29,6 +29,46 @@ pub fn sample(
     s
 }
 
+/// The union pause time of `p`'s priorities so far (ns; see [`crate::detect::live_pause`]):
+/// the pause ring read and fed to the interface's tracker; frames the ring lost count as
+/// read errors of `PAUSE_RING` (that poll takes the quanta's bound). None while the link's
+/// speed is unknown, or when the ring could not be read.
+pub fn union_paused(
+    findings: &mut LiveFindings,
+    p: &mut crate::kernel::loader::Attachment,
+    s: &Sample,
+    speed: u64,
+    (now_ns, dt_ns): (u64, u64),
+    m: &Metrics,
+) -> [Option<u64>; agent_common::headers::mac_control::PRIORITIES] {
+    use agent_common::pause_ring::MAP_PAUSE_RING;
+    let read = match p.pause_ring.read(&p.ebpf) {
+        Ok(r) => r,
+        Err(e) => {
+            log::debug!("read {MAP_PAUSE_RING} on {}: {e:#}", p.iface);
+            m.map_read_error(&p.iface, MAP_PAUSE_RING, 1);
+            return [None; agent_common::headers::mac_control::PRIORITIES];
+        }
+    };
+    if read.lost > 0 {
+        m.map_read_error(&p.iface, MAP_PAUSE_RING, read.lost);
+    }
+    let got = findings.pause.entry(p.iface.clone()).or_default().poll(
+        &crate::detect::live_pause::PausePoll {
+            events: &read.events,
+            lost: read.lost,
+            quanta: s.pfc_quanta,
+            speed,
+            now_ns,
+            dt_ns,
+        },
+    );
+    got.map_or(
+        [None; agent_common::headers::mac_control::PRIORITIES],
+        |a| a.map(Some),
+    )
+}
+
 /// Runs the findings over this poll; logs what opened and closed; sets their metrics.
 pub fn update(
     findings: &mut LiveFindings,

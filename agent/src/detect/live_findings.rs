@@ -46,6 +46,8 @@ pub struct LiveFindings {
     pub totals: super::live_totals::Totals,
     /// Per interface: (Unix time, flows pushed out of its flow maps) over the last window.
     pushed_out: BTreeMap<String, VecDeque<(f64, u64)>>,
+    /// Per interface: its pause time from the kernel's frames (the union of the intervals).
+    pub pause: BTreeMap<String, super::live_pause::LivePause>,
 }
 
 /// A slow training step found on an interface's ring.

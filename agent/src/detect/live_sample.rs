@@ -28,6 +28,10 @@ pub struct Sample {
     /// The NIC's own count of the time the peer paused each priority, microseconds (mlx5
     /// `rx_prioN_pause_duration`; None where the driver has none).
     pub nic_paused_us: [Option<u64>; PRIORITIES],
+    /// The time each priority was paused so far by the union of the pause intervals of the
+    /// frames the kernel saw, nanoseconds ([`super::live_pause`]; None while the link's speed
+    /// is unknown).
+    pub union_paused_ns: [Option<u64>; PRIORITIES],
 }
 
 impl Sample {
@@ -73,16 +77,21 @@ impl Sample {
             nic_paused_us: std::array::from_fn(|p| {
                 Some(d(self.nic_paused_us[p]?, o.nic_paused_us[p]?))
             }),
+            union_paused_ns: std::array::from_fn(|p| {
+                Some(d(self.union_paused_ns[p]?, o.union_paused_ns[p]?))
+            }),
         }
     }
 
     /// Seconds priority `p` was paused in this delta at `speed` bits/s: the NIC's own pause
-    /// time where its driver counts it (true wall time), else the pause quanta the kernel
-    /// counted (their sum: refreshed XOFFs overlap, so at most the interval is meant).
+    /// time where its driver counts it (true wall time), else the union of the pause
+    /// intervals of the frames the kernel saw (as `analyze` works it out), else the pause
+    /// quanta the kernel counted (their sum: an upper bound, refreshed XOFFs overlap).
     pub fn paused_seconds(&self, p: usize, speed: u64) -> f64 {
-        match self.nic_paused_us[p] {
-            Some(us) => us as f64 / 1e6,
-            None => quanta_seconds(self.pfc_quanta[p], speed),
+        match (self.nic_paused_us[p], self.union_paused_ns[p]) {
+            (Some(us), _) => us as f64 / 1e6,
+            (None, Some(ns)) => ns as f64 / 1e9,
+            (None, None) => quanta_seconds(self.pfc_quanta[p], speed),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod elephant;
 pub mod findings;
 pub mod hash;
 pub mod live_findings;
+pub mod live_pause;
 pub mod live_reaction;
 pub mod live_sample;
 pub mod live_totals;

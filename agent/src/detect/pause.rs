@@ -51,8 +51,9 @@ pub struct PauseTracker {
     prios: [Priority; PRIORITIES],
     /// Pauses longer than the storm threshold, as they closed.
     pub storms: Vec<PauseRun>,
-    /// Every pause (the first [`MAX_RUNS`]): what a slow step overlapped.
+    /// Every pause (the first `max_runs`): what a slow step overlapped.
     runs: Vec<(u8, u64, u64)>,
+    max_runs: usize,
 }
 
 /// Pauses kept for overlap questions (24 bytes each).
@@ -66,6 +67,34 @@ impl PauseTracker {
             prios: Default::default(),
             storms: Vec::new(),
             runs: Vec::new(),
+            max_runs: MAX_RUNS,
+        }
+    }
+
+    /// A tracker that keeps no pauses for overlap questions (the live agent's: it asks for
+    /// the pause time and the storms alone, and runs for as long as the agent does).
+    pub fn without_runs(mut self) -> PauseTracker {
+        self.max_runs = 0;
+        self
+    }
+
+    /// Wall time priority `p` was paused up to `now_ns`, nanoseconds: the closed pauses and
+    /// the one under way (up to its timer, or to now).
+    pub fn paused_ns_to(&self, p: usize, now_ns: u64) -> u64 {
+        let Some(pr) = self.prios.get(p) else {
+            return 0;
+        };
+        let open = pr.open.map_or(0, |(start, until, _, _)| {
+            until.min(now_ns).saturating_sub(start)
+        });
+        pr.paused_ns + open
+    }
+
+    /// Closes the pauses whose timers ran out by `now_ns` (the live agent, at each poll: a
+    /// storm that ended between two polls is told at the next).
+    pub fn close_ended(&mut self, now_ns: u64) {
+        for p in 0..PRIORITIES {
+            self.close(p, now_ns);
         }
     }
 
@@ -134,7 +163,7 @@ impl PauseTracker {
             xoff_frames: n,
             mac: mac_string(mac),
         };
-        if self.runs.len() < MAX_RUNS {
+        if self.runs.len() < self.max_runs {
             self.runs.push((p as u8, start, end));
         }
         let pr = &mut self.prios[p];

@@ -83,6 +83,7 @@ fn attach_with(
                 pins,
                 maps_reused,
                 flow_pressure: Default::default(),
+                pause_ring: Default::default(),
             })
         }
         Err(e) => Err((e, pins)),

@@ -47,6 +47,8 @@ pub struct Attachment {
     pub(super) links: Vec<u32>,
     /// How full the flow maps are, and the flows they pushed out, from poll to poll.
     pub flow_pressure: crate::sources::flow_pressure::FlowPressure,
+    /// Where the pause ring was read up to.
+    pub pause_ring: crate::sources::pause_ring::PauseRingReader,
 }
 
 /// How to attach one interface.

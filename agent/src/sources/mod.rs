@@ -1,6 +1,7 @@
 //! Where frames and counts come from: kernel maps ([`maps`]; the loader owns the object),
 //! capture files, the RDMA NIC counters and queue pairs of hosts whose RoCE traffic bypasses
-//! the kernel, the NIC's own pause counters ([`nic_pause`]), and the link events that say when
+//! the kernel, the NIC's own pause counters ([`nic_pause`]), the kernel's PFC and PAUSE
+//! frames with their times ([`pause_ring`]), and the link events that say when
 //! a watched interface comes or goes. [`prog_run`] runs loaded programs on demand (the flow
 //! cache's flush before each read of the flow maps).
 pub mod afxdp;
@@ -13,6 +14,7 @@ pub mod input;
 pub mod links;
 pub mod maps;
 pub mod nic_pause;
+pub mod pause_ring;
 pub mod prog_run;
 pub mod rdma;
 pub mod tally;

@@ -161,6 +161,14 @@ impl VethPair {
         Ok(())
     }
 
+    /// Replays a capture out of `b_if` at the pace of its timestamps (the live agent's
+    /// clock then sees the capture's gaps: pause intervals, steps).
+    pub fn replay_timed_from_b(&self, pcap: &std::path::Path) -> Result<()> {
+        let path = pcap.to_str().context("capture path is not UTF-8")?;
+        self.exec(&self.ns_b, "tcpreplay", &["-q", "-i", &self.b_if, path])?;
+        Ok(())
+    }
+
     /// Replays a capture out of `b_if` at `pps` packets per second: for a receiver whose ring
     /// holds a few thousand frames and whose thread the scheduler may hold back for
     /// milliseconds while parallel tests load the machine (AF_XDP), so that a drop means a
