@@ -1,11 +1,12 @@
 //! The live agent's pause time is the union of the pause intervals, as `analyze`'s: PFC
-//! frames replayed through a veth at the pace of their timestamps (a veth reports 10 Gb/s: a
-//! whole XOFF, 65,535 quanta, pauses 3.355 ms). Bursts of back-to-back XOFFs (spoofed: their
-//! quanta sum to all of the time, the link was paused a tenth of it) are no storm; XOFFs
-//! refreshed before their timers run out are one.
+//! frames replayed through a veth at the pace of their timestamps, the link's speed read as
+//! 1 Gb/s (from a sysfs of the test's own: a whole XOFF, 65,535 quanta, pauses 33.55 ms, so a
+//! sender the scheduler holds back for milliseconds on a loaded machine changes little).
+//! Bursts of back-to-back XOFFs (spoofed: their quanta sum to all of the time, the link was
+//! paused a tenth of it) are no storm; XOFFs refreshed before their timers run out are one.
 
 use rocemon_testkit::fixtures::{whole, Format};
-use rocemon_testkit::netns::{http_get_in, Agent, VethPair};
+use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
 use rocemon_testkit::{frames, require_root, TempDir};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -22,8 +23,9 @@ fn xoff() -> Vec<u8> {
 }
 
 /// Replays XOFFs at `times` (ns from the start) into an agent on a veth; returns every
-/// finding the agent listed (active and recent) once two polls passed after the last one.
-fn findings_after(name: &str, times: Vec<u64>) -> Vec<Value> {
+/// finding the agent listed (active and recent) once a few polls passed after the last one,
+/// and its metrics then.
+fn findings_after(name: &str, times: Vec<u64>) -> (Vec<Value>, String) {
     let dir = TempDir::new(name).unwrap();
     let t0 = 1_764_460_800_000_000_000u64;
     let cap = whole(
@@ -34,20 +36,21 @@ fn findings_after(name: &str, times: Vec<u64>) -> Vec<Value> {
     )
     .write(dir.path())
     .unwrap();
-    // The veth's own speed stands; this one is for a kernel whose veth reports none.
-    let cfg = dir.path().join("rocemon.toml");
-    std::fs::write(&cfg, "[elephant]\nlink_speed_mbps = 10000.0\n").unwrap();
     let pair = VethPair::new("rcpause").unwrap();
+    let sysfs = dir.path().join("sys");
+    let net = sysfs.join("class/net").join(&pair.a_if);
+    std::fs::create_dir_all(&net).unwrap();
+    std::fs::write(net.join("speed"), "1000\n").unwrap();
     let agent = Agent::on_iface(
         &pair.ns_a,
         BIN,
         (&pair.a_if, "xdp"),
         ADDR,
-        &["--config", cfg.to_str().unwrap()],
+        &["--sysfs-root", sysfs.to_str().unwrap()],
     )
     .unwrap();
     pair.replay_timed_from_b(&cap).unwrap();
-    // The last pause runs out 3.4 ms after its frame; then a few polls.
+    // The last pause runs out 34 ms after its frame; then a few polls.
     std::thread::sleep(Duration::from_millis(500));
     let deadline = Instant::now() + Duration::from_secs(30);
     let doc: Value = loop {
@@ -58,12 +61,13 @@ fn findings_after(name: &str, times: Vec<u64>) -> Vec<Value> {
         assert!(Instant::now() < deadline, "no findings answer: {status}");
         std::thread::sleep(Duration::from_millis(200));
     };
+    let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
     agent.stop_ok();
     let mut out = Vec::new();
     for list in ["active", "recent"] {
         out.extend(doc[list].as_array().cloned().unwrap_or_default());
     }
-    out
+    (out, metrics)
 }
 
 fn storms(findings: &[Value]) -> Vec<&Value> {
@@ -73,30 +77,38 @@ fn storms(findings: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
-/// Ten back-to-back XOFFs every 33.5 ms for 4 s: the quanta ask for the whole time, the link
-/// was paused 10% of it. (With the quanta's sum as the pause time, this was a critical storm
-/// "paused for 4 s without a break".)
+/// Ten back-to-back XOFFs (1 us apart) every 335.5 ms for 4 s: the quanta ask for the whole
+/// time, the link was paused 10% of it. (With the quanta's sum as the pause time, this was a
+/// critical storm "paused for 4 s without a break".)
 #[test]
 fn bursts_of_back_to_back_xoffs_are_no_storm() {
     if !require_root("a live pause test (namespaces, BPF)") {
         return;
     }
-    let times = (0..120u64)
-        .flat_map(|b| (0..10u64).map(move |i| b * 33_550_000 + i * 20_000))
+    let times = (0..12u64)
+        .flat_map(|b| (0..10u64).map(move |i| b * 335_500_000 + i * 1_000))
         .collect();
-    let found = findings_after("rocemon-pause-bursts", times);
+    let (found, metrics) = findings_after("rocemon-pause-bursts", times);
     assert!(storms(&found).is_empty(), "{found:#?}");
+    // Each burst paused 33.55 ms (plus the microseconds it took to send): about 0.40 s in
+    // all, where the quanta ask for 4.03 s (a loaded sender spreads a burst: the union grows
+    // by what it really took, still far below the quanta's sum).
+    let prio3 = [("priority", "3")];
+    let union = metric_sum(&metrics, "rocemon_pfc_paused_seconds_total", &prio3);
+    let asked = metric_sum(&metrics, "rocemon_pfc_pause_seconds_total", &prio3);
+    assert!((asked - 4.026).abs() < 0.01, "{asked} s asked");
+    assert!((0.40..1.2).contains(&union), "{union} s paused");
 }
 
-/// XOFFs refreshed every millisecond for 3 s (each pauses 3.355 ms): paused without a break,
-/// past the 200 ms threshold: a storm on priority 3.
+/// XOFFs refreshed every 5 ms for 3 s (each pauses 33.55 ms): paused without a break, past
+/// the 200 ms threshold: a storm on priority 3.
 #[test]
 fn refreshed_xoffs_are_a_storm() {
     if !require_root("a live pause test (namespaces, BPF)") {
         return;
     }
-    let times = (0..3_000u64).map(|i| i * MS).collect();
-    let found = findings_after("rocemon-pause-storm", times);
+    let times = (0..600u64).map(|i| i * 5 * MS).collect();
+    let (found, _) = findings_after("rocemon-pause-storm", times);
     let s = storms(&found);
     assert!(!s.is_empty(), "{found:#?}");
     assert!(

@@ -349,6 +349,7 @@ fn poll(
                     (now_mono, (dt * 1e9) as u64),
                     &m,
                 );
+                m.set_pfc_paused(&p.iface, &sample.union_paused_ns);
                 samples.push((p.iface.clone(), sample, speed.unwrap_or(0)));
             }
             Err(e) => {

@@ -127,6 +127,20 @@ impl Metrics {
 
     /// The NIC's own pause counters of one interface (totals; a device with neither source
     /// exports no series).
+    /// The union pause time per priority so far (ns; see `detect::live_pause`).
+    pub fn set_pfc_paused(&self, iface: &str, paused_ns: &[Option<u64>; PRIORITIES]) {
+        for (p, ns) in paused_ns.iter().enumerate() {
+            if let Some(ns) = ns {
+                super::follow(
+                    &self
+                        .pfc_paused_seconds
+                        .with_label_values(&[iface, PRIORITY[p]]),
+                    *ns as f64 / 1e9,
+                );
+            }
+        }
+    }
+
     pub fn set_nic_pause(&self, iface: &str, nic: &NicPause) {
         for c in &nic.pfc {
             let origin = c.origin.name();
