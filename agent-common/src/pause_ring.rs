@@ -14,9 +14,10 @@
 
 use crate::headers::mac_control::{MacControl, PRIORITIES};
 
-/// Frames each CPU's ring holds (a power of two: the slot is a mask). 32 bytes each: 16 KiB
-/// per CPU per interface.
-pub const PAUSE_RING_SLOTS: u32 = 512;
+/// Frames each CPU's ring holds (a power of two: the slot is a mask). 32 bytes each: 64 KiB
+/// per CPU per interface, as the rhythm's ring; a storm refreshing its XOFF every 200 us
+/// fills it in 0.4 s.
+pub const PAUSE_RING_SLOTS: u32 = 2048;
 const _: () = assert!(PAUSE_RING_SLOTS.is_power_of_two());
 
 /// Name of the per-CPU array of [`PauseEvent`].

@@ -1,8 +1,11 @@
 //! The live pause time: the kernel's PFC and PAUSE frames (the pause ring) through the same
 //! tracker `analyze` runs over a capture ([`super::pause::PauseTracker`]), so a priority's
-//! pause time is the union of its pause intervals, live as offline. A poll whose frames the
-//! ring could not all hold takes the quanta's bound for that poll (the sum of the quanta the
-//! frames asked for, at most the poll's length), said by the lost frames' count.
+//! pause time is the union of its pause intervals, live as offline. Where the ring could not
+//! hold all of a poll's frames it lost the oldest. The span before the first frame it kept is
+//! then estimated: the pause the lost frames asked for (the counters' quanta less the kept
+//! frames'), scaled by how much of what the kept frames asked they really paused (their
+//! union against their quanta), at most the span. A sender that sends more bursts of XOFFs
+//! than the ring holds is judged by the bursts it kept, not by their quanta's sum.
 
 use super::pause::{PauseTracker, DEFAULT_STORM_NS};
 use agent_common::headers::mac_control::{quanta_seconds, PRIORITIES};
@@ -19,7 +22,25 @@ pub struct LivePause {
     last_quanta: Option<[u64; PRIORITIES]>,
     /// Frames the ring lost, since the agent started.
     pub lost_total: u64,
+    /// When the ring was last read (kernel monotonic ns).
+    last_now_ns: Option<u64>,
 }
+
+/// PFC XOFF quanta per priority of `events` (what the counters' `pfc_quanta` count).
+fn pfc_quanta(events: &[PauseEvent]) -> [u64; PRIORITIES] {
+    let mut q = [0u64; PRIORITIES];
+    for e in events.iter().filter(|e| e.opcode == OPCODE_PFC) {
+        for (p, sum) in q.iter_mut().enumerate() {
+            if e.class_enable & (1 << p) != 0 {
+                *sum += u64::from(e.times[p]);
+            }
+        }
+    }
+    q
+}
+
+/// PFC's MAC control opcode.
+const OPCODE_PFC: u16 = 0x0101;
 
 /// What one poll hands to [`LivePause::poll`].
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +62,7 @@ impl LivePause {
     /// or None while the link's speed is unknown.
     pub fn poll(&mut self, p: &PausePoll<'_>) -> Option<[u64; PRIORITIES]> {
         let last_quanta = self.last_quanta.replace(p.quanta);
+        let last_now = self.last_now_ns.replace(p.now_ns);
         if p.speed == 0 {
             return None;
         }
@@ -66,13 +88,23 @@ impl LivePause {
         t.storms.clear();
         if p.lost > 0 {
             self.lost_total += p.lost;
-            // Frames are missing: this poll's union is not known. The quanta's bound stands
-            // in for it (at most the poll's length), the tracker's own figure is set aside.
+            // The oldest frames are missing: the span before the first kept one is paused,
+            // estimated, as the kept frames paused against what they asked, at most the span.
+            let first = p.events.first().map_or(p.now_ns, |e| e.ts_ns);
+            let since = last_now.unwrap_or_else(|| p.now_ns.saturating_sub(p.dt_ns));
+            let span = first.saturating_sub(since);
+            let kept = pfc_quanta(p.events);
             for (q, b) in self.base_ns.iter_mut().enumerate() {
                 let asked = last_quanta.map_or(0, |l| p.quanta[q].saturating_sub(l[q]));
-                let bound = ((quanta_seconds(asked, p.speed) * 1e9) as u64).min(p.dt_ns);
-                let union = t.paused_ns_to(q, p.now_ns).saturating_sub(before[q]);
-                *b = (*b + bound).saturating_sub(union);
+                let lost_ns = quanta_seconds(asked.saturating_sub(kept[q]), p.speed) * 1e9;
+                let kept_ns = quanta_seconds(kept[q], p.speed) * 1e9;
+                let union = t.paused_ns_to(q, p.now_ns).saturating_sub(before[q]) as f64;
+                let ratio = if kept_ns > 0.0 {
+                    (union / kept_ns).min(1.0)
+                } else {
+                    1.0
+                };
+                *b += ((lost_ns * ratio) as u64).min(span);
             }
         }
         Some(std::array::from_fn(|q| {
@@ -141,14 +173,40 @@ mod tests {
         assert_eq!(poll(&mut l, &[], 0, 65_535, 200 * MS), 33_553_920);
     }
 
-    /// Lost frames: the poll's pause time is the quanta's bound, at most the poll.
+    /// Lost frames: the span before the first kept frame counts as paused for what the lost
+    /// ones asked (scaled as the kept ones paused against what they asked), at most the
+    /// span; the kept frames count by their union.
     #[test]
-    fn a_poll_that_lost_frames_takes_the_quanta_bound() {
+    fn a_poll_that_lost_frames_bounds_the_span_they_came_in() {
         let mut l = LivePause::default();
         poll(&mut l, &[], 0, 0, 0);
         let paused = poll(&mut l, &[xoff(5 * MS)], 40, 41 * 65_535, 1_000 * MS);
-        assert_eq!(paused, 1_000 * MS, "41 XOFFs ask for more than the poll");
+        assert_eq!(
+            paused,
+            5 * MS + 33_553_920,
+            "40 XOFFs ask for more than 5 ms"
+        );
         assert_eq!(l.lost_total, 40);
+        let mut l = LivePause::default();
+        poll(&mut l, &[], 0, 0, 0);
+        let paused = poll(&mut l, &[xoff(500 * MS)], 1, 2 * 65_535, 1_000 * MS);
+        assert_eq!(paused, 2 * 33_553_920, "one lost XOFF asked for 33.55 ms");
+    }
+
+    /// More back-to-back bursts than the ring holds: still no more than the span of the
+    /// lost ones plus the union of the kept ones, far from a storm.
+    #[test]
+    fn bursts_past_the_ring_are_no_storm() {
+        let mut l = LivePause::default();
+        poll(&mut l, &[], 0, 0, 0);
+        // Ten XOFFs every 335.5 ms over 10 s; the ring kept the last 3 bursts.
+        let kept: Vec<PauseEvent> = (27..30u64)
+            .flat_map(|b| (0..10u64).map(move |i| xoff(b * 335_500_000 + i * 1_000)))
+            .collect();
+        let paused = poll(&mut l, &kept, 270, 300 * 65_535, 10_000 * MS);
+        // The lost 27 bursts asked for 9.06 s, the kept ones paused a tenth of what they
+        // asked: about 1 s in all, where the quanta's sum says the whole 10 s.
+        assert!(paused > 900 * MS && paused < 1_100 * MS, "{paused} ns");
     }
 
     #[test]

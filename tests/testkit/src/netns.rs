@@ -152,35 +152,28 @@ impl VethPair {
 
     /// Replays a capture out of `b_if` (towards `a_if`) at full speed with tcpreplay.
     pub fn replay_from_b(&self, pcap: &std::path::Path) -> Result<()> {
-        let path = pcap.to_str().context("capture path is not UTF-8")?;
-        self.exec(
-            &self.ns_b,
-            "tcpreplay",
-            &["-q", "--topspeed", "-i", &self.b_if, path],
-        )?;
-        Ok(())
+        self.tcpreplay(pcap, &["--topspeed"])
     }
 
     /// Replays a capture out of `b_if` at the pace of its timestamps (the live agent's
     /// clock then sees the capture's gaps: pause intervals, steps).
     pub fn replay_timed_from_b(&self, pcap: &std::path::Path) -> Result<()> {
-        let path = pcap.to_str().context("capture path is not UTF-8")?;
-        self.exec(&self.ns_b, "tcpreplay", &["-q", "-i", &self.b_if, path])?;
-        Ok(())
+        self.tcpreplay(pcap, &[])
     }
 
-    /// Replays a capture out of `b_if` at `pps` packets per second: for a receiver whose ring
-    /// holds a few thousand frames and whose thread the scheduler may hold back for
-    /// milliseconds while parallel tests load the machine (AF_XDP), so that a drop means a
-    /// fault and not a busy host.
+    /// Replays a capture out of `b_if` at `pps` packets per second (an AF_XDP ring of a few
+    /// thousand frames on a loaded machine: a drop then means a fault, not a busy host).
     pub fn replay_at_from_b(&self, pcap: &std::path::Path, pps: u32) -> Result<()> {
+        self.tcpreplay(pcap, &["--pps", &pps.to_string()])
+    }
+
+    /// tcpreplay of `pcap` out of `b_if` with the pace options `pace`.
+    fn tcpreplay(&self, pcap: &std::path::Path, pace: &[&str]) -> Result<()> {
         let path = pcap.to_str().context("capture path is not UTF-8")?;
-        let pps = pps.to_string();
-        self.exec(
-            &self.ns_b,
-            "tcpreplay",
-            &["-q", "--pps", &pps, "-i", &self.b_if, path],
-        )?;
+        let mut args = vec!["-q"];
+        args.extend_from_slice(pace);
+        args.extend_from_slice(&["-i", &self.b_if, path]);
+        self.exec(&self.ns_b, "tcpreplay", &args)?;
         Ok(())
     }
 }
