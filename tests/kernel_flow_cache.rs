@@ -109,8 +109,8 @@ fn a_cached_flow_reaches_its_map_at_the_flush() {
         return;
     }
     let ebpf = five_packets(true);
-    // The first packet took the slot (a flow the map does not hold takes it at once): the
-    // map has no element for the flow before the flush inserts it.
+    // The first packet took the slot (a flow the map does not hold takes it at once, its
+    // element inserted empty): the map holds no packet before the flush.
     assert_eq!(raw_packets(&ebpf), 0, "the map before the flush");
     let (flows, _) = loader::read_flows(&ebpf).unwrap();
     let key: FlowKey = flows[0].0;

@@ -108,9 +108,7 @@ pub struct CachedFlow {
     /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
     /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
     pub last_miss: u32,
-    /// 1 while the slot holds a flow its miss counted as created (the map did not hold it)
-    /// and no write-back has inserted it yet: that insert is the creation, not another.
-    pub created: u64,
+    pub pad: u64,
     /// The flow's state on this CPU: its sequence state, and its counts since the slot was
     /// last written back (a write-back adds them into the map's value and clears them:
     /// [`FlowStats::merge`], [`FlowStats::clear_counts`]).

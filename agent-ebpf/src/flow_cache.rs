@@ -100,23 +100,10 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     } else {
         store(&FLOWS, &key, stats)
     };
-    if r == 0 {
-        return 0;
+    if r != 0 {
+        stats.clear_counts();
     }
-    stats.clear_counts();
-    // SAFETY: as above.
-    let created = unsafe { core::mem::replace(&mut (*e).created, 0) };
-    if created == 0 {
-        return r;
-    }
-    // The slot's miss counted the flow as created: its first insert is that creation. Where
-    // another CPU inserted it first (and counted it), this CPU's count goes back.
-    if r == STORED {
-        if let Some(s) = flow_maps::slot(Hook::from_u32(u32::from(key.hook))) {
-            s.counters.flows_created = s.counters.flows_created.saturating_sub(1);
-        }
-    }
-    STORED
+    r
 }
 
 /// [`store`]: the element was there and took the counts.
@@ -215,18 +202,17 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     };
     // SAFETY: this CPU's slot and this CPU's value of the flow's element: the slot takes the
     // flow's sequence state, and counts from zero. A flow the map does not hold starts from
-    // nothing, counted as created now; its write-back inserts it.
+    // nothing, its element inserted empty (created once, whichever CPU inserts it first) and
+    // never looked up (see `flow_maps::flow_new`).
     unsafe {
         match v {
             Some(v) => {
                 core::ptr::copy_nonoverlapping(v, addr_of_mut!((*e).stats), 1);
                 (*e).stats.clear_counts();
-                (*e).created = 0;
             }
             None => {
                 core::ptr::write_bytes(addr_of_mut!((*e).stats), 0, 1);
-                c.flows_created += 1;
-                (*e).created = 1;
+                flow_maps::flow_new(rec, c, &(*e).stats);
             }
         }
         (*e).key = words;

@@ -71,6 +71,21 @@ pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
     }
 }
 
+/// Inserts the packet's flow, empty, when its map does not hold it (counted as created),
+/// never looking it up (see [`to_map`]): a flow cache slot counts it from there.
+#[allow(clippy::needless_borrows_for_generic_args)]
+#[inline(always)]
+pub fn flow_new(rec: &PacketRecord, c: &mut HookCounters, empty: &FlowStats) {
+    let inserted = if rec.key.ip_version == 4 {
+        FLOWS4.insert(&FlowKey4::of(&rec.key), empty, BPF_NOEXIST as u64)
+    } else {
+        FLOWS.insert(&rec.key, empty, BPF_NOEXIST as u64)
+    };
+    if inserted.is_ok() {
+        c.flows_created += 1;
+    }
+}
+
 /// [`flow_to_map`] in `map`: a held flow is counted in this CPU's value (the lookup marks it
 /// used); a new one is counted into the scratch value and inserted with its first packet,
 /// never looked up. The full LRU map pushes out the elements nobody looked up first, so the
