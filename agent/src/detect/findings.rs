@@ -138,7 +138,8 @@ pub struct Storm<'a> {
     pub priority: u8,
     pub span: (f64, f64),
     pub xoff_frames: u64,
-    /// The sender of the pauses (None live: the counters do not say).
+    /// The sender of the pauses (None live: the NIC's counters and the kernel's pause ring do
+    /// not keep it).
     pub mac: Option<&'a str>,
     pub threshold_s: f64,
 }
@@ -157,7 +158,7 @@ pub fn pfc_storm(s: &Storm<'_>) -> Finding {
         duration(secs),
         match s.mac {
             Some(mac) => format!("{} XOFF frames from {mac}", s.xoff_frames),
-            None => "by the PFC counters' pause time".into(),
+            None => "by the live pause time: the NIC's pause counter, or the PFC frames seen with their times".into(),
         },
         duration(s.threshold_s)
     ))
