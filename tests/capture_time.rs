@@ -24,14 +24,7 @@ fn analyze(frames: Vec<(u64, Vec<u8>)>, args: &[&str]) -> Value {
 /// rhythm is found, the capture lasts what the job lasts, the jump is listed.
 #[test]
 fn a_frame_decades_ahead_is_a_discontinuity_not_a_span() {
-    let job = Job {
-        period_ms: 100,
-        comm_ms: 20,
-        jitter_ms: 0,
-        steps: 60,
-        slow_at: None,
-        missing_at: None,
-    };
+    let job = Job::steady(60);
     let mut f = training::frames(job, "10.78.0.1", "10.78.0.2", 0);
     let (t_mid, _) = f[f.len() / 2];
     let mut stray = Roce::new(

@@ -298,12 +298,8 @@ fn traffic_with_no_rhythm_and_no_trouble_has_no_findings() {
 
 /// A training job of 100 ms steps (20 ms bursts) whose 7th step takes twice as long.
 const JOB: training::Job = training::Job {
-    period_ms: 100,
-    comm_ms: 20,
-    jitter_ms: 0,
-    steps: 14,
     slow_at: Some(6),
-    missing_at: None,
+    ..training::Job::steady(14)
 };
 
 /// The start of step `i` of [`JOB`] (each step before the slow one 100 ms).

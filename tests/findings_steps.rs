@@ -37,12 +37,8 @@ fn findings<'a>(j: &'a Value, kind: &str) -> Vec<&'a Value> {
 /// (index 6) take 200 ms.
 fn job(slow: bool) -> training::Job {
     training::Job {
-        period_ms: 100,
-        comm_ms: 20,
-        jitter_ms: 0,
-        steps: 14,
         slow_at: slow.then_some(6),
-        missing_at: None,
+        ..training::Job::steady(14)
     }
 }
 

@@ -121,12 +121,8 @@ fn the_report_reads_at_500_and_1280_px_and_its_tables_sort() {
         training::capture(
             "job",
             training::Job {
-                period_ms: 100,
-                comm_ms: 20,
-                jitter_ms: 0,
-                steps: 30,
                 slow_at: Some(15),
-                missing_at: None,
+                ..training::Job::steady(30)
             },
         )
         .write(dir.path())

@@ -190,12 +190,8 @@ fn the_report_shows_the_lossless_training_and_sflow_sections() {
     let b = training::capture(
         "job",
         training::Job {
-            period_ms: 100,
-            comm_ms: 20,
-            jitter_ms: 0,
-            steps: 40,
             slow_at: Some(20),
-            missing_at: None,
+            ..training::Job::steady(40)
         },
     )
     .write(dir.path())

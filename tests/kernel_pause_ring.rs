@@ -23,17 +23,25 @@ fn xoff(quanta: u16) -> Vec<u8> {
     frames::pfc(1 << 3, times)
 }
 
+/// An object to run frames through and a reader of its ring that has not read yet; None
+/// where the test cannot load programs.
+fn object() -> Option<(aya::Ebpf, PauseRingReader)> {
+    if !ready(true) {
+        return None;
+    }
+    let ebpf = xdp_object(1024, loader::Switches::default());
+    Some((ebpf, PauseRingReader::default()))
+}
+
 /// PFC, PAUSE and RoCE frames: the MAC control frames come back, in order, in the time they
 /// ran in; RoCE and the frames from before the first read do not.
 #[test]
 fn every_pause_frame_comes_back_with_its_time() {
-    if !ready(true) {
+    let Some((ebpf, mut reader)) = object() else {
         return;
-    }
-    let ebpf = xdp_object(1024, loader::Switches::default());
+    };
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
     let fd = prog.fd().unwrap();
-    let mut reader = PauseRingReader::default();
     test_run(fd, &xoff(7), 1).unwrap();
     assert!(
         reader.read(&ebpf).unwrap().events.is_empty(),
@@ -73,12 +81,10 @@ fn every_pause_frame_comes_back_with_its_time() {
 /// rest are counted lost.
 #[test]
 fn frames_the_ring_overwrote_are_counted_lost() {
-    if !ready(true) {
+    let Some((ebpf, mut reader)) = object() else {
         return;
-    }
-    let ebpf = xdp_object(1024, loader::Switches::default());
+    };
     let prog = ebpf.program(agent_common::PROG_XDP).unwrap();
-    let mut reader = PauseRingReader::default();
     reader.read(&ebpf).unwrap();
     let n = PAUSE_RING_SLOTS + 40;
     test_run(prog.fd().unwrap(), &xoff(9), n).unwrap();

@@ -16,14 +16,7 @@ fn run(job: Job) -> Value {
     analyze(&p)["training"].clone()
 }
 
-const BASE: Job = Job {
-    period_ms: 100,
-    comm_ms: 20,
-    jitter_ms: 0,
-    steps: 60,
-    slow_at: None,
-    missing_at: None,
-};
+const BASE: Job = Job::steady(60);
 
 fn period(t: &Value) -> f64 {
     t["period_seconds"]

@@ -24,12 +24,8 @@ fn live(prefix: &str, hooks: &[&str]) {
     let _one = PACED.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new("rocemon-training-live").unwrap();
     let job = Job {
-        period_ms: 100,
-        comm_ms: 20,
-        jitter_ms: 0,
-        steps: 50,
         slow_at: Some(35),
-        missing_at: None,
+        ..Job::steady(50)
     };
     let path = training::capture("live", job).write(dir.path()).unwrap();
     let want = training::tshark_messages(&path).unwrap();

@@ -23,6 +23,21 @@ pub struct Job {
     pub missing_at: Option<u64>,
 }
 
+impl Job {
+    /// The tests' usual job: `steps` steps of 100 ms, each with a 20 ms burst, no jitter, no
+    /// slow or missing step (set those with struct update syntax).
+    pub const fn steady(steps: u64) -> Job {
+        Job {
+            period_ms: 100,
+            comm_ms: 20,
+            jitter_ms: 0,
+            steps,
+            slow_at: None,
+            missing_at: None,
+        }
+    }
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
 }
