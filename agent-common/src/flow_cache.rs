@@ -87,6 +87,24 @@ pub const PROG_FLOW_FLUSH: &str = "rocemon_flow_flush";
 /// Load-time switch of the cache (1 on, 0 off: every packet goes to the hash map).
 pub const SWITCH_FLOW_CACHE: &str = "ROCEMON_FLOW_CACHE";
 
+/// Load-time global: after how many flow-map inserts on its CPU a slot's hit looks its
+/// flow's element up again (see [`ref_every`]).
+pub const GLOBAL_REF_EVERY: &str = "ROCEMON_REF_EVERY";
+
+/// How many inserts into the flow maps a CPU makes before a cached flow's hit looks its
+/// element up again: a quarter of the smaller map's entries shared among the CPUs, at least
+/// one. A flow in a slot is counted without touching its element, so the LRU map would
+/// see it unused and push it out under a flood of new flows, and with it whatever the
+/// element held that the agent had not read yet (another CPU's packets, an earlier
+/// write-back). Looked up once per such stretch, it stays among the used flows: the map
+/// turns over no faster than its entries per insert, each CPU takes about its share of the
+/// inserts, and an element looked up four times per turn-over is never the least recently
+/// used. Without churn (no new flows) a hit never looks anything up.
+pub fn ref_every(ipv4_entries: u32, ipv6_entries: u32, cpus: u32) -> u32 {
+    let smaller = ipv4_entries.min(ipv6_entries);
+    (smaller / 4 / cpus.max(1)).max(1)
+}
+
 /// A slot that never held a flow (or whose flow could not be loaded).
 pub const EMPTY: u32 = 0;
 /// A slot with no counts since its last write-back (its flow's counts are all in the map).
@@ -108,7 +126,9 @@ pub struct CachedFlow {
     /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
     /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
     pub last_miss: u32,
-    pub pad: u64,
+    /// This CPU's count of flow-map inserts when the slot last looked its flow's element up
+    /// (see [`ref_every`]).
+    pub ref_mark: u64,
     /// The flow's state on this CPU: its sequence state, and its counts since the slot was
     /// last written back (a write-back adds them into the map's value and clears them:
     /// [`FlowStats::merge`], [`FlowStats::clear_counts`]).
@@ -197,6 +217,19 @@ mod tests {
         k.src[..4].copy_from_slice(&[10, 0, (i >> 8) as u8, i as u8]);
         k.dst[..4].copy_from_slice(&[10, 1, 0, 1]);
         k
+    }
+
+    #[test]
+    fn a_cached_flow_is_looked_up_four_times_per_turn_over_of_the_smaller_map() {
+        // 16,384 entries, 8 CPUs: each CPU takes an eighth of the inserts.
+        assert_eq!(ref_every(16_384, 65_536, 8), 512);
+        assert_eq!(ref_every(256, 256, 2), 32);
+    }
+
+    #[test]
+    fn a_tiny_map_on_many_cpus_looks_up_at_every_insert() {
+        assert_eq!(ref_every(64, 64, 256), 1);
+        assert_eq!(ref_every(16_384, 16_384, 0), 4_096);
     }
 
     #[test]

@@ -93,6 +93,20 @@ pub const MAP_FLOWS: &str = "FLOWS";
 /// Name of the LRU per-CPU hash of [`FlowKey4`] -> [`FlowStats`]: the IPv4 flows, under a key
 /// of 16 bytes instead of 40 (cheaper to hash on every packet).
 pub const MAP_FLOWS4: &str = "FLOWS4";
+/// Name of the LRU per-CPU hash of [`FlowKey`] -> [`FlowStats`] for the flows the host sends
+/// (tc egress), both families: a budget of their own, so no flood that comes in can push
+/// them out (an incoming flood churns only the other two maps).
+pub const MAP_FLOWS_OUT: &str = "FLOWS_OUT";
+/// What a flow map holds, in words for a person: `IPv4`, `IPv6` (flows that come in) or
+/// `sent` (the flows the host sends).
+pub fn flow_map_holds(map: &str) -> &'static str {
+    match map {
+        MAP_FLOWS4 => "IPv4",
+        MAP_FLOWS_OUT => "sent",
+        _ => "IPv6",
+    }
+}
+
 /// The `map` label of failures that concern both flow maps at once (the kernel counts a
 /// failed flow update without its family; a read or a delete covers both maps).
 pub const MAP_LABEL_FLOWS: &str = "flows";

@@ -268,6 +268,7 @@ impl Store for KernelStore<'_> {
                         // SAFETY: this CPU's slot (see `flow_cache`).
                         unsafe { flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now) };
                         flow_cache::counted(e);
+                        flow_cache::refresh(e, rec);
                         return false;
                     }
                 } else if mode == CACHE_ON {

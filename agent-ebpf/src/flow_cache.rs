@@ -4,7 +4,7 @@
 //! the flush program the agent runs on every CPU before it reads the flow maps.
 
 use crate::flow_maps::{self, on};
-use crate::{FLOWS, FLOWS4, FLOW_CACHE};
+use crate::{FLOWS, FLOWS4, FLOWS_OUT, FLOW_CACHE};
 use agent_common::cache_mode::{
     mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING, CACHE_ON, FLUSH_RELEASE,
 };
@@ -12,7 +12,7 @@ use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
     CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK, HEAVY_PACKETS,
 };
-use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
+use agent_common::{FlowKey4, FlowStats, Hook, HookSlot, PacketRecord};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_ktime_get_ns,
@@ -74,6 +74,23 @@ pub fn hit(words: &KeyWords) -> Option<*mut CachedFlow> {
     }
 }
 
+/// After a hit: the flow's element is looked up (the LRU map marks it used) once this CPU
+/// has inserted [`agent_common::flow_cache::ref_every`] elements since the slot last looked
+/// it up. A cached flow is counted without touching its element, so under a flood of new
+/// flows the map would push it out as unused, and with it what the element held unread
+/// (another CPU's packets, an earlier write-back): the agent would miss those counts.
+#[inline(always)]
+pub fn refresh(e: *mut CachedFlow, rec: &PacketRecord) {
+    let now = crate::churn::count();
+    // SAFETY: a slot of this CPU's cache (only packets on this CPU touch its mark).
+    let mark = unsafe { &mut (*e).ref_mark };
+    if now.wrapping_sub(*mark) < crate::churn::every() {
+        return;
+    }
+    *mark = now;
+    let _ = flow_maps::flow_value_of(rec);
+}
+
 /// After a hit's update: the slot differs from its map value now, and its flow was hit (the
 /// last miss forgotten: a flow must miss twice in a row to take the slot).
 #[inline(always)]
@@ -95,7 +112,9 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     };
     // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
     let (key, stats) = unsafe { (key_of(&(*e).key), &mut (*e).stats) };
-    let r = if key.ip_version == 4 {
+    let r = if flow_maps::sent(key.hook) {
+        store(&FLOWS_OUT, &key, stats)
+    } else if key.ip_version == 4 {
         store(&FLOWS4, &FlowKey4::of(&key), stats)
     } else {
         store(&FLOWS, &key, stats)
@@ -134,6 +153,7 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
             return STORED;
         }
         if map.insert(key, stats, BPF_NOEXIST as u64).is_ok() {
+            crate::churn::inserted();
             // A flow seen more than once is marked used (a lookup): the LRU map pushes out
             // unmarked elements first, so a flood's flows seen once go before it.
             if stats.packets > 1 {
@@ -217,6 +237,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         }
         (*e).key = words;
         (*e).last_miss = 0;
+        (*e).ref_mark = crate::churn::count();
         flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);

@@ -1,14 +1,15 @@
 //! The kernel's flow maps and per-CPU slots, as the counting sequence's store reaches them:
-//! this CPU's hook slot, the load-time switches, a flow's value in its family's map
+//! this CPU's hook slot, the load-time switches, a flow's value in its map (the host's sent
+//! flows apart, else its family's)
 //! (inserted with its first packet when new; a full map pushes out the flows nobody looked up
 //! first, then the least recently used) and the flow step on it. Shared by the counting
 //! entry ([`crate::count`]) and the flow cache's miss and write-back paths
 //! ([`crate::flow_cache`]).
 
 pub use crate::hook_slot::{on, slot};
-use crate::{FLOWS, FLOWS4, SCRATCH};
+use crate::{FLOWS, FLOWS4, FLOWS_OUT, SCRATCH};
 use agent_common::count::flow_step;
-use agent_common::{FlowKey4, FlowStats, HookCounters, PacketRecord};
+use agent_common::{FlowKey4, FlowStats, Hook, HookCounters, PacketRecord};
 use aya_ebpf::{bindings::BPF_NOEXIST, maps::LruPerCpuHashMap};
 
 /// Load-time switch: PSN tracking (gaps, retransmissions per flow), set by the loader before
@@ -43,12 +44,21 @@ pub fn flow_record(
     }
 }
 
+/// Whether a flow of `hook` is one the host sends (tc egress): it lives in [`FLOWS_OUT`], a
+/// budget apart from the maps an incoming flood churns.
+#[inline(always)]
+pub fn sent(hook: u8) -> bool {
+    hook == Hook::TcEgress as u8
+}
+
 /// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
 /// refused the flow (counted in `flow_update_errors`).
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
-    let refused = if rec.key.ip_version == 4 {
+    let refused = if sent(rec.key.hook) {
+        to_map(&FLOWS_OUT, &rec.key, rec, c, frame_len, now)
+    } else if rec.key.ip_version == 4 {
         to_map(&FLOWS4, &FlowKey4::of(&rec.key), rec, c, frame_len, now)
     } else {
         to_map(&FLOWS, &rec.key, rec, c, frame_len, now)
@@ -64,7 +74,9 @@ pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
-    if rec.key.ip_version == 4 {
+    if sent(rec.key.hook) {
+        FLOWS_OUT.get_ptr_mut(&rec.key)
+    } else if rec.key.ip_version == 4 {
         FLOWS4.get_ptr_mut(&FlowKey4::of(&rec.key))
     } else {
         FLOWS.get_ptr_mut(&rec.key)
@@ -76,13 +88,16 @@ pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_new(rec: &PacketRecord, c: &mut HookCounters, empty: &FlowStats) {
-    let inserted = if rec.key.ip_version == 4 {
+    let inserted = if sent(rec.key.hook) {
+        FLOWS_OUT.insert(&rec.key, empty, BPF_NOEXIST as u64)
+    } else if rec.key.ip_version == 4 {
         FLOWS4.insert(&FlowKey4::of(&rec.key), empty, BPF_NOEXIST as u64)
     } else {
         FLOWS.insert(&rec.key, empty, BPF_NOEXIST as u64)
     };
     if inserted.is_ok() {
         c.flows_created += 1;
+        crate::churn::inserted();
     }
 }
 
@@ -120,6 +135,7 @@ fn to_map<K>(
     flow_record(first, rec, c, frame_len, now);
     if map.insert(key, &*first, BPF_NOEXIST as u64).is_ok() {
         c.flows_created += 1;
+        crate::churn::inserted();
         return false;
     }
     let Some(v) = map.get_ptr_mut(key) else {

@@ -13,6 +13,7 @@
 // BPF inline assembly (the direct reader's word loads); the kernel programs build on nightly.
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
+mod churn;
 mod clock;
 mod count;
 mod direct;
@@ -61,6 +62,14 @@ static FLOWS: LruPerCpuHashMap<FlowKey, FlowStats> =
 #[map]
 static FLOWS4: LruPerCpuHashMap<FlowKey4, FlowStats> =
     LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES, 0);
+
+/// The flows this host sends (tc egress), both families under the full key: a budget apart
+/// from [`FLOWS`] and [`FLOWS4`], which an incoming flood of spoofed flows churns, so that
+/// flood never pushes the host's own flows out ([`agent_common::MAP_FLOWS_OUT`]). Userspace
+/// sizes it at load time.
+#[map]
+static FLOWS_OUT: LruPerCpuHashMap<FlowKey, FlowStats> =
+    LruPerCpuHashMap::with_max_entries(FLOW_MAP_ENTRIES / 4, 0);
 
 /// The per-CPU flow cache in front of the flow maps ([`agent_common::flow_cache`]; its code
 /// is in `flow_cache.rs`).

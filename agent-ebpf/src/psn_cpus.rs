@@ -8,7 +8,7 @@
 //! lost): the hot path pays one branch.
 
 use crate::hook_slot::slot;
-use crate::{FLOWS, FLOWS4, FLOW_CACHE};
+use crate::{FLOWS, FLOWS4, FLOWS_OUT, FLOW_CACHE};
 use agent_common::flow_cache::{same_key, slot_of, CachedFlow, CLEAN, DIRTY};
 use agent_common::psn::{gap_covered, PsnTrack};
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
@@ -40,6 +40,7 @@ pub extern "C" fn rocemon_psn_covered(hook: u32, gap: u32) -> u32 {
     let slot = slot_of(&words);
     let key4 = FlowKey4::of(&rec.key);
     let v4 = rec.key.ip_version == 4;
+    let out = crate::flow_maps::sent(rec.key.hook);
     let mut best = 0;
     let mut judge = |t: &PsnTrack| {
         if t.valid != 0 {
@@ -56,7 +57,13 @@ pub extern "C" fn rocemon_psn_covered(hook: u32, gap: u32) -> u32 {
         // SAFETY: the maps' definitions and keys of their types; the helper returns null or
         // that CPU's value.
         let v = unsafe {
-            if v4 {
+            if out {
+                bpf_map_lookup_percpu_elem(
+                    core::ptr::addr_of!(FLOWS_OUT) as *mut c_void,
+                    core::ptr::addr_of!(rec.key) as *const c_void,
+                    cpu,
+                )
+            } else if v4 {
                 bpf_map_lookup_percpu_elem(
                     core::ptr::addr_of!(FLOWS4) as *mut c_void,
                     core::ptr::addr_of!(key4) as *const c_void,

@@ -7,7 +7,7 @@ use crate::detect::ecmp::{EcmpReport, FlowView};
 use crate::detect::findings::{Finding, Severity};
 use crate::detect::live_findings::{FindingsView, LiveFindings, LiveSlowStep, Poll, Sample};
 use crate::export::metrics::Metrics;
-use crate::sources::flow_pressure::MapFill;
+use crate::sources::flow_pressure::Fill;
 use agent_common::{Hook, HookCounters};
 
 /// One interface's counters as the findings' window takes them (XDP and tc ingress count
@@ -74,7 +74,7 @@ pub fn update(
     findings: &mut LiveFindings,
     samples: Vec<(String, Sample, u64)>,
     slow: Vec<super::run_rhythm::NewSlowStep>,
-    flow_maps: &[(String, [MapFill; 2])],
+    flow_maps: &[(String, Fill)],
     config: &Config,
     (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
     m: &Metrics,
@@ -159,12 +159,14 @@ pub fn update(
             .map(|(iface, fill)| {
                 (
                     iface.as_str(),
-                    fill.map(|f| crate::detect::live_findings::MapFigures {
-                        map: f.map,
-                        entries: f.entries,
-                        capacity: f.capacity,
-                        pushed_out: f.pushed_out,
-                    }),
+                    fill.iter()
+                        .map(|f| crate::detect::live_findings::MapFigures {
+                            map: f.map,
+                            entries: f.entries,
+                            capacity: f.capacity,
+                            pushed_out: f.pushed_out,
+                        })
+                        .collect(),
                 )
             })
             .collect(),

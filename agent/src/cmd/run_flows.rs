@@ -7,14 +7,14 @@ use crate::detect::elephant::Transition;
 use crate::export::metrics::Metrics;
 use crate::kernel::loader::Attachment;
 use crate::pipeline::flows::ElephantEvent;
-use crate::sources::flow_pressure::{MapFill, Read};
+use crate::sources::flow_pressure::{Fill, Read};
 use agent_common::{FlowKey, FlowStats, MAP_LABEL_FLOWS};
 
-/// One read of an interface's flow maps: the flows that are not idle, the two flow maps' fill
-/// (IPv4, IPv6), and the read's idle cut-off (kernel ns: flows quiet since were deleted).
+/// One read of an interface's flow maps: the flows that are not idle, the flow maps' fill
+/// (IPv4, IPv6, sent), and the read's idle cut-off (kernel ns: flows quiet since were deleted).
 pub struct FlowsRead {
     pub live: Vec<(FlowKey, FlowStats)>,
-    pub fill: [MapFill; 2],
+    pub fill: Fill,
     pub idle_before_ns: u64,
 }
 
@@ -63,6 +63,7 @@ pub fn read(
         sizes: [
             u64::from(config.flow_maps.ipv4),
             u64::from(config.flow_maps.ipv6),
+            u64::from(config.flow_maps.own()),
         ],
         created,
         deleted,

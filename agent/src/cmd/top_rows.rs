@@ -82,7 +82,7 @@ pub fn full_maps(d: &Docs) -> Vec<String> {
     maps.iter()
         .filter(|m| n(&m["fill_ratio"]) >= 0.9 || n(&m["pushed_out_total"]) > 0.0)
         .map(|m| {
-            let family = if m["map"] == "FLOWS4" { "IPv4" } else { "IPv6" };
+            let family = agent_common::flow_map_holds(m["map"].as_str().unwrap_or_default());
             let pushed = n(&m["pushed_out_total"]);
             format!(
                 "{} {family} {}/{}{}",

@@ -7,9 +7,10 @@ pub fn possible_cpus() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// Entries of one interface's two kernel flow maps: IPv4 flows under a 16-byte key, IPv6
-/// flows under a 40-byte one. Each is sized on its own, so a fabric of one family does not pay
-/// for the other's map.
+/// Entries of one interface's kernel flow maps: IPv4 flows under a 16-byte key, IPv6 flows
+/// under a 40-byte one. Each is sized on its own, so a fabric of one family does not pay for
+/// the other's map. The flows the host sends (tc egress) have a third map, a quarter of the
+/// larger one ([`FlowMapSizes::own`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowMapSizes {
     pub ipv4: u32,
@@ -25,7 +26,15 @@ impl FlowMapSizes {
         }
     }
 
-    /// About what an interface's flow state costs in kernel memory: the two maps,
+    /// Entries of the map of the flows the host sends: a quarter of the larger family's map,
+    /// at least [`OWN_MIN_ENTRIES`]. Its own budget, so that no flood that comes in pushes
+    /// the host's flows out; a host sends on its own queue pairs, far fewer flows than a
+    /// fabric or a mirror port brings in.
+    pub fn own(&self) -> u32 {
+        (self.ipv4.max(self.ipv6) / 4).max(OWN_MIN_ENTRIES)
+    }
+
+    /// About what an interface's flow state costs in kernel memory: the three maps,
     /// preallocated, per entry a value per CPU (the maps are per CPU), the key and the
     /// hash element's own overhead; and the per-CPU flow cache in front of them (fixed:
     /// 4,096 slots of a whole flow state per CPU, 1.2 MiB).
@@ -34,6 +43,7 @@ impl FlowMapSizes {
         let maps: u64 = [
             (self.ipv4, std::mem::size_of::<agent_common::FlowKey4>()),
             (self.ipv6, std::mem::size_of::<agent_common::FlowKey>()),
+            (self.own(), std::mem::size_of::<agent_common::FlowKey>()),
         ]
         .iter()
         .map(|&(entries, key)| {
@@ -45,6 +55,9 @@ impl FlowMapSizes {
         maps + cpus as u64 * cache
     }
 }
+
+/// The least entries of the map of the flows the host sends ([`FlowMapSizes::own`]).
+pub const OWN_MIN_ENTRIES: u32 = 256;
 
 impl std::fmt::Display for FlowMapSizes {
     /// `16384`, or `IPv4 16384, IPv6 16` when the two differ.

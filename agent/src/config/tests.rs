@@ -84,6 +84,17 @@ fn the_flow_cache_is_in_the_memory_figure() {
 }
 
 #[test]
+fn the_map_of_sent_flows_is_a_quarter_of_the_larger_map() {
+    assert_eq!(FlowMapSizes::both(16_384).own(), 4_096);
+    let v6_only = FlowMapSizes {
+        ipv4: 16,
+        ipv6: 65_536,
+    };
+    assert_eq!(v6_only.own(), 16_384);
+    assert_eq!(FlowMapSizes::both(256).own(), 256, "at least 256");
+}
+
+#[test]
 fn a_small_ipv6_map_costs_less_memory() {
     let both = FlowMapSizes::both(65_536).bytes(4);
     let v4_only = FlowMapSizes {
@@ -91,7 +102,10 @@ fn a_small_ipv6_map_costs_less_memory() {
         ipv6: 16,
     }
     .bytes(4);
-    assert!(v4_only * 19 < both * 10, "{v4_only} vs {both}");
+    // Exactly the IPv6 entries left out (the map of sent flows follows the larger map).
+    let value = std::mem::size_of::<agent_common::FlowStats>().next_multiple_of(8) as u64;
+    assert_eq!(both - v4_only, (65_536 - 16) * (4 * value + 40 + 64));
+    assert!(v4_only * 10 < both * 6, "{v4_only} vs {both}");
     assert_eq!(FlowMapSizes::both(16).to_string(), "16");
     assert_eq!(
         FlowMapSizes {

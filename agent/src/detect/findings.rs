@@ -444,7 +444,7 @@ pub fn flow_table_full(
             .iter()
             .filter(|(_, _, cap)| *cap > 0)
             .map(|(m, n, cap)| {
-                let family = if *m == agent_common::MAP_FLOWS4 { "IPv4" } else { "IPv6" };
+                let family = agent_common::flow_map_holds(m);
                 format!("{n} of {cap} {family} flows ({:.0}%)", 100.0 * *n as f64 / *cap as f64)
             })
             .collect();

@@ -81,7 +81,7 @@ pub struct Poll<'a> {
     /// The priorities that carry the job (bit p: priority p).
     pub job_priorities: u8,
     /// Each interface's flow maps at this poll (IPv4, IPv6).
-    pub flow_maps: Vec<(&'a str, [MapFigures; 2])>,
+    pub flow_maps: Vec<(&'a str, Vec<MapFigures>)>,
 }
 
 /// One flow map at a poll: its fill and the flows it pushed out since the last poll.

@@ -143,7 +143,7 @@ pub struct Summary {
 #[derive(Clone, Debug, Serialize)]
 pub struct FlowMapFill {
     pub iface: String,
-    /// `FLOWS4` (IPv4) or `FLOWS` (IPv6).
+    /// `FLOWS4` (incoming IPv4), `FLOWS` (incoming IPv6) or `FLOWS_OUT` (sent).
     pub map: &'static str,
     pub entries: u64,
     pub max_entries: u64,
@@ -157,7 +157,7 @@ impl Summary {
     pub fn new(
         totals: &crate::detect::live_totals::Totals,
         flows: &FlowsDoc,
-        flow_maps: &[(String, [crate::sources::flow_pressure::MapFill; 2])],
+        flow_maps: &[(String, crate::sources::flow_pressure::Fill)],
     ) -> Summary {
         Summary {
             totals: totals.clone(),

@@ -183,6 +183,7 @@ pub(super) fn load_object_pinned(
     let mut l = EbpfLoader::new();
     l.map_max_entries(MAP_FLOWS4, flow_maps.ipv4);
     l.map_max_entries(MAP_FLOWS, flow_maps.ipv6);
+    l.map_max_entries(agent_common::MAP_FLOWS_OUT, flow_maps.own());
     let (psn, sessions) = (
         u8::from(switches.psn_tracking),
         u8::from(switches.session_counters),
@@ -204,6 +205,14 @@ pub(super) fn load_object_pinned(
     // Not required to exist: `--ab` loads builds from before the reconciliation.
     let cpus = aya::util::nr_cpus().map_or(1, |n| n as u32);
     l.override_global(agent_common::GLOBAL_NR_CPUS, &cpus, false);
+    // Not required to exist: `--ab` loads builds from before the lookups of cached flows.
+    let smaller = flow_maps.ipv4.min(flow_maps.own());
+    let ref_every = agent_common::flow_cache::ref_every(smaller, flow_maps.ipv6, cpus);
+    l.override_global(
+        agent_common::flow_cache::GLOBAL_REF_EVERY,
+        &ref_every,
+        false,
+    );
     if let Some(p) = pins {
         for m in crate::kernel::pins::PINNED_MAPS {
             l.map_pin_path(m, p.map_path(m));

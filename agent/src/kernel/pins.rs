@@ -31,10 +31,11 @@ use crate::kernel::pin_object::{detach_link, object_kind, ObjectKind};
 /// user reference closes, so without a pin the pinned links' fast programs would lose their
 /// slow path when the agent exits.
 /// The flow cache holds the newest state of its flows (write-back), so it carries counts too.
-pub const PINNED_MAPS: [&str; 8] = [
+pub const PINNED_MAPS: [&str; 9] = [
     MAP_COUNTERS,
     MAP_FLOWS,
     MAP_FLOWS4,
+    agent_common::MAP_FLOWS_OUT,
     MAP_FLOW_CACHE,
     MAP_FLOW_FLUSHING,
     MAP_SESSIONS,
@@ -46,8 +47,9 @@ const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 /// The kind of the flow maps, in the layout name: pinned maps of another kind are replaced,
 /// never reused (1: LRU per-CPU hash maps, before the idle timeout; 2: per-CPU hash maps that
 /// refuse new flows when full, emptied of idle flows by the agent; 3: LRU per-CPU hash maps
-/// again, so a full map admits new flows, and the idle timeout too).
-const FLOW_MAP_KIND: u64 = 3;
+/// again, so a full map admits new flows, and the idle timeout too; 4: and a third map for
+/// the flows the host sends).
+const FLOW_MAP_KIND: u64 = 4;
 
 /// A name for the shapes of everything pinned: sizes of the shared types, map sizes and
 /// kinds.

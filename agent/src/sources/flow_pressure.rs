@@ -8,13 +8,29 @@
 //! counted since the last read is lost. The AF_XDP tallies push out the same way
 //! ([`super::tally`]), so both paths are watched alike.
 
-use agent_common::{FlowKey, FlowStats, MAP_FLOWS, MAP_FLOWS4};
+use agent_common::{FlowKey, FlowStats, Hook, MAP_FLOWS, MAP_FLOWS4, MAP_FLOWS_OUT};
 use rustc_hash::FxHashMap;
 
-/// One family's map at one read.
+/// An interface's flow maps: IPv4 and IPv6 flows that come in, and the flows the host sends.
+pub const FLOW_MAPS: usize = 3;
+
+/// The fill of an interface's flow maps, in [`FLOW_MAPS`]' order.
+pub type Fill = [MapFill; FLOW_MAPS];
+
+/// Which of the maps holds `k` (the index in a [`Fill`]).
+pub fn map_of(k: &FlowKey) -> usize {
+    if k.hook == Hook::TcEgress as u8 {
+        2
+    } else {
+        usize::from(k.ip_version != 4)
+    }
+}
+
+/// One map at one read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MapFill {
-    /// The kernel map's name (`FLOWS4` holds IPv4 flows, `FLOWS` IPv6 flows).
+    /// The kernel map's name (`FLOWS4` holds incoming IPv4 flows, `FLOWS` incoming IPv6
+    /// flows, `FLOWS_OUT` the flows the host sends).
     pub map: &'static str,
     /// Flows held after this poll's idle deletions.
     pub entries: u64,
@@ -45,8 +61,8 @@ pub struct FlowPressure {
     /// Flows pushed out since the last warning line, and when that line was written.
     unwarned: u64,
     warned_at: Option<std::time::Instant>,
-    /// Per family, flows pushed out since the agent started.
-    totals: [u64; 2],
+    /// Per map, flows pushed out since the agent started.
+    totals: [u64; FLOW_MAPS],
     /// When the maps were last read (monotonic ns).
     last_read_ns: Option<u64>,
     /// After the last read: the flows the maps held once the idle ones were deleted, and the
@@ -64,8 +80,8 @@ pub struct Read<'a> {
     pub flows: &'a [(FlowKey, FlowStats)],
     /// The idle cut-off of this read ([`FlowPressure::idle_cutoff`]).
     pub idle_before_ns: u64,
-    /// The maps' sizes: IPv4, IPv6.
-    pub sizes: [u64; 2],
+    /// The maps' sizes: IPv4, IPv6, sent.
+    pub sizes: [u64; FLOW_MAPS],
     /// The flows created so far, over the interface's hooks (None: the counters could not
     /// be read).
     pub created: Option<u64>,
@@ -92,14 +108,15 @@ impl FlowPressure {
         cut
     }
 
-    /// Takes one read of the maps: returns the two maps' fill and push-outs, IPv4 first.
+    /// Takes one read of the maps: returns the maps' fill and push-outs, in [`FLOW_MAPS`]'
+    /// order.
     ///
     /// Two views of the push-outs, the larger counts: the flows seen to go (held at the last
     /// read, gone now or counting afresh: only those that lived across a read), and the
     /// reconciliation of the counters (the flows held after the last read, plus the flows
     /// created since, minus the flows held now: also those that came and went between two
-    /// reads, as a flood's do). The second has no family; its excess goes to the fuller map.
-    pub fn observe(&mut self, read: Read<'_>) -> [MapFill; 2] {
+    /// reads, as a flood's do). The second has no map; its excess goes to the fuller map.
+    pub fn observe(&mut self, read: Read<'_>) -> Fill {
         let Read {
             flows,
             idle_before_ns,
@@ -118,8 +135,12 @@ impl FlowPressure {
                 capacity: sizes[1],
                 ..MapFill::default()
             },
+            MapFill {
+                map: MAP_FLOWS_OUT,
+                capacity: sizes[2],
+                ..MapFill::default()
+            },
         ];
-        let family = |k: &FlowKey| usize::from(k.ip_version != 4);
         let mut next = FxHashMap::default();
         next.reserve(flows.len());
         for (k, s) in flows {
@@ -129,17 +150,17 @@ impl FlowPressure {
                 // its first packet was being counted: no evidence either way).
                 let later = first != 0 && s.first_seen_ns > first;
                 if s.packets < packets || later {
-                    out[family(k)].pushed_out += 1;
+                    out[map_of(k)].pushed_out += 1;
                 }
             }
             if !super::maps::idle(s, idle_before_ns) {
-                out[family(k)].entries += 1;
+                out[map_of(k)].entries += 1;
                 next.insert(*k, (s.packets, s.first_seen_ns));
             }
         }
         let present: rustc_hash::FxHashSet<&FlowKey> = flows.iter().map(|(k, _)| k).collect();
         for k in self.held.keys().filter(|k| !present.contains(k)) {
-            out[family(k)].pushed_out += 1;
+            out[map_of(k)].pushed_out += 1;
         }
         self.held = next;
         let seen: u64 = out.iter().map(|f| f.pushed_out).sum();
@@ -150,7 +171,9 @@ impl FlowPressure {
             self.debt = raw.min(0);
             let reconciled = balanced.max(0) as u64;
             if reconciled > seen {
-                let fuller = usize::from(out[1].ratio() > out[0].ratio());
+                let fuller = (0..FLOW_MAPS)
+                    .max_by(|&a, &b| out[a].ratio().total_cmp(&out[b].ratio()).then(b.cmp(&a)))
+                    .unwrap_or(0);
                 out[fuller].pushed_out += reconciled - seen;
             }
         }
@@ -165,12 +188,7 @@ impl FlowPressure {
 
     /// The warning line for the log, at most one per [`WARN_EVERY`] while flows are pushed
     /// out (the first at once): how many since the last line, and how full each map is.
-    pub fn warning(
-        &mut self,
-        iface: &str,
-        fill: &[MapFill; 2],
-        now: std::time::Instant,
-    ) -> Option<String> {
+    pub fn warning(&mut self, iface: &str, fill: &Fill, now: std::time::Instant) -> Option<String> {
         if self.unwarned == 0
             || self
                 .warned_at
@@ -213,10 +231,10 @@ mod tests {
         }
     }
 
-    const SIZES: [u64; 2] = [4, 8];
+    const SIZES: [u64; FLOW_MAPS] = [4, 8, 2];
 
     /// A read without the counters (only the flows seen to go count).
-    fn obs(p: &mut FlowPressure, flows: &[(FlowKey, FlowStats)], idle: u64) -> [MapFill; 2] {
+    fn obs(p: &mut FlowPressure, flows: &[(FlowKey, FlowStats)], idle: u64) -> Fill {
         p.observe(Read {
             flows,
             idle_before_ns: idle,
@@ -245,21 +263,21 @@ mod tests {
             qps.map(|i| (key(4, i), stats(1, last_seen))).collect()
         };
         read(&mut p, &at(0..4, 500), 4, 0);
-        let [v4, v6] = read(&mut p, &at(100..104, 500), 104, 0);
+        let [v4, v6, _] = read(&mut p, &at(100..104, 500), 104, 0);
         assert_eq!((v4.pushed_out, v6.pushed_out), (100, 0));
         // Two of them idle now, deleted: no push-outs.
         let mut now = at(100..102, 100);
         now.extend(at(102..104, 500));
-        let [v4, _] = read(&mut p, &now, 104, 2);
+        let [v4, _, _] = read(&mut p, &now, 104, 2);
         assert_eq!(v4.pushed_out, 0);
         // Two new flows, one of them created after the counters were read: no push-out now,
         // and none at the next read, where the counters have it.
         let mut now = at(102..104, 500);
         now.extend(at(0..1, 500));
         now.extend(at(50..51, 500));
-        let [v4, _] = read(&mut p, &now, 105, 0);
+        let [v4, _, _] = read(&mut p, &now, 105, 0);
         assert_eq!(v4.pushed_out, 0);
-        let [v4, _] = read(&mut p, &now, 106, 0);
+        let [v4, _, _] = read(&mut p, &now, 106, 0);
         assert_eq!(
             v4.pushed_out, 0,
             "the late-counted insert balances the debt"
@@ -275,11 +293,27 @@ mod tests {
             (key(4, 2), stats(1, 100)),
             (key(6, 3), stats(1, 100)),
         ];
-        let [v4, v6] = obs(&mut p, &fl, 0);
+        let [v4, v6, _] = obs(&mut p, &fl, 0);
         assert_eq!((v4.map, v4.entries, v4.capacity), ("FLOWS4", 2, 4));
         assert_eq!((v6.map, v6.entries, v6.capacity), ("FLOWS", 1, 8));
         assert_eq!(v4.ratio(), 0.5);
         assert_eq!(v4.pushed_out + v6.pushed_out, 0);
+    }
+
+    #[test]
+    fn the_flows_the_host_sends_fill_their_own_map() {
+        let mut p = FlowPressure::default();
+        let sent = |qp| FlowKey {
+            hook: Hook::TcEgress as u8,
+            ..key(4, qp)
+        };
+        let fl = [(sent(1), stats(1, 100)), (key(4, 2), stats(1, 100))];
+        let [v4, v6, out] = obs(&mut p, &fl, 0);
+        assert_eq!((out.map, out.entries, out.capacity), ("FLOWS_OUT", 1, 2));
+        assert_eq!((v4.entries, v6.entries), (1, 0));
+        // Gone without the idle timeout: pushed out of its own map.
+        let [v4, _, out] = obs(&mut p, &fl[1..], 0);
+        assert_eq!((v4.pushed_out, out.pushed_out), (0, 1));
     }
 
     #[test]
@@ -290,7 +324,7 @@ mod tests {
             &[(key(4, 1), stats(5, 100)), (key(6, 2), stats(5, 100))],
             0,
         );
-        let [v4, v6] = obs(&mut p, &[(key(6, 2), stats(6, 200))], 0);
+        let [v4, v6, _] = obs(&mut p, &[(key(6, 2), stats(6, 200))], 0);
         assert_eq!((v4.pushed_out, v6.pushed_out), (1, 0));
     }
 
@@ -298,7 +332,7 @@ mod tests {
     fn counts_that_go_back_were_pushed_out_and_admitted_again() {
         let mut p = FlowPressure::default();
         obs(&mut p, &[(key(4, 1), stats(50, 100))], 0);
-        let [v4, _] = obs(&mut p, &[(key(4, 1), stats(3, 300))], 0);
+        let [v4, _, _] = obs(&mut p, &[(key(4, 1), stats(3, 300))], 0);
         assert_eq!(v4.pushed_out, 1);
     }
 
@@ -310,9 +344,9 @@ mod tests {
             ..stats(packets, 500)
         };
         obs(&mut p, &[(key(4, 1), first(5, 100))], 0);
-        let [v4, _] = obs(&mut p, &[(key(4, 1), first(9, 100))], 0);
+        let [v4, _, _] = obs(&mut p, &[(key(4, 1), first(9, 100))], 0);
         assert_eq!(v4.pushed_out, 0, "the same flow, counting on");
-        let [v4, _] = obs(&mut p, &[(key(4, 1), first(20, 400))], 0);
+        let [v4, _, _] = obs(&mut p, &[(key(4, 1), first(20, 400))], 0);
         assert_eq!(v4.pushed_out, 1);
     }
 
@@ -363,9 +397,9 @@ mod tests {
     fn flows_deleted_as_idle_are_not_pushed_out() {
         let mut p = FlowPressure::default();
         // Idle at this read (deleted by the agent): not held, not counted as entries.
-        let [v4, _] = obs(&mut p, &[(key(4, 1), stats(5, 100))], 1_000);
+        let [v4, _, _] = obs(&mut p, &[(key(4, 1), stats(5, 100))], 1_000);
         assert_eq!(v4.entries, 0);
-        let [v4, _] = obs(&mut p, &[], 1_000);
+        let [v4, _, _] = obs(&mut p, &[], 1_000);
         assert_eq!(v4.pushed_out, 0, "the idle timeout took it");
     }
 }

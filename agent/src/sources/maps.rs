@@ -9,7 +9,7 @@ use agent_common::flow_cache::{
 use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
 use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, HookSlot, SessionKey, SessionStats,
-    MAP_COUNTERS, MAP_FLOWS, MAP_FLOWS4, MAP_SESSIONS,
+    MAP_COUNTERS, MAP_FLOWS, MAP_FLOWS4, MAP_FLOWS_OUT, MAP_SESSIONS,
 };
 use anyhow::{Context, Result};
 use aya::maps::{PerCpuArray, PerCpuHashMap};
@@ -85,6 +85,17 @@ pub fn read_flows_with(ebpf: &Ebpf, online: &[u32]) -> Result<(Vec<(FlowKey, Flo
     let mut out = Vec::new();
     errors += read_flow_map(ebpf, MAP_FLOWS4, FlowKey4::key, cpus, &mut held, &mut out)?
         + read_flow_map(ebpf, MAP_FLOWS, |k: &FlowKey| *k, cpus, &mut held, &mut out)?;
+    // An object from before the map of sent flows (under `--ab`) has none.
+    if ebpf.map(MAP_FLOWS_OUT).is_some() {
+        errors += read_flow_map(
+            ebpf,
+            MAP_FLOWS_OUT,
+            |k: &FlowKey| *k,
+            cpus,
+            &mut held,
+            &mut out,
+        )?;
+    }
     // A held flow its map no longer has (deleted since it was cached): its slots alone.
     for (key, slots) in held {
         out.push((key, merged(&[], &slots)));
@@ -183,12 +194,15 @@ fn read_flow_map<K: Pod + Default>(
     Ok(errors)
 }
 
-/// Deletes `keys` from their family's flow map (the agent's idle timeout: a full map refuses
-/// new flows, so this is what makes room). Returns the flows deleted and the deletions that
+/// Deletes `keys` from their flow map (the host's sent flows' map, else their family's: the
+/// agent's idle timeout, which keeps room in the maps so that new flows push nothing out). Returns the flows deleted and the deletions that
 /// failed for another reason than the flow being gone already.
 pub fn delete_flows(ebpf: &mut Ebpf, keys: &[FlowKey]) -> Result<(u64, u64)> {
     let (mut deleted, mut errors) = (0, 0);
-    let (v4, v6): (Vec<&FlowKey>, Vec<&FlowKey>) = keys.iter().partition(|k| k.ip_version == 4);
+    let (out, incoming): (Vec<&FlowKey>, Vec<&FlowKey>) =
+        keys.iter().partition(|k| k.hook == Hook::TcEgress as u8);
+    let (v4, v6): (Vec<&FlowKey>, Vec<&FlowKey>) =
+        incoming.into_iter().partition(|k| k.ip_version == 4);
     let mut count = |r: Result<(), aya::maps::MapError>| match r {
         Ok(()) => deleted += 1,
         Err(e) if gone(&e) => {}
@@ -204,10 +218,15 @@ pub fn delete_flows(ebpf: &mut Ebpf, keys: &[FlowKey]) -> Result<(u64, u64)> {
             count(m.remove(&FlowKey4::of(k)));
         }
     }
-    if !v6.is_empty() {
-        let map = ebpf.map_mut(MAP_FLOWS).context("FLOWS map missing")?;
+    for (name, keys) in [(MAP_FLOWS, v6), (MAP_FLOWS_OUT, out)] {
+        if keys.is_empty() {
+            continue;
+        }
+        let map = ebpf
+            .map_mut(name)
+            .with_context(|| format!("{name} map missing"))?;
         let mut m: PerCpuHashMap<_, FlowKey, FlowStats> = PerCpuHashMap::try_from(map)?;
-        for k in v6 {
+        for k in keys {
             count(m.remove(k));
         }
     }
