@@ -29,6 +29,13 @@ impl Hook {
         }
     }
 
+    /// Whether a flow key's hook byte is the host's sending side (tc egress): such flows live
+    /// in their own flow map (`FLOWS_OUT`), a budget no incoming flood reaches.
+    #[inline(always)]
+    pub const fn sends(hook: u8) -> bool {
+        hook == Hook::TcEgress as u8
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             Hook::Xdp => "xdp",

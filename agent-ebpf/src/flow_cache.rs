@@ -112,7 +112,7 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     };
     // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
     let (key, stats) = unsafe { (key_of(&(*e).key), &mut (*e).stats) };
-    let r = if flow_maps::sent(key.hook) {
+    let r = if Hook::sends(key.hook) {
         store(&FLOWS_OUT, &key, stats)
     } else if key.ip_version == 4 {
         store(&FLOWS4, &FlowKey4::of(&key), stats)

@@ -44,19 +44,12 @@ pub fn flow_record(
     }
 }
 
-/// Whether a flow of `hook` is one the host sends (tc egress): it lives in [`FLOWS_OUT`], a
-/// budget apart from the maps an incoming flood churns.
-#[inline(always)]
-pub fn sent(hook: u8) -> bool {
-    hook == Hook::TcEgress as u8
-}
-
 /// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
 /// refused the flow (counted in `flow_update_errors`).
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
-    let refused = if sent(rec.key.hook) {
+    let refused = if Hook::sends(rec.key.hook) {
         to_map(&FLOWS_OUT, &rec.key, rec, c, frame_len, now)
     } else if rec.key.ip_version == 4 {
         to_map(&FLOWS4, &FlowKey4::of(&rec.key), rec, c, frame_len, now)
@@ -74,7 +67,7 @@ pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
-    if sent(rec.key.hook) {
+    if Hook::sends(rec.key.hook) {
         FLOWS_OUT.get_ptr_mut(&rec.key)
     } else if rec.key.ip_version == 4 {
         FLOWS4.get_ptr_mut(&FlowKey4::of(&rec.key))
@@ -88,7 +81,7 @@ pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 pub fn flow_new(rec: &PacketRecord, c: &mut HookCounters, empty: &FlowStats) {
-    let inserted = if sent(rec.key.hook) {
+    let inserted = if Hook::sends(rec.key.hook) {
         FLOWS_OUT.insert(&rec.key, empty, BPF_NOEXIST as u64)
     } else if rec.key.ip_version == 4 {
         FLOWS4.insert(&FlowKey4::of(&rec.key), empty, BPF_NOEXIST as u64)

@@ -40,7 +40,7 @@ pub extern "C" fn rocemon_psn_covered(hook: u32, gap: u32) -> u32 {
     let slot = slot_of(&words);
     let key4 = FlowKey4::of(&rec.key);
     let v4 = rec.key.ip_version == 4;
-    let out = crate::flow_maps::sent(rec.key.hook);
+    let out = Hook::sends(rec.key.hook);
     let mut best = 0;
     let mut judge = |t: &PsnTrack| {
         if t.valid != 0 {

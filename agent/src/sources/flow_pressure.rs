@@ -19,7 +19,7 @@ pub type Fill = [MapFill; FLOW_MAPS];
 
 /// Which of the maps holds `k` (the index in a [`Fill`]).
 pub fn map_of(k: &FlowKey) -> usize {
-    if k.hook == Hook::TcEgress as u8 {
+    if Hook::sends(k.hook) {
         2
     } else {
         usize::from(k.ip_version != 4)

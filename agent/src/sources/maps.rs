@@ -200,7 +200,7 @@ fn read_flow_map<K: Pod + Default>(
 pub fn delete_flows(ebpf: &mut Ebpf, keys: &[FlowKey]) -> Result<(u64, u64)> {
     let (mut deleted, mut errors) = (0, 0);
     let (out, incoming): (Vec<&FlowKey>, Vec<&FlowKey>) =
-        keys.iter().partition(|k| k.hook == Hook::TcEgress as u8);
+        keys.iter().partition(|k| Hook::sends(k.hook));
     let (v4, v6): (Vec<&FlowKey>, Vec<&FlowKey>) =
         incoming.into_iter().partition(|k| k.ip_version == 4);
     let mut count = |r: Result<(), aya::maps::MapError>| match r {
