@@ -150,3 +150,85 @@ fn a_new_flow_on_two_cpus_at_once_is_created_once() {
     assert_eq!(flows.len(), 1);
     assert_eq!(flows[0].1.packets, 4);
 }
+
+/// A flow that owns its cache slot is counted without touching its map element, so under a
+/// flood of new flows the LRU map would take the element for unused and push it out, and
+/// with it whatever the element held that no poll had read yet (another CPU's packets, a
+/// write-back between polls). Its hits look the element up again as its hook creates flows
+/// (`agent_common::flow_cache::ref_every`). The flood: four times the map's size in flows,
+/// each seen on one CPU and then on another (which looks it up: the LRU takes it for used),
+/// the cached flow's packets on the first CPU after every 16 of them. The flow keeps the
+/// element it had before the flood (the same first packet) with every packet in it. (Without
+/// the lookups the element was pushed out: the flow came back with a later first packet and
+/// only its counts since the last flush.)
+#[test]
+fn a_cached_flow_keeps_its_element_through_a_flood_of_new_flows() {
+    if !ready(false) {
+        return;
+    }
+    let online = aya::util::online_cpus().map_err(|(_, e)| e).unwrap();
+    if online.len() < 2 {
+        eprintln!("skipped: one CPU online");
+        return;
+    }
+    let (home, other) = (online[0] as usize, online[1] as usize);
+    const ENTRIES: u32 = 2_048;
+    let ebpf = xdp_object(ENTRIES, loader::Switches::default());
+    let flow =
+        rocemon_testkit::frames::writes("10.90.0.1", "10.90.0.2", (0xD001, 0x700), 0..600, 64);
+    let held = |ebpf: &aya::Ebpf| {
+        let (flows, _) = loader::read_flows(ebpf).unwrap();
+        flows
+            .into_iter()
+            .find(|(k, _)| k.dest_qp == 0x700 && k.sport == 0xD001)
+            .map(|(_, s)| s)
+            .expect("the flow is held")
+    };
+    testrun::pin_to_cpu(home).unwrap();
+    let mut sent = flow.iter();
+    for f in sent.by_ref().take(2) {
+        run_xdp(&ebpf, f);
+    }
+    // A poll: the flow's first two packets go into its element.
+    let before = held(&ebpf);
+    assert_eq!(before.packets, 2);
+    let mut n = 2;
+    for i in 0..ENTRIES * 4 {
+        let spoofed = rocemon_testkit::frames::Roce::new(
+            format!("10.66.{}.{}", (i / 250) % 250, 1 + i % 250)
+                .parse()
+                .unwrap(),
+            "10.67.0.1".parse().unwrap(),
+            0xC000 | (i % 0x3FFF) as u16,
+            0x100 + i,
+            0x0A,
+        )
+        .frame();
+        testrun::pin_to_cpu(home).unwrap();
+        run_xdp(&ebpf, &spoofed);
+        if i % 16 == 0 {
+            if let Some(f) = sent.next() {
+                run_xdp(&ebpf, f);
+                n += 1;
+            }
+        }
+        testrun::pin_to_cpu(other).unwrap();
+        run_xdp(&ebpf, &spoofed);
+    }
+    testrun::pin_to_one_cpu().unwrap();
+    let created: u64 = loader::read_counters(&ebpf)
+        .unwrap()
+        .iter()
+        .map(|c| c.flows_created)
+        .sum();
+    assert!(
+        created > u64::from(ENTRIES) * 4,
+        "the flood went through the map: {created} flows created"
+    );
+    let after = held(&ebpf);
+    assert_eq!(
+        (after.first_seen_ns, after.packets),
+        (before.first_seen_ns, n),
+        "the element the flow had before the flood, with every packet"
+    );
+}

@@ -87,12 +87,12 @@ pub const PROG_FLOW_FLUSH: &str = "rocemon_flow_flush";
 /// Load-time switch of the cache (1 on, 0 off: every packet goes to the hash map).
 pub const SWITCH_FLOW_CACHE: &str = "ROCEMON_FLOW_CACHE";
 
-/// Load-time global: after how many flow-map inserts on its CPU a slot's hit looks its
-/// flow's element up again (see [`ref_every`]).
+/// Load-time global: after how many flows its hook creates on its CPU a slot's hit looks
+/// its flow's element up again (see [`ref_every`]).
 pub const GLOBAL_REF_EVERY: &str = "ROCEMON_REF_EVERY";
 
-/// How many inserts into the flow maps a CPU makes before a cached flow's hit looks its
-/// element up again: a quarter of the smaller map's entries shared among the CPUs, at least
+/// How many flows a hook creates on a CPU (inserts into the flow maps) before a cached
+/// flow's hit looks its element up again: a quarter of the smaller map's entries shared among the CPUs, at least
 /// one. A flow in a slot is counted without touching its element, so the LRU map would
 /// see it unused and push it out under a flood of new flows, and with it whatever the
 /// element held that the agent had not read yet (another CPU's packets, an earlier
@@ -126,7 +126,7 @@ pub struct CachedFlow {
     /// The [`fingerprint`] of the flow that missed in this slot last, 0 after a hit: a miss
     /// of the same flow again swaps the slot, any other miss leaves it (see the module doc).
     pub last_miss: u32,
-    /// This CPU's count of flow-map inserts when the slot last looked its flow's element up
+    /// Its hook's flows created on this CPU when the slot last looked its flow's element up
     /// (see [`ref_every`]).
     pub ref_mark: u64,
     /// The flow's state on this CPU: its sequence state, and its counts since the slot was

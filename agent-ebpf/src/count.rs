@@ -268,7 +268,7 @@ impl Store for KernelStore<'_> {
                         // SAFETY: this CPU's slot (see `flow_cache`).
                         unsafe { flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now) };
                         flow_cache::counted(e);
-                        flow_cache::refresh(e, rec);
+                        flow_cache::refresh(e, c.flows_created, hook);
                         return false;
                     }
                 } else if mode == CACHE_ON {
@@ -277,7 +277,7 @@ impl Store for KernelStore<'_> {
                 }
             }
         }
-        flow_maps::flow_to_map(rec, c, frame_len, now)
+        flow_maps::flow_to_map(rec, hook, c, frame_len, now)
     }
 
     #[inline(always)]

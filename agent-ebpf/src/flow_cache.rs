@@ -12,7 +12,7 @@ use agent_common::flow_cache::{
     fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
     CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK, HEAVY_PACKETS,
 };
-use agent_common::{FlowKey4, FlowStats, Hook, HookSlot, PacketRecord};
+use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::bpf_ktime_get_ns,
@@ -74,21 +74,43 @@ pub fn hit(words: &KeyWords) -> Option<*mut CachedFlow> {
     }
 }
 
-/// After a hit: the flow's element is looked up (the LRU map marks it used) once this CPU
-/// has inserted [`agent_common::flow_cache::ref_every`] elements since the slot last looked
-/// it up. A cached flow is counted without touching its element, so under a flood of new
-/// flows the map would push it out as unused, and with it what the element held unread
-/// (another CPU's packets, an earlier write-back): the agent would miss those counts.
+/// Load-time global ([`agent_common::flow_cache::GLOBAL_REF_EVERY`]): the loader sets it
+/// from the maps' sizes and the CPUs ([`agent_common::flow_cache::ref_every`]); this default
+/// fits the default sizes.
+#[no_mangle]
+static ROCEMON_REF_EVERY: u32 = 512;
+
+/// After a hit: the flow's element is looked up (the LRU map marks it used) once its hook
+/// has created [`agent_common::flow_cache::ref_every`] flows on this CPU (`created`, the
+/// hook's `flows_created`: the inserts that churn the map its flows live in) since the slot
+/// last looked it up. A cached flow is counted without touching its element, so under a
+/// flood of new flows the map would push it out as unused, and with it what the element
+/// held unread (another CPU's packets, an earlier write-back): the agent would miss those
+/// counts. The check is inlined; the lookup is a global function (verified once, off the
+/// hot path).
 #[inline(always)]
-pub fn refresh(e: *mut CachedFlow, rec: &PacketRecord) {
-    let now = crate::churn::count();
+pub fn refresh(e: *mut CachedFlow, created: u64, hook: Hook) {
     // SAFETY: a slot of this CPU's cache (only packets on this CPU touch its mark).
     let mark = unsafe { &mut (*e).ref_mark };
-    if now.wrapping_sub(*mark) < crate::churn::every() {
+    // SAFETY: a valid reference to a static the loader may have rewritten.
+    let every = u64::from(unsafe { read_volatile(&ROCEMON_REF_EVERY) });
+    if created.wrapping_sub(*mark) < every {
         return;
     }
-    *mark = now;
-    let _ = flow_maps::flow_value_of(rec);
+    *mark = created;
+    rocemon_flow_look_up(hook as u32);
+}
+
+/// Looks up the element of the flow in this CPU's record of `hook` (the LRU map marks it
+/// used). Takes only scalars (a global function).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rocemon_flow_look_up(hook: u32) -> u32 {
+    let hook = Hook::from_u32(hook);
+    let Some(HookSlot { record: rec, .. }) = flow_maps::slot(hook) else {
+        return 0;
+    };
+    u32::from(flow_maps::flow_value_of(rec, hook).is_some())
 }
 
 /// After a hit's update: the slot differs from its map value now, and its flow was hit (the
@@ -153,7 +175,6 @@ fn store<K>(map: &LruPerCpuHashMap<K, FlowStats>, key: &K, stats: &FlowStats) ->
             return STORED;
         }
         if map.insert(key, stats, BPF_NOEXIST as u64).is_ok() {
-            crate::churn::inserted();
             // A flow seen more than once is marked used (a lookup): the LRU map pushes out
             // unmarked elements first, so a flood's flows seen once go before it.
             if stats.packets > 1 {
@@ -192,13 +213,13 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
         FLOW_CACHE.get_ptr_mut(slot)
     };
     let Some(e) = e else {
-        return u32::from(flow_maps::flow_to_map(rec, c, frame_len, now));
+        return u32::from(flow_maps::flow_to_map(rec, hook, c, frame_len, now));
     };
     // A flow the map holds (the lookup marks it used) earns the slot (see `keeps`); until
     // then its packet is counted there. A flow the map does not hold (new, or pushed out)
     // takes the slot at once: its first packet is never counted in an element nobody looks
     // up, which a full map would push out before the agent reads it.
-    let known = flow_maps::flow_value_of(rec);
+    let known = flow_maps::flow_value_of(rec, hook);
     if let Some(v) = known {
         if keeps(e, fingerprint(hash)) {
             // SAFETY: this CPU's value of an element of the map.
@@ -216,7 +237,7 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
     }
     // The write-back may have pushed the flow out: looked up again.
     let v = if known.is_some() {
-        flow_maps::flow_value_of(rec)
+        flow_maps::flow_value_of(rec, hook)
     } else {
         None
     };
@@ -232,12 +253,12 @@ pub extern "C" fn rocemon_flow_miss(hook: u32, frame_len: u64, now: u64) -> u32 
             }
             None => {
                 core::ptr::write_bytes(addr_of_mut!((*e).stats), 0, 1);
-                flow_maps::flow_new(rec, c, &(*e).stats);
+                flow_maps::flow_new(rec, hook, c, &(*e).stats);
             }
         }
         (*e).key = words;
         (*e).last_miss = 0;
-        (*e).ref_mark = crate::churn::count();
+        (*e).ref_mark = c.flows_created;
         flow_maps::flow_record(&mut (*e).stats, rec, c, frame_len, now);
     }
     set_state(e, DIRTY);

@@ -44,12 +44,20 @@ pub fn flow_record(
     }
 }
 
-/// Counts a RoCE packet in its flow map, without the cache. Returns true when the map
+/// Counts a RoCE packet in its flow map, without the cache. `hook` is the record's (passed
+/// apart: a constant where the entry program inlines this, so each program keeps only the
+/// maps it can reach). Returns true when the map
 /// refused the flow (counted in `flow_update_errors`).
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now: u64) -> bool {
-    let refused = if Hook::sends(rec.key.hook) {
+pub fn flow_to_map(
+    rec: &PacketRecord,
+    hook: Hook,
+    c: &mut HookCounters,
+    frame_len: u64,
+    now: u64,
+) -> bool {
+    let refused = if Hook::sends(hook as u8) {
         to_map(&FLOWS_OUT, &rec.key, rec, c, frame_len, now)
     } else if rec.key.ip_version == 4 {
         to_map(&FLOWS4, &FlowKey4::of(&rec.key), rec, c, frame_len, now)
@@ -66,8 +74,8 @@ pub fn flow_to_map(rec: &PacketRecord, c: &mut HookCounters, frame_len: u64, now
 /// (looked up: the LRU map marks it used).
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
-    if Hook::sends(rec.key.hook) {
+pub fn flow_value_of(rec: &PacketRecord, hook: Hook) -> Option<*mut FlowStats> {
+    if Hook::sends(hook as u8) {
         FLOWS_OUT.get_ptr_mut(&rec.key)
     } else if rec.key.ip_version == 4 {
         FLOWS4.get_ptr_mut(&FlowKey4::of(&rec.key))
@@ -80,8 +88,8 @@ pub fn flow_value_of(rec: &PacketRecord) -> Option<*mut FlowStats> {
 /// never looking it up (see [`to_map`]): a flow cache slot counts it from there.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-pub fn flow_new(rec: &PacketRecord, c: &mut HookCounters, empty: &FlowStats) {
-    let inserted = if Hook::sends(rec.key.hook) {
+pub fn flow_new(rec: &PacketRecord, hook: Hook, c: &mut HookCounters, empty: &FlowStats) {
+    let inserted = if Hook::sends(hook as u8) {
         FLOWS_OUT.insert(&rec.key, empty, BPF_NOEXIST as u64)
     } else if rec.key.ip_version == 4 {
         FLOWS4.insert(&FlowKey4::of(&rec.key), empty, BPF_NOEXIST as u64)
@@ -90,7 +98,6 @@ pub fn flow_new(rec: &PacketRecord, c: &mut HookCounters, empty: &FlowStats) {
     };
     if inserted.is_ok() {
         c.flows_created += 1;
-        crate::churn::inserted();
     }
 }
 
@@ -128,7 +135,6 @@ fn to_map<K>(
     flow_record(first, rec, c, frame_len, now);
     if map.insert(key, &*first, BPF_NOEXIST as u64).is_ok() {
         c.flows_created += 1;
-        crate::churn::inserted();
         return false;
     }
     let Some(v) = map.get_ptr_mut(key) else {

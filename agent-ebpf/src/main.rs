@@ -13,7 +13,6 @@
 // BPF inline assembly (the direct reader's word loads); the kernel programs build on nightly.
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 
-mod churn;
 mod clock;
 mod count;
 mod direct;
