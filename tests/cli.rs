@@ -99,6 +99,20 @@ fn no_such_interface() {
     );
 }
 
+/// `--interface` is `--iface` spelled out (both commands that take interfaces).
+#[test]
+fn no_such_interface_named_with_interface() {
+    assert_usage_error(
+        &rocemon(&["run", "--interface", "nosuch0"]),
+        "no such interface 'nosuch0'",
+    );
+    let out = rocemon(&["run", "--help"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("--interface"),
+        "the alias is shown in the help"
+    );
+}
+
 #[test]
 fn missing_privileges() {
     let out = if is_root() {

@@ -309,6 +309,16 @@ file_errors! {
     web_config_file_missing: "[web]\nconfig_file = \"/nonexistent/web.yml\"" => "/nonexistent/web.yml";
 }
 
+/// An agent nobody answers for is not a configuration mistake: the line says who is missing
+/// and what to set, without calling the configuration bad.
+#[test]
+fn an_unreachable_agent_is_not_bad_configuration() {
+    let out = rocemon(&["top", "--addr", "127.0.0.1:1", "--iterations", "1"]);
+    assert_usage_error(&out, "is `rocemon run` listening there? (set --addr)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("bad configuration"), "{err}");
+}
+
 /// `rdma -j` output that is not JSON names the source and the parser's words.
 #[test]
 fn unparsable_rdma_output_is_named() {

@@ -21,6 +21,12 @@ pub enum UsageError {
     ListenFailed { addr: String, reason: String },
     #[error("bad configuration: {0}")]
     BadConfig(String),
+    /// Nobody answers at the address a client was given: the address (or the agent) is the
+    /// user's to fix, but nothing in a configuration is wrong.
+    #[error(
+        "cannot reach rocemon at {url} ({reason}); is `rocemon run` listening there? (set --addr)"
+    )]
+    Unreachable { url: String, reason: String },
     #[error("cannot read capture {path}: {reason}")]
     BadCapture { path: String, reason: String },
 }

@@ -29,9 +29,10 @@ fn get(agent: &ureq::Agent, url: &str, auth: Option<&str>) -> Result<Value> {
         ))
         .into()),
         // Nobody there is the user's to fix (the address): exit 2 like every usage error.
-        Err(e) => Err(UsageError::BadConfig(format!(
-            "cannot reach rocemon at {url} ({e}); is `rocemon run` listening there? (set --addr)"
-        ))
+        Err(e) => Err(UsageError::Unreachable {
+            url: url.to_string(),
+            reason: e.to_string(),
+        }
         .into()),
     }
 }

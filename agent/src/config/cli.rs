@@ -47,7 +47,12 @@ pub struct ReloadArgs {
 #[derive(Args, Debug)]
 pub struct DetachArgs {
     /// Interface to detach from (repeat for several; default: every pinned interface).
-    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    #[arg(
+        long = "iface",
+        visible_alias = "interface",
+        short = 'i',
+        value_name = "IF"
+    )]
     pub ifaces: Vec<String>,
     /// The bpffs directory of the pins (default: pin_dir of --config, else /sys/fs/bpf/rocemon).
     #[arg(long, value_name = "DIR")]
@@ -116,7 +121,12 @@ pub struct TopArgs {
 #[derive(Args, Debug, Default)]
 pub struct RunArgs {
     /// Interface to watch (repeat for several).
-    #[arg(long = "iface", short = 'i', value_name = "IF")]
+    #[arg(
+        long = "iface",
+        visible_alias = "interface",
+        short = 'i',
+        value_name = "IF"
+    )]
     pub ifaces: Vec<String>,
     /// XDP attach mode: auto tries native (driver) mode and falls back to skb (generic)
     /// (default: auto).
