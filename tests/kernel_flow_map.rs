@@ -24,6 +24,29 @@ fn run_xdp(ebpf: &aya::Ebpf, data: &[u8]) {
     assert_eq!(r.retval, XDP_PASS, "XDP must pass every frame");
 }
 
+/// The online CPUs, when the kernel tests can run and at least two CPUs are online (None:
+/// skipped, said why).
+fn two_cpus() -> Option<Vec<u32>> {
+    if !ready(false) {
+        return None;
+    }
+    let online = aya::util::online_cpus().map_err(|(_, e)| e).unwrap();
+    if online.len() < 2 {
+        eprintln!("skipped: one CPU online");
+        return None;
+    }
+    Some(online)
+}
+
+/// The flows created so far, over the hooks and CPUs.
+fn created_on_every_cpu(ebpf: &aya::Ebpf) -> u64 {
+    loader::read_counters(ebpf)
+        .unwrap()
+        .iter()
+        .map(|c| c.flows_created)
+        .sum()
+}
+
 /// The flows of `ebpf`'s maps under `keys`, comparable.
 fn held_of(ebpf: &aya::Ebpf, keys: &[FlowKey]) -> BTreeMap<FlowKey, FlowStats> {
     let (flows, _) = loader::read_flows(ebpf).unwrap();
@@ -125,14 +148,9 @@ fn a_full_flow_map_admits_new_flows_and_holds_the_survivors_exactly() {
 /// demo once said "95 flows pushed out" of a map 1% full). Its packets are all held.
 #[test]
 fn a_new_flow_on_two_cpus_at_once_is_created_once() {
-    if !ready(false) {
+    let Some(online) = two_cpus() else {
         return;
-    }
-    let online = aya::util::online_cpus().map_err(|(_, e)| e).unwrap();
-    if online.len() < 2 {
-        eprintln!("skipped: one CPU online");
-        return;
-    }
+    };
     let ebpf = xdp_object(1024, loader::Switches::default());
     let frames = rocemon_testkit::frames::writes("10.0.0.1", "10.0.0.2", (0xC001, 9), 0..4, 64);
     for (i, f) in frames.iter().enumerate() {
@@ -140,11 +158,7 @@ fn a_new_flow_on_two_cpus_at_once_is_created_once() {
         run_xdp(&ebpf, f);
     }
     testrun::pin_to_one_cpu().unwrap();
-    let created: u64 = loader::read_counters(&ebpf)
-        .unwrap()
-        .iter()
-        .map(|c| c.flows_created)
-        .sum();
+    let created = created_on_every_cpu(&ebpf);
     let (flows, _) = loader::read_flows(&ebpf).unwrap();
     assert_eq!(created, 1, "created once, whichever CPU inserted it");
     assert_eq!(flows.len(), 1);
@@ -163,14 +177,9 @@ fn a_new_flow_on_two_cpus_at_once_is_created_once() {
 /// only its counts since the last flush.)
 #[test]
 fn a_cached_flow_keeps_its_element_through_a_flood_of_new_flows() {
-    if !ready(false) {
+    let Some(online) = two_cpus() else {
         return;
-    }
-    let online = aya::util::online_cpus().map_err(|(_, e)| e).unwrap();
-    if online.len() < 2 {
-        eprintln!("skipped: one CPU online");
-        return;
-    }
+    };
     let (home, other) = (online[0] as usize, online[1] as usize);
     const ENTRIES: u32 = 2_048;
     let ebpf = xdp_object(ENTRIES, loader::Switches::default());
@@ -216,11 +225,7 @@ fn a_cached_flow_keeps_its_element_through_a_flood_of_new_flows() {
         run_xdp(&ebpf, &spoofed);
     }
     testrun::pin_to_one_cpu().unwrap();
-    let created: u64 = loader::read_counters(&ebpf)
-        .unwrap()
-        .iter()
-        .map(|c| c.flows_created)
-        .sum();
+    let created = created_on_every_cpu(&ebpf);
     assert!(
         created > u64::from(ENTRIES) * 4,
         "the flood went through the map: {created} flows created"
