@@ -82,7 +82,7 @@ fn flood_capture(
 /// The flow maps' size in the flood tests; the floods are sized in multiples of it. Not
 /// smaller: the kernel's LRU hands free elements to each CPU 128 at a time, so a map of a
 /// few hundred entries evicts half of itself at once, recently used or not (at 256 entries
-/// a flow looked up every tenth packet lost counts in one run in ten); from a few thousand
+/// a flow seen every tenth packet still lost counts in 1 of 30 loaded runs); from a few thousand
 /// entries on it evicts the least recently used, which is the policy these tests check.
 const MAP: u32 = 2_048;
 
