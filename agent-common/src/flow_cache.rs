@@ -92,17 +92,16 @@ pub const SWITCH_FLOW_CACHE: &str = "ROCEMON_FLOW_CACHE";
 pub const GLOBAL_REF_EVERY: &str = "ROCEMON_REF_EVERY";
 
 /// How many flows a hook creates on a CPU (inserts into the flow maps) before a cached
-/// flow's hit looks its element up again: a quarter of the smaller map's entries shared among the CPUs, at least
-/// one. A flow in a slot is counted without touching its element, so the LRU map would
+/// flow's hit looks its element up again: a quarter of the smallest flow map's entries
+/// (`entries`) shared among the CPUs, at least one. A flow in a slot is counted without touching its element, so the LRU map would
 /// see it unused and push it out under a flood of new flows, and with it whatever the
 /// element held that the agent had not read yet (another CPU's packets, an earlier
 /// write-back). Looked up once per such stretch, it stays among the used flows: the map
 /// turns over no faster than its entries per insert, each CPU takes about its share of the
 /// inserts, and an element looked up four times per turn-over is never the least recently
 /// used. Without churn (no new flows) a hit never looks anything up.
-pub fn ref_every(ipv4_entries: u32, ipv6_entries: u32, cpus: u32) -> u32 {
-    let smaller = ipv4_entries.min(ipv6_entries);
-    (smaller / 4 / cpus.max(1)).max(1)
+pub fn ref_every(entries: u32, cpus: u32) -> u32 {
+    (entries / 4 / cpus.max(1)).max(1)
 }
 
 /// A slot that never held a flow (or whose flow could not be loaded).
@@ -220,16 +219,16 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_flow_is_looked_up_four_times_per_turn_over_of_the_smaller_map() {
+    fn a_cached_flow_is_looked_up_four_times_per_turn_over_of_the_smallest_map() {
         // 16,384 entries, 8 CPUs: each CPU takes an eighth of the inserts.
-        assert_eq!(ref_every(16_384, 65_536, 8), 512);
-        assert_eq!(ref_every(256, 256, 2), 32);
+        assert_eq!(ref_every(16_384, 8), 512);
+        assert_eq!(ref_every(256, 2), 32);
     }
 
     #[test]
     fn a_tiny_map_on_many_cpus_looks_up_at_every_insert() {
-        assert_eq!(ref_every(64, 64, 256), 1);
-        assert_eq!(ref_every(16_384, 16_384, 0), 4_096);
+        assert_eq!(ref_every(64, 256), 1);
+        assert_eq!(ref_every(16_384, 0), 4_096);
     }
 
     #[test]

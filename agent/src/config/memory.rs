@@ -34,6 +34,11 @@ impl FlowMapSizes {
         (self.ipv4.max(self.ipv6) / 4).max(OWN_MIN_ENTRIES)
     }
 
+    /// Entries of the smallest of the three maps.
+    pub fn smallest(&self) -> u32 {
+        self.ipv4.min(self.ipv6).min(self.own())
+    }
+
     /// About what an interface's flow state costs in kernel memory: the three maps,
     /// preallocated, per entry a value per CPU (the maps are per CPU), the key and the
     /// hash element's own overhead; and the per-CPU flow cache in front of them (fixed:

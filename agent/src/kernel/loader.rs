@@ -206,8 +206,7 @@ pub(super) fn load_object_pinned(
     let cpus = aya::util::nr_cpus().map_or(1, |n| n as u32);
     l.override_global(agent_common::GLOBAL_NR_CPUS, &cpus, false);
     // Not required to exist: `--ab` loads builds from before the lookups of cached flows.
-    let smaller = flow_maps.ipv4.min(flow_maps.own());
-    let ref_every = agent_common::flow_cache::ref_every(smaller, flow_maps.ipv6, cpus);
+    let ref_every = agent_common::flow_cache::ref_every(flow_maps.smallest(), cpus);
     l.override_global(
         agent_common::flow_cache::GLOBAL_REF_EVERY,
         &ref_every,
