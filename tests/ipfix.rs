@@ -206,6 +206,52 @@ fn an_export_larger_than_a_message_is_split_with_no_record_lost() {
     }
 }
 
+/// A flood of flows through a table of 50: the flows pushed out give their last record at
+/// once (lack of resources), the table stays bounded, and no packet is lost on the way.
+#[test]
+fn a_flood_of_flows_past_max_flows_ends_the_pushed_out_ones_and_loses_no_packet() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-ipfix-flood").unwrap();
+    let path = fixtures::many_flows().write(dir.path()).unwrap();
+    let expected = tshark::expected(&path).unwrap();
+    let (report, messages, _) = export(&path, &["--max-flows", "50"], dir.path());
+    check_sequence(&messages, "a flood past --max-flows");
+    let held = report["flows"].as_array().unwrap().len();
+    assert!(held <= 50, "the table holds {held} flows");
+    let reasons: Vec<u8> = messages
+        .iter()
+        .flat_map(|m| &m.records)
+        .map(|r| r.end_reason)
+        .collect();
+    let pushed = reasons.iter().filter(|r| **r == 5).count() as u64;
+    // Each of the 400 flows sends its packets in one run: one record per flow, ended for
+    // lack of resources or (the ones still held) by the end of the capture.
+    assert_eq!(reasons.len(), expected.flows.len(), "{reasons:?}");
+    assert_eq!(
+        pushed,
+        u(&report["flows_evicted"]["flows"]),
+        "the report's count"
+    );
+    assert!(
+        pushed >= expected.flows.len() as u64 - 50,
+        "{pushed} pushed out"
+    );
+    assert_eq!(
+        reasons.len() as u64 - pushed,
+        held as u64,
+        "the held ones at the end"
+    );
+    let got = sums(&messages);
+    assert_eq!(got.len(), expected.flows.len());
+    for (k, e) in &expected.flows {
+        assert_eq!(
+            (got[k].packets, got[k].bytes, got[k].ce, got[k].cnp),
+            (e.packets, e.bytes, e.ecn_ce, e.cnp),
+            "{k:?}"
+        );
+    }
+}
+
 #[test]
 fn a_smaller_message_size_from_the_config_file_makes_more_messages_and_loses_none() {
     require_tshark();

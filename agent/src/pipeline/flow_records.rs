@@ -65,6 +65,9 @@ pub struct RecordSettings {
     pub sink: RecordSink,
 }
 
+/// Queue entries below which [`Recorder::compact`] does not bother.
+const COMPACT_MIN: usize = 4_096;
+
 /// The stage's state: the queue of flows by when their next record is due.
 #[derive(Debug)]
 pub struct Recorder {
@@ -80,7 +83,8 @@ impl Recorder {
         }
     }
 
-    /// Flows queued for a record (one entry per flow held).
+    /// Entries queued for a record: one per flow held, and the entries of flows that left
+    /// until they are due or the queue is compacted.
     pub fn queued(&self) -> usize {
         self.due.len()
     }
@@ -150,9 +154,30 @@ impl Recorder {
             e.export = Some(Box::new(next));
             self.due.push(Reverse((next.due_ns, iface, key)));
         }
+        self.compact(table);
         if !out.is_empty() {
             (self.settings.sink.0)(out);
         }
+    }
+
+    /// The queue holds an entry for every flow created within an active timeout, gone or
+    /// not: under a flood of short flows (spoofed ones, a port scan) that is the flood's
+    /// rate times the timeout, not the table's size. Once it holds more than twice the
+    /// table (and [`COMPACT_MIN`]), it is built again from the flows held, one entry each,
+    /// so the stage's memory follows the table's bound. Amortised: each rebuild follows at
+    /// least as many pushes as the entries it drops.
+    fn compact(&mut self, table: &FlowTable) {
+        if self.due.len() <= COMPACT_MIN.max(2 * table.len()) {
+            return;
+        }
+        self.due = table
+            .iter()
+            .filter_map(|e| {
+                let m = e.export.as_deref()?;
+                (m.due_ns != 0 && m.due_ns != u64::MAX)
+                    .then_some(Reverse((m.due_ns, e.iface, e.key)))
+            })
+            .collect();
     }
 
     /// Interface `iface` went away: its flows give their last record (forced end). They stay

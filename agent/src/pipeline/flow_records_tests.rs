@@ -151,6 +151,55 @@ fn a_flow_pushed_out_of_a_full_table_ends_for_lack_of_resources() {
     assert_eq!(recs[0].key.dest_qp, 1, "the flow quiet the longest");
 }
 
+/// A flood of one-poll flows, each gone by the next poll: every one gives its record, and
+/// the queue stays near the table's size, not the flood's (50,000 flows in 50 polls).
+#[test]
+fn a_flood_of_short_flows_keeps_the_queue_bounded_and_loses_no_record() {
+    let (mut r, got) = recorder(60);
+    let mut t = table();
+    let mut peak = 0;
+    for now in 1..=50u32 {
+        let flows: Vec<(u32, FlowStats)> = (0..1_000)
+            .map(|i| (now * 1_000 + i, stats(1, u64::from(now))))
+            .collect();
+        poll(&mut t, &mut r, u64::from(now), &flows);
+        peak = peak.max(r.queued());
+    }
+    poll(&mut t, &mut r, 51, &[]);
+    let recs = got.lock().unwrap().clone();
+    assert_eq!(recs.len(), 50_000, "every flow's record");
+    assert_eq!(sum(&recs).0, 50_000);
+    assert!(
+        peak <= COMPACT_MIN + 2 * 1_000,
+        "the queue held {peak} entries for a table of 1,000 flows"
+    );
+}
+
+/// Compaction keeps the one entry of each flow held: a flow that goes on past it still
+/// gives its active-timeout records.
+#[test]
+fn a_flow_that_goes_on_through_a_flood_keeps_its_active_records() {
+    let (mut r, got) = recorder(10);
+    let mut t = table();
+    for now in 1..=25u32 {
+        let mut flows: Vec<(u32, FlowStats)> = (0..1_000)
+            .map(|i| (100_000 + now * 1_000 + i, stats(1, u64::from(now))))
+            .collect();
+        flows.push((1, stats(u64::from(now) * 100, u64::from(now))));
+        poll(&mut t, &mut r, u64::from(now), &flows);
+    }
+    let long: Vec<FlowRecord> = got
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|x| x.key.dest_qp == 1)
+        .cloned()
+        .collect();
+    assert_eq!(long.len(), 2, "at 11 s and 21 s: {long:?}");
+    assert!(long.iter().all(|x| x.reason == EndReason::ActiveTimeout));
+    assert_eq!(sum(&long).0, 2100);
+}
+
 #[test]
 fn an_interface_that_goes_ends_its_flows() {
     let (mut r, got) = recorder(60);

@@ -128,20 +128,27 @@ impl Exporter {
         let (tx, in_flight, cap) = (self.tx.clone(), self.in_flight.clone(), self.queue_records);
         let counts: Vec<Arc<CollectorCounts>> =
             self.collectors.iter().map(|(_, c)| c.clone()).collect();
-        RecordSink(Arc::new(move |records: Vec<FlowRecord>| {
-            let n = records.len();
-            let dropped = || {
+        RecordSink(Arc::new(move |mut records: Vec<FlowRecord>| {
+            let dropped = |n: usize| {
                 for c in &counts {
                     c.queue_full.fetch_add(n as u64, Relaxed);
                 }
             };
-            if in_flight.load(Relaxed) + n > cap {
-                return dropped();
+            // What fits goes; the rest of the batch is dropped (one poll is the only
+            // producer, so the room read here is the room there is).
+            let room = cap.saturating_sub(in_flight.load(Relaxed));
+            if records.len() > room {
+                dropped(records.len() - room);
+                records.truncate(room);
+            }
+            let n = records.len();
+            if n == 0 {
+                return;
             }
             in_flight.fetch_add(n, Relaxed);
             if tx.try_send(Msg::Records(records)).is_err() {
                 in_flight.fetch_sub(n, Relaxed);
-                dropped();
+                dropped(n);
             }
         }))
     }
