@@ -240,6 +240,29 @@ fn a_nak_and_a_go_back_are_retransmissions() {
     );
 }
 
+/// One loss, one incident: the NAK B sent back is folded into A's data flow, with the
+/// construction's exact counts (PSN 5 missing: one gap; A goes back and resends 5 to 19:
+/// fifteen packets at or before a PSN already seen; one NAK back).
+#[test]
+fn a_nak_driven_retransmission_is_one_finding_on_the_data_flow() {
+    let j = analyze("retransmit-once", transfer(20, true), &[]);
+    let r = findings(&j, "retransmissions");
+    assert_eq!(r.len(), 1, "{:#}", j["findings"]);
+    let f = r[0];
+    assert!(
+        f["subject"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("flow {A} -> {B}")),
+        "{f}"
+    );
+    let e = &f["evidence"];
+    assert_eq!(e["psn_gaps"], 1, "{f}");
+    assert_eq!(e["retransmitted_packets"], 15, "{f}");
+    assert_eq!(e["naks_returned"], 1, "{f}");
+    assert!(f["summary"].as_str().unwrap().contains("1 NAK back"), "{f}");
+}
+
 #[test]
 fn a_clean_transfer_has_no_retransmissions() {
     let j = analyze("clean-transfer", transfer(20, false), &[]);

@@ -111,6 +111,22 @@ fn qps_on_their_own_ports_share_nothing() {
     );
 }
 
+/// Connection management (MADs to QP 1, the GSI) on a data connection's 5-tuple, as
+/// Soft-RoCE sends it, shares nothing.
+#[test]
+fn connection_management_on_a_data_connections_port_shares_nothing() {
+    let j = analyze(
+        "cm-port",
+        writes(&[(0x1, 0xC700), (0x700, 0xC700)], 1_000_000, 50),
+    );
+    assert!(
+        findings(&j, "shared_5tuple").is_empty(),
+        "{:#}",
+        j["findings"]
+    );
+    assert_eq!(j["ecmp"]["shared_5tuple_groups"], 0);
+}
+
 /// The generator's ports are where the test's own hash says.
 #[test]
 fn the_elephants_ports_hash_onto_their_path() {

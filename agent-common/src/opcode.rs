@@ -9,6 +9,15 @@ use crate::headers::ext::*;
 /// The RoCEv2 Congestion Notification Packet opcode.
 pub const OPCODE_CNP: u8 = 0x81;
 
+/// The General Services Interface's queue pair (IBA vol. 1, 3.5.2): connection management
+/// MADs (REQ, REP, RTU, DREQ) go to QP 1, on the 5-tuple of the connection they set up.
+pub const GSI_QP: u32 = 1;
+
+/// Whether a destination QP is connection management, not a data connection.
+pub const fn is_connection_management(dest_qp: u32) -> bool {
+    dest_qp == GSI_QP
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
     Rc,

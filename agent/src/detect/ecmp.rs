@@ -11,6 +11,7 @@
 
 use super::hash::{FlowFields, HashModel};
 use agent_common::flow_key::addr;
+use agent_common::opcode::is_connection_management;
 use agent_common::{FlowKey, ROCEV2_UDP_PORT};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -265,7 +266,13 @@ pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpR
                 i += 1;
             }
             ports += 1;
-            if i - t0 >= 2 {
+            // Connection management (MADs to QP 1) travels on a data connection's 5-tuple
+            // by design: it shares no path with anything that needs entropy of its own.
+            let data_qps = rows[t0..i]
+                .iter()
+                .filter(|r| !is_connection_management(r.2))
+                .count();
+            if data_qps >= 2 {
                 report.shared_5tuple_groups += 1;
                 if report.shared_5tuples.len() < MAX_LISTED {
                     let (v, s, d) = pair;
@@ -273,7 +280,11 @@ pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpR
                         src: addr(v, &s).to_string(),
                         dst: addr(v, &d).to_string(),
                         sport,
-                        dest_qps: rows[t0..i].iter().map(|r| r.2).collect(),
+                        dest_qps: rows[t0..i]
+                            .iter()
+                            .map(|r| r.2)
+                            .filter(|q| !is_connection_management(*q))
+                            .collect(),
                     });
                 }
             }
@@ -372,18 +383,42 @@ mod tests {
         };
         // three elephants sharing one 5-tuple: one path, which collides; entropy shows it
         let flows = [
-            flow(0, 7, 1, 10.0, true),
             flow(0, 7, 2, 10.0, true),
             flow(0, 7, 3, 10.0, true),
+            flow(0, 7, 4, 10.0, true),
         ];
         let r = analyze(&flows, &["x".into()], &cfg);
         let p = r.predicted.unwrap();
         assert_eq!(p.members.iter().map(|m| m.elephants).sum::<usize>(), 3);
         assert!(p.collision);
         assert_eq!(r.shared_5tuples.len(), 1);
-        assert_eq!(r.shared_5tuples[0].dest_qps, vec![1, 2, 3]);
+        assert_eq!(r.shared_5tuples[0].dest_qps, vec![2, 3, 4]);
         assert_eq!(r.source_ports[0].source_ports, 1);
         assert_eq!(r.source_ports[0].flows, 3);
+    }
+
+    /// A data connection and its connection management (QP 1) on one 5-tuple is no shared
+    /// 5-tuple; two data QPs beside QP 1 are, and QP 1 is not listed among them.
+    #[test]
+    fn connection_management_is_not_a_shared_5tuple() {
+        let cfg = EcmpConfig::default();
+        let r = analyze(
+            &[flow(0, 7, 1, 1.0, false), flow(0, 7, 0x11, 1.0, false)],
+            &["x".into()],
+            &cfg,
+        );
+        assert_eq!(r.shared_5tuple_groups, 0, "{:?}", r.shared_5tuples);
+        let r = analyze(
+            &[
+                flow(0, 7, 1, 1.0, false),
+                flow(0, 7, 0x11, 1.0, false),
+                flow(0, 7, 0x12, 1.0, false),
+            ],
+            &["x".into()],
+            &cfg,
+        );
+        assert_eq!(r.shared_5tuple_groups, 1);
+        assert_eq!(r.shared_5tuples[0].dest_qps, vec![0x11, 0x12]);
     }
 
     #[test]

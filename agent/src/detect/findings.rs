@@ -285,20 +285,32 @@ pub struct Recovery<'a> {
     pub psn_gaps: u64,
     pub retransmits: u64,
     pub naks: u64,
+    /// NAKs its receiver sent back on the reverse flow (folded into this incident).
+    pub naks_back: u64,
     pub packets: u64,
     pub span: (f64, f64),
 }
 
 pub fn retransmissions(r: &Recovery<'_>) -> Option<Finding> {
-    (r.psn_gaps + r.retransmits + r.naks > 0).then(|| {
+    (r.psn_gaps + r.retransmits + r.naks + r.naks_back > 0).then(|| {
+        let back = if r.naks_back > 0 {
+            format!(
+                ", and its receiver sent {} NAK{} back asking for them again",
+                r.naks_back,
+                if r.naks_back == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        };
         Finding::new("retransmissions", Severity::Warning, r.span, r.flow.to_lowercase())
             .say(format!(
-                "{} lost packets and recovered: {} PSN gaps, {} retransmitted packets, {} NAKs among {} packets. On a lossless fabric that means drops (a misconfigured class, buffer overflow, a bad link).",
+                "{} lost packets and recovered: {} PSN gaps, {} retransmitted packets, {} NAKs among {} packets{back}. On a lossless fabric that means drops (a misconfigured class, buffer overflow, a bad link).",
                 r.flow, r.psn_gaps, r.retransmits, r.naks, r.packets
             ))
             .with("psn_gaps", json!(r.psn_gaps))
             .with("retransmitted_packets", json!(r.retransmits))
             .with("naks", json!(r.naks))
+            .with("naks_returned", json!(r.naks_back))
             .with("packets", json!(r.packets))
     })
 }

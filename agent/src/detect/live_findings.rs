@@ -149,6 +149,7 @@ impl LiveFindings {
                     psn_gaps: d.psn_gaps,
                     retransmits: d.retransmits,
                     naks: d.naks,
+                    naks_back: 0,
                     packets: d.roce,
                     span,
                 })

@@ -13,6 +13,7 @@ pub mod live_reaction;
 pub mod live_sample;
 pub mod live_totals;
 pub mod pause;
+pub mod recovery;
 pub mod rhythm;
 pub mod slow_steps;
 pub mod steps;

@@ -4,6 +4,7 @@
 
 use super::report::Report;
 use crate::detect::findings::{self as f, Finding};
+use crate::detect::recovery;
 use crate::pipeline::analysis::Analysis;
 use std::collections::BTreeMap;
 
@@ -128,21 +129,38 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
         }));
     }
 
-    let mut hurt: Vec<&super::report::Flow> = r
+    // One incident per loss: a data flow's gap and go-back with the NAKs its receiver sent
+    // back (on the reverse flow), not one finding per direction.
+    let losses: Vec<recovery::Loss<'_>> = r
         .flows
         .iter()
-        .filter(|fl| fl.psn_gaps + fl.retransmits + naks(fl) > 0)
+        .map(|fl| recovery::Loss {
+            src: &fl.src,
+            dst: &fl.dst,
+            psn_gaps: fl.psn_gaps,
+            retransmits: fl.retransmits,
+            naks: naks(fl),
+        })
         .collect();
-    hurt.sort_by_key(|fl| std::cmp::Reverse(fl.psn_gaps + fl.retransmits + naks(fl)));
-    for fl in hurt.into_iter().take(MAX_RECOVERIES) {
+    for inc in recovery::incidents(&losses)
+        .into_iter()
+        .take(MAX_RECOVERIES)
+    {
+        let fl = &r.flows[inc.flow];
         let name = flow_name(&fl.src, &fl.dst, fl.sport, fl.dest_qp);
+        let last = inc
+            .folded
+            .iter()
+            .map(|&i| r.flows[i].last_seen_ns)
+            .fold(fl.last_seen_ns, u64::max);
         out.extend(f::retransmissions(&f::Recovery {
             flow: &format!("Flow {name}"),
             psn_gaps: fl.psn_gaps,
             retransmits: fl.retransmits,
             naks: naks(fl),
+            naks_back: inc.naks_back,
             packets: fl.packets,
-            span: (at(fl.first_seen_ns), at(fl.last_seen_ns)),
+            span: (at(fl.first_seen_ns), at(last)),
         }));
     }
 
