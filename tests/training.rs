@@ -231,3 +231,104 @@ fn the_html_report_shows_the_rhythm_sizes_and_sources() {
         assert!(page.contains(want), "{want} in the page");
     }
 }
+
+/// The job's first frame's time (`training::frames` starts there).
+const JOB_T0: u64 = 1_764_547_200_000_000_000;
+
+/// `steps` steps of the usual job (100 ms, 20 ms bursts), the ones `slow(i)` picks 200 ms
+/// long, each step's PSNs going on from the one before; beside it, with `tenant`, another
+/// host pair's 1 KiB WRITEs at random times (0 to 4 a millisecond, 2 on average: a light,
+/// steady tenant whose milliseconds are not all alike). Returns the capture's frames and the
+/// start times of the slow steps whose end is seen (the truth).
+fn job_beside(
+    steps: u64,
+    slow: impl Fn(u64) -> bool,
+    tenant: bool,
+) -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
+    let mut f = Vec::new();
+    let mut truth = Vec::new();
+    let mut t = JOB_T0;
+    for i in 0..steps {
+        let step = training::frames_round(Job::steady(1), "10.78.0.1", "10.78.0.2", i);
+        f.extend(step.into_iter().map(|(at, fr)| (at - JOB_T0 + t, fr)));
+        let len = if slow(i) { 200 } else { 100 };
+        if slow(i) && i + 1 < steps {
+            truth.push(t);
+        }
+        t += len * 1_000_000;
+    }
+    if tenant {
+        let (a, b) = ("10.78.5.1".parse().unwrap(), "10.78.5.2".parse().unwrap());
+        let mut rng = 4791u64;
+        let mut psn = 0u32;
+        for ms in 0..(t - JOB_T0) / 1_000_000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            for k in 0..(rng >> 33) % 5 {
+                let mut w = rocemon_testkit::frames::Roce::new(a, b, 0xC900, 0x900, 0x0A);
+                w.payload = 1024;
+                w.dma_len = 1024;
+                w.psn = psn;
+                psn += 1;
+                f.push((JOB_T0 + ms * 1_000_000 + 150_000 * k + 7_000, w.frame()));
+            }
+        }
+    }
+    f.sort_by_key(|(t, _)| *t);
+    (f, truth)
+}
+
+fn slow_starts(t: &Value) -> Vec<u64> {
+    t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["slow"] == true)
+        .map(|s| s["start_ns"].as_u64().unwrap())
+        .collect()
+}
+
+fn training_of(name: &'static str, frames: Vec<(u64, Vec<u8>)>) -> Value {
+    let dir = TempDir::new("rocemon-training-beside").unwrap();
+    let p = rocemon_testkit::fixtures::whole(
+        name,
+        rocemon_testkit::fixtures::Format::PcapNanos,
+        frames,
+        false,
+    )
+    .write(dir.path())
+    .unwrap();
+    analyze(&p)["training"].clone()
+}
+
+/// A light, steady tenant on the same link: the job's rhythm, its steps and its slow step
+/// are found as without it.
+#[test]
+fn a_light_tenant_beside_the_job_leaves_its_rhythm_and_slow_step() {
+    let (f, truth) = job_beside(40, |i| i == 25, true);
+    let t = training_of("beside-tenant", f);
+    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
+    assert_eq!(slow_starts(&t), truth, "{t}");
+    assert_eq!(t["steps"].as_array().unwrap().len(), 39);
+}
+
+/// A third of the steps slow (the degraded job): the normal step's period and every slow
+/// step.
+#[test]
+fn a_third_of_the_steps_slow_leaves_the_rhythm() {
+    let (f, truth) = job_beside(45, |i| i % 3 == 1, false);
+    let t = training_of("third-slow", f);
+    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
+    assert_eq!(slow_starts(&t), truth, "{t}");
+    assert_eq!(t["slow_steps"], truth.len());
+}
+
+/// Both at once, with half of the steps slow.
+#[test]
+fn half_of_the_steps_slow_beside_a_tenant_leaves_the_rhythm() {
+    let (f, truth) = job_beside(40, |i| i % 2 == 0, true);
+    let t = training_of("half-slow-beside", f);
+    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
+    assert_eq!(slow_starts(&t), truth, "{t}");
+}

@@ -1,10 +1,13 @@
 //! The training rhythm: a large training job talks in steps (compute, then a burst of
 //! collective communication over RoCE, then compute again). From RoCE bytes in 1 ms buckets
-//! this finds the period of the bursts (autocorrelation of the series, the smallest lag whose
-//! correlation is close to the best), each step (a burst start to the next), its bytes and
-//! duration, the communication duty (the share of a step with traffic), and the steps that
-//! ran markedly longer than the recent period (slow steps). Traffic without a rhythm (steady,
-//! or random) gives no period: the correlation peak must be clear and the steps regular.
+//! this finds whether the bursts have a rhythm (autocorrelation of the series, the smallest
+//! lag whose correlation is close to the best), each step (a burst start to the next), its
+//! bytes and duration, the period (the typical step, which slow steps do not move), the
+//! communication duty (the share of a step with traffic), and the steps that ran markedly
+//! longer than the recent typical step (slow steps). Silence is judged against the series'
+//! own background, so another tenant on the link does not fill the job's silences. Traffic
+//! without a rhythm (steady, or random) gives no period: the correlation peak must be clear
+//! and the steps regular.
 
 use serde::Serialize;
 
@@ -169,17 +172,18 @@ fn period_in(x: &[u64], min_lag: usize) -> Option<f64> {
 }
 
 /// Steps of a series with period `p` buckets: a burst starts where traffic follows a silence
-/// of at least a tenth of the period (and 2 ms). A silent bucket in which the job's priority
-/// was paused (`paused[i]`) is no silence: the network held the burst, the step goes on.
-fn steps(s: &Series, p: f64, paused: &[bool]) -> (Vec<Step>, f64) {
+/// of at least a tenth of the period (and 2 ms), and at least `min_step` buckets after the
+/// previous step's start (traffic sooner than that is the same step going on: a go-back
+/// after a stall, a late host). A silent bucket in which the job's priority was paused
+/// (`paused[i]`) is no silence: the network held the burst, the step goes on.
+fn steps(s: &Series, p: f64, paused: &[bool], min_step: usize, quiet: u64) -> (Vec<Step>, f64) {
     let gap = ((p * 0.1).round() as usize).max(2);
     let x = &s.buckets;
-    let quiet = quiet_level(x);
-    let mut starts = Vec::new();
+    let mut starts: Vec<usize> = Vec::new();
     let mut idle = gap;
     for (i, &v) in x.iter().enumerate() {
         if v > quiet {
-            if idle >= gap {
+            if idle >= gap && starts.last().is_none_or(|&a| i - a >= min_step) {
                 starts.push(i);
             }
             idle = 0;
@@ -210,33 +214,63 @@ fn steps(s: &Series, p: f64, paused: &[bool]) -> (Vec<Step>, f64) {
     (out, duty)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Buckets and lags of the fine search (1 ms): periods up to 1.4 s in the last 4 s.
 const FINE_BUCKETS: usize = 4_096;
 /// The coarse search sums this many buckets into one: periods up to 5 s in the last minute.
 const COARSE: usize = 10;
 const COARSE_BUCKETS: usize = 6_000;
 
-/// The level at or below which a bucket is silence between bursts: none at all, or, under
-/// a steady background (another job's elephants on a mirrored link), that background (the
-/// 10th percentile of the buckets) and an eighth more.
+/// The level at or below which a bucket is silence between bursts. Beside another tenant
+/// the job's silences are not silent: a steady elephant fills every millisecond, a light
+/// flow of packets at random times some and not others. So the buckets are split into two
+/// populations, background and bursts (Otsu's threshold: the split with the most variance
+/// between them), and the level lies a quarter of the way from the background's 90th
+/// percentile up to the bursts' median, at least an eighth above that percentile. Alone on
+/// its link a job's background is nothing, and a bucket below a quarter of the burst level
+/// is silent (ACKs and NAKs between bursts are no burst).
 fn quiet_level(x: &[u64]) -> u64 {
     if x.is_empty() {
         return 0;
     }
     let mut v = x.to_vec();
-    let k = v.len() / 10;
-    let (_, floor, _) = v.select_nth_unstable(k);
-    *floor + *floor / 8
+    v.sort_unstable();
+    let n = v.len();
+    let total: f64 = v.iter().map(|&b| b as f64).sum();
+    let (mut best, mut split) = (0.0, 0);
+    let mut below = 0.0;
+    for k in 1..n {
+        below += v[k - 1] as f64;
+        if v[k - 1] == v[k] {
+            continue;
+        }
+        let (w0, w1) = (k as f64, (n - k) as f64);
+        let d = below / w0 - (total - below) / w1;
+        let between = w0 * w1 * d * d;
+        if between > best {
+            (best, split) = (between, k);
+        }
+    }
+    if split == 0 {
+        // One level throughout: nothing stands above it.
+        return v[0] + v[0] / 8;
+    }
+    let bg = v[(split - 1) * 9 / 10];
+    let bursts = v[split + (n - split) / 2];
+    (bg + bg / 8).max(bg + bursts.saturating_sub(bg) / 4)
 }
 
-/// Bursts in a series (traffic after a silence of at least `gap` buckets).
-fn bursts(x: &[u64], gap: usize) -> usize {
-    let quiet = quiet_level(x);
+/// The typical step of a run of step durations: the median of the steps near the shorter
+/// ones (within 25% of the lower quartile), so that slow steps, up to half of them, do not
+/// pull it up.
+fn typical(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let q = v[v.len() / 4];
+    let normal: Vec<f64> = v.into_iter().filter(|&d| d <= 1.25 * q).collect();
+    normal[normal.len() / 2]
+}
+
+/// Bursts in a series (traffic above `quiet` after a silence of at least `gap` buckets).
+fn bursts(x: &[u64], gap: usize, quiet: u64) -> usize {
     let mut n = 0;
     let mut idle = gap;
     for &v in x {
@@ -280,11 +314,12 @@ pub fn detect(s: &Series) -> Rhythm {
 pub fn detect_paused(s: &Series, paused: &[bool]) -> Rhythm {
     // A series without a few separate bursts has no steps to find (cheap, before any
     // correlation).
-    if bursts(&s.buckets, 2) <= MIN_STEPS {
+    let quiet = quiet_level(&s.buckets);
+    if bursts(&s.buckets, 2, quiet) <= MIN_STEPS {
         return Rhythm::default();
     }
     for (p, window) in candidates(s) {
-        if let Some(r) = rhythm_at(s, p, window, paused) {
+        if let Some(r) = rhythm_at(s, p, window, paused, quiet) {
             return r;
         }
     }
@@ -292,30 +327,53 @@ pub fn detect_paused(s: &Series, paused: &[bool]) -> Rhythm {
 }
 
 /// The steps at period `p` (buckets), if they are regular in the last `window` buckets (where
-/// the period was found: a job that changed its period has the new one there).
-fn rhythm_at(s: &Series, p: f64, window: usize, paused: &[bool]) -> Option<Rhythm> {
-    let (mut st, duty) = steps(s, p, paused);
+/// the period was found: a job that changed its period has the new one there). The
+/// correlation's period only says that there is a rhythm and how long a silence splits two
+/// bursts; the period reported is the typical step's, which slow steps do not move (their
+/// share stretches the correlation's period to the pattern of slow and normal steps).
+fn rhythm_at(s: &Series, p: f64, window: usize, paused: &[bool], quiet: u64) -> Option<Rhythm> {
     let since = s.start_ns + s.buckets.len().saturating_sub(window) as u64 * BUCKET_NS;
-    let recent: Vec<&Step> = st.iter().filter(|x| x.start_ns >= since).collect();
+    let recent_of = |st: &[Step]| -> Vec<f64> {
+        st.iter()
+            .filter(|x| x.start_ns >= since)
+            .map(|x| x.seconds * 1e3)
+            .collect()
+    };
+    // First the bursts as the silences split them, for the typical step; then again with
+    // the silence the typical step asks for (a pattern of slow and normal steps gives a
+    // correlation period of several steps, too long a silence to split bursts by), and no
+    // step shorter than half the typical one.
+    let (first, _) = steps(s, p, paused, 0, quiet);
+    let first = recent_of(&first);
+    if first.len() < MIN_STEPS {
+        return None;
+    }
+    let t0 = typical(first);
+    let (mut st, duty) = steps(s, p.min(t0), paused, (0.5 * t0) as usize, quiet);
+    let recent = recent_of(&st);
     if recent.len() < MIN_STEPS {
         return None;
     }
-    // Regular steps only: most step durations near the period.
+    let period = typical(recent.clone());
+    // Regular steps only: many step durations near the typical one, few shorter (random
+    // bursts have as many shorter intervals as longer ones; slow steps are only longer).
+    let n = recent.len() as f64;
     let near = recent
         .iter()
-        .filter(|x| (x.seconds * 1e3 - p).abs() <= 0.25 * p)
-        .count();
-    if (near as f64) < 0.6 * recent.len() as f64 {
+        .filter(|&&d| (d - period).abs() <= 0.25 * period)
+        .count() as f64;
+    let short = recent.iter().filter(|&&d| d < 0.75 * period).count() as f64;
+    if near < 0.4 * n || short > 0.2 * n {
         return None;
     }
     let mut slow = 0;
     for i in 0..st.len() {
         let from = i.saturating_sub(RECENT);
-        let recent: Vec<f64> = st[from..i].iter().map(|x| x.seconds).collect();
-        let base = if recent.len() >= 3 {
-            median(recent)
+        let before: Vec<f64> = st[from..i].iter().map(|x| x.seconds).collect();
+        let base = if before.len() >= 3 {
+            typical(before)
         } else {
-            p / 1e3
+            period / 1e3
         };
         if st[i].seconds > SLOW_FACTOR * base {
             st[i].slow = true;
@@ -323,7 +381,7 @@ fn rhythm_at(s: &Series, p: f64, window: usize, paused: &[bool]) -> Option<Rhyth
         }
     }
     Some(Rhythm {
-        period_seconds: Some(p / 1e3),
+        period_seconds: Some(period / 1e3),
         duty_ratio: Some(duty),
         steps: st,
         slow_steps: slow,

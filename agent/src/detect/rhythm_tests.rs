@@ -203,3 +203,116 @@ fn the_bounded_series_drops_old_buckets_in_batches() {
     assert!(drops <= 1_000_000 / 7_500 + 1, "{drops} drops");
     assert!(s.buckets.len() >= 60_000 && s.buckets.len() <= 67_500);
 }
+
+/// A job of 100 ms steps with 20 ms bursts of 64 KiB a millisecond; the steps `slow(i)` picks
+/// last twice as long. Returns the series and the slow steps' numbers (the truth).
+fn job_slow_where(steps: u64, slow: impl Fn(u64) -> bool) -> (Series, Vec<usize>) {
+    let mut s = Series::new(1 << 22);
+    let mut t = 1_000_000_000u64;
+    let mut truth = Vec::new();
+    for i in 0..steps {
+        for ms in 0..20 {
+            s.add(t + ms * BUCKET_NS + 100, 64 * 1024);
+        }
+        let mut len = 100;
+        if slow(i) {
+            len *= 2;
+            // A step ends where the next burst starts: the last one has no measured end.
+            if i + 1 < steps {
+                truth.push(i as usize);
+            }
+        }
+        t += len * BUCKET_NS;
+    }
+    (s, truth)
+}
+
+/// Another tenant beside the job: packets of `packet` bytes, on average `per_ms` a
+/// millisecond at random times (deterministic), over the whole series.
+fn beside_a_tenant(s: &mut Series, packet: u64, per_ms: u64) {
+    let (start, n) = (s.start_ns, s.buckets.len() as u64);
+    let mut rng = 4791u64;
+    for ms in 0..n {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let k = (rng >> 33) % (2 * per_ms + 1);
+        for p in 0..k {
+            s.add(start + ms * BUCKET_NS + p * 1_000, packet);
+        }
+    }
+}
+
+fn slow_of(r: &Rhythm) -> Vec<usize> {
+    r.steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.slow)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A light tenant whose packets come at random (some milliseconds none, some several): the
+/// job's silences are not silent, yet its rhythm, steps and slow step are found.
+#[test]
+fn a_light_irregular_tenant_beside_the_job_keeps_its_rhythm() {
+    let (mut s, truth) = job_slow_where(60, |i| i == 40);
+    beside_a_tenant(&mut s, 1500, 2);
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm beside the tenant");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
+}
+
+/// A heavier tenant (a quarter of the job's burst rate, irregular): the same.
+#[test]
+fn a_tenant_at_a_quarter_of_the_burst_rate_beside_the_job_keeps_its_rhythm() {
+    let (mut s, truth) = job_slow_where(60, |i| i == 40);
+    beside_a_tenant(&mut s, 4096, 4);
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm beside the tenant");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
+    assert!(
+        close(r.duty_ratio.unwrap(), 0.2, 0.15),
+        "the tenant is no communication: {:?}",
+        r.duty_ratio
+    );
+}
+
+/// A third of the steps slow (the degraded job an operator needs to see): the period is the
+/// normal step's, and every slow step is flagged.
+#[test]
+fn a_third_of_the_steps_slow_keeps_the_rhythm() {
+    let (s, truth) = job_slow_where(60, |i| i % 3 == 1);
+    let r = detect(&s);
+    let p = r
+        .period_seconds
+        .expect("a rhythm with a third of the steps slow");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
+}
+
+/// Half of the steps slow, every other one: still the normal step's period, each slow step
+/// flagged.
+#[test]
+fn half_of_the_steps_slow_keeps_the_rhythm() {
+    let (s, truth) = job_slow_where(60, |i| i % 2 == 1);
+    let r = detect(&s);
+    let p = r
+        .period_seconds
+        .expect("a rhythm with half of the steps slow");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
+}
+
+/// A third slow beside an irregular tenant: both at once.
+#[test]
+fn a_third_slow_beside_a_tenant_keeps_the_rhythm() {
+    let (mut s, truth) = job_slow_where(60, |i| i % 3 == 2);
+    beside_a_tenant(&mut s, 1500, 3);
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
+}
