@@ -332,3 +332,156 @@ fn half_of_the_steps_slow_beside_a_tenant_leaves_the_rhythm() {
     assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
     assert_eq!(slow_starts(&t), truth, "{t}");
 }
+
+fn jobs(t: &Value) -> &Vec<Value> {
+    t["jobs"].as_array().unwrap()
+}
+
+/// A job's frames from `src` to `dst`, `shift_ms` later than `training::frames` puts them.
+fn job_at(job: Job, src: &str, dst: &str, shift_ms: u64) -> Vec<(u64, Vec<u8>)> {
+    training::frames(job, src, dst, 0)
+        .into_iter()
+        .map(|(t, f)| (t + shift_ms * 1_000_000, f))
+        .collect()
+}
+
+/// Two jobs of their own periods on one link are two jobs, each with its hosts, flows and
+/// period; the larger one's rhythm leads the section.
+#[test]
+fn two_jobs_on_one_link_are_two_jobs() {
+    let one = Job { steps: 120, ..BASE };
+    let two = Job {
+        period_ms: 170,
+        comm_ms: 30,
+        steps: 70,
+        ..BASE
+    };
+    let mut f = job_at(one, "10.78.0.1", "10.78.0.2", 0);
+    f.extend(job_at(two, "10.78.0.3", "10.78.0.4", 0));
+    f.sort_by_key(|(t, _)| *t);
+    let t = training_of("two-jobs", f);
+    let j = jobs(&t);
+    assert_eq!(j.len(), 2, "{t:#}");
+    let of = |src: &str| {
+        j.iter()
+            .find(|x| x["sources"] == serde_json::json!([src]))
+            .unwrap_or_else(|| panic!("a job of {src}: {j:#?}"))
+    };
+    let (a, b) = (of("10.78.0.1"), of("10.78.0.3"));
+    assert!((period(a) - 0.100).abs() < 0.003, "{a}");
+    assert!((period(b) - 0.170).abs() < 0.005, "{b}");
+    assert_eq!(a["hosts"], serde_json::json!(["10.78.0.1", "10.78.0.2"]));
+    assert_eq!(b["hosts"], serde_json::json!(["10.78.0.3", "10.78.0.4"]));
+    // The generator's three QPs per job (WRITE, SEND, READ).
+    assert_eq!(
+        (a["flows"].as_u64(), b["flows"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(a["id"], "job-10.78.0.1");
+    assert_eq!(a["steps"].as_array().unwrap().len(), 119);
+    assert_eq!(b["steps"].as_array().unwrap().len(), 69);
+    // The leading rhythm is the job with the most bytes.
+    let lead = &j[0];
+    assert_eq!(t["period_seconds"], lead["period_seconds"], "{t:#}");
+}
+
+/// The text table lists each job under the leading rhythm.
+#[test]
+fn the_table_lists_each_job() {
+    let mut f = job_at(Job { steps: 120, ..BASE }, "10.78.0.1", "10.78.0.2", 0);
+    let two = Job {
+        period_ms: 170,
+        comm_ms: 30,
+        steps: 70,
+        ..BASE
+    };
+    f.extend(job_at(two, "10.78.0.3", "10.78.0.4", 0));
+    f.sort_by_key(|(t, _)| *t);
+    let dir = TempDir::new("rocemon-training-jobs-table").unwrap();
+    let p = rocemon_testkit::fixtures::whole(
+        "jobs-table",
+        rocemon_testkit::fixtures::Format::PcapNanos,
+        f,
+        false,
+    )
+    .write(dir.path())
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--no-progress"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("  job-10.78.0.1  2 hosts, 3 flows, period 100.0 ms, 119 steps (0 slow)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("  job-10.78.0.3  2 hosts, 3 flows, period 170.0 ms"),
+        "{s}"
+    );
+}
+
+/// One job of three hosts writing in step, beside a steady tenant: one job of those hosts
+/// and their receiver; the tenant is in none.
+#[test]
+fn hosts_in_step_are_one_job_and_a_steady_tenant_is_none() {
+    use rocemon_testkit::findings_lab::hosts_job;
+    let mut f = hosts_job(
+        &["10.78.0.11", "10.78.0.12", "10.78.0.13"],
+        "10.78.0.20",
+        None,
+    );
+    let (a, b) = ("10.78.5.1".parse().unwrap(), "10.78.5.2".parse().unwrap());
+    let t0 = f[0].0;
+    for ms in 0..1_600u64 {
+        let mut w = rocemon_testkit::frames::Roce::new(a, b, 0xC900, 0x900, 0x0A);
+        w.payload = 1024;
+        w.dma_len = 1024;
+        w.psn = ms as u32;
+        f.push((t0 + ms * 1_000_000 + 500_000, w.frame()));
+    }
+    f.sort_by_key(|(t, _)| *t);
+    let t = training_of("job-and-tenant", f);
+    let j = jobs(&t);
+    assert_eq!(j.len(), 1, "{t:#}");
+    assert_eq!(
+        j[0]["sources"],
+        serde_json::json!(["10.78.0.11", "10.78.0.12", "10.78.0.13"])
+    );
+    assert_eq!(
+        j[0]["hosts"],
+        serde_json::json!(["10.78.0.11", "10.78.0.12", "10.78.0.13", "10.78.0.20"])
+    );
+    assert_eq!(j[0]["flows"], 3);
+    assert!((period(&j[0]) - 0.100).abs() < 0.003, "{}", j[0]);
+    // The planted slow step (the 7th, 200 ms) is the job's one slow step.
+    assert_eq!(j[0]["slow_steps"], 1, "{}", j[0]);
+}
+
+/// Two jobs of one period, half a step apart: two jobs, not one of twice the rate.
+#[test]
+fn two_jobs_of_one_period_out_of_phase_are_two_jobs() {
+    let mut f = job_at(Job { steps: 60, ..BASE }, "10.78.0.1", "10.78.0.2", 0);
+    f.extend(job_at(
+        Job { steps: 60, ..BASE },
+        "10.78.0.3",
+        "10.78.0.4",
+        50,
+    ));
+    f.sort_by_key(|(t, _)| *t);
+    let t = training_of("two-phases", f);
+    let j = jobs(&t);
+    assert_eq!(j.len(), 2, "{t:#}");
+    for x in j {
+        assert!((period(x) - 0.100).abs() < 0.003, "{x}");
+    }
+}
+
+/// Traffic with no rhythm has no job.
+#[test]
+fn steady_traffic_has_no_job() {
+    let dir = TempDir::new("rocemon-training-nojob").unwrap();
+    let p = training::steady(3).write(dir.path()).unwrap();
+    assert_eq!(analyze(&p)["training"]["jobs"], serde_json::json!([]));
+}

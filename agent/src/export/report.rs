@@ -52,8 +52,9 @@ pub struct Report {
     pub pfc: lossless::Pfc,
     /// 802.3x PAUSE frames, and other MAC control frames.
     pub pause: lossless::Pause,
-    /// The training job's step rhythm (null fields when there is none).
-    pub training: crate::detect::rhythm::Rhythm,
+    /// The largest training job's step rhythm (the link's where no job is found; null fields
+    /// when there is none), and every job found in the traffic (`jobs`).
+    pub training: crate::pipeline::training::TrainingView,
     /// The rhythm of each source host with the most bytes (several jobs on one link); empty
     /// with one source.
     pub training_sources: Vec<crate::pipeline::training::SourceRhythm>,

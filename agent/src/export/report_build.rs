@@ -112,10 +112,7 @@ pub fn build(a: &Analysis) -> Report {
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
-        training: a.training.rhythm_paused(
-            &a.pause,
-            crate::detect::slow_steps::job_priorities(&a.options().classes),
-        ),
+        training: training_view(a, &flows),
         training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
@@ -153,4 +150,28 @@ pub fn build(a: &Analysis) -> Report {
     super::report_training::explain_slow_steps(a, &mut r.training);
     r.findings = super::report_findings::findings(a, &r);
     r
+}
+
+/// The jobs found in the traffic, each with its hosts and flows; the largest job's rhythm
+/// leads (the link's where there is no job).
+fn training_view(
+    a: &crate::pipeline::analysis::Analysis,
+    flows: &[super::report::Flow],
+) -> crate::pipeline::training::TrainingView {
+    let mask = crate::detect::slow_steps::job_priorities(&a.options().classes);
+    let mut jobs = a.training.jobs(&a.pause, mask);
+    for j in &mut jobs {
+        let mut hosts: std::collections::BTreeSet<&str> =
+            j.sources.iter().map(String::as_str).collect();
+        for f in flows.iter().filter(|f| j.sources.contains(&f.src)) {
+            j.flows += 1;
+            hosts.insert(&f.dst);
+        }
+        j.hosts = hosts.into_iter().map(str::to_string).collect();
+    }
+    let rhythm = match jobs.first() {
+        Some(j) => j.rhythm.clone(),
+        None => a.training.rhythm_paused(&a.pause, mask),
+    };
+    crate::pipeline::training::TrainingView { rhythm, jobs }
 }

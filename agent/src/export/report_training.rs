@@ -2,11 +2,13 @@
 //! message sizes.
 
 use crate::detect::rhythm::Rhythm;
-use crate::pipeline::training::MessageReport;
+use crate::pipeline::training::{MessageReport, TrainingView};
 
-/// The table's lines: the rhythm (or that there is none) and the message sizes.
-pub fn table(s: &mut String, r: &Rhythm, messages: &[MessageReport]) {
+/// The table's lines: the rhythm (or that there is none), each job when there are several,
+/// and the message sizes.
+pub fn table(s: &mut String, t: &TrainingView, messages: &[MessageReport]) {
     use std::fmt::Write as _;
+    let r: &Rhythm = t;
     match (r.period_seconds, r.duty_ratio) {
         (Some(p), Some(d)) => {
             let _ = writeln!(
@@ -20,6 +22,20 @@ pub fn table(s: &mut String, r: &Rhythm, messages: &[MessageReport]) {
         }
         _ => {
             let _ = writeln!(s, "Training    no step rhythm");
+        }
+    }
+    if t.jobs.len() > 1 {
+        for j in &t.jobs {
+            let _ = writeln!(
+                s,
+                "  {}  {} hosts, {} flows, period {:.1} ms, {} steps ({} slow)",
+                j.id,
+                j.hosts.len(),
+                j.flows,
+                j.rhythm.period_seconds.unwrap_or(0.0) * 1e3,
+                j.rhythm.steps.len(),
+                j.rhythm.slow_steps
+            );
         }
     }
     let parts: Vec<String> = messages

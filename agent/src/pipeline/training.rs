@@ -19,12 +19,15 @@ const RHYTHM_WINDOW: usize = 60_000;
 const MAX_SOURCES: usize = 64;
 const REPORTED_SOURCES: usize = 8;
 
+/// A source host: its IP version and address.
+type SourceHost = (u8, [u8; 16]);
+
 /// The training view of a capture: the series of all RoCE, and one per source host (two jobs
 /// interleaved on one link each keep their own rhythm).
 #[derive(Clone, Debug)]
 pub struct Training {
     pub series: Series,
-    sources: FxHashMap<(u8, [u8; 16]), (Series, u64)>,
+    sources: FxHashMap<SourceHost, (Series, u64)>,
     /// Per millisecond of the last minute (where steps are looked at), what can explain a
     /// slow step: the packets, CE marks, loss recovery and lossy-class packets.
     trouble: VecDeque<(u64, Trouble)>,
@@ -49,6 +52,47 @@ pub struct SourceRhythm {
     pub bytes: u64,
     #[serde(flatten)]
     pub rhythm: Rhythm,
+}
+
+/// A training job found in the traffic ([`crate::detect::jobs`]): its hosts, and the rhythm
+/// of their traffic together.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobRhythm {
+    /// Stable while the job runs: its lowest source host.
+    pub id: String,
+    /// The source hosts whose bursts keep the job's step (sorted).
+    pub sources: Vec<String>,
+    /// Every host the job's flows touch, sources and their destinations (sorted).
+    pub hosts: Vec<String>,
+    /// The RoCE flows sent by its sources.
+    pub flows: usize,
+    /// RoCE bytes its sources sent.
+    pub bytes: u64,
+    #[serde(flatten)]
+    pub rhythm: Rhythm,
+}
+
+/// The training view: the rhythm of the largest job (the link's where no job is found)
+/// and every job found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TrainingView {
+    #[serde(flatten)]
+    pub rhythm: Rhythm,
+    /// Jobs, most bytes first.
+    pub jobs: Vec<JobRhythm>,
+}
+
+impl std::ops::Deref for TrainingView {
+    type Target = Rhythm;
+    fn deref(&self) -> &Rhythm {
+        &self.rhythm
+    }
+}
+
+impl std::ops::DerefMut for TrainingView {
+    fn deref_mut(&mut self) -> &mut Rhythm {
+        &mut self.rhythm
+    }
 }
 
 /// The last minute of a series.
@@ -168,6 +212,49 @@ impl Training {
         let t = tail(&self.series);
         let paused = pause.paused_buckets(mask, t.start_ns, rhythm::BUCKET_NS, t.buckets.len());
         rhythm::detect_paused(&t, &paused)
+    }
+
+    /// The training jobs among the followed source hosts ([`crate::detect::jobs`]), most
+    /// bytes first, each with the rhythm of its hosts' traffic together (a silence while a
+    /// priority of `mask` was paused does not end a burst). `hosts` and `flows` are left for
+    /// the caller, who holds the flows.
+    pub fn jobs(&self, pause: &crate::detect::pause::PauseTracker, mask: u8) -> Vec<JobRhythm> {
+        use crate::detect::jobs;
+        let held: Vec<(&SourceHost, Series, u64)> = self
+            .sources
+            .iter()
+            .map(|(k, (s, bytes))| (k, tail(s), *bytes))
+            .collect();
+        let rhythms: Vec<Rhythm> = held.iter().map(|(_, s, _)| rhythm::detect(s)).collect();
+        let mut out: Vec<JobRhythm> = jobs::group(&rhythms)
+            .into_iter()
+            .map(|g| {
+                let together = jobs::combined(&g.iter().map(|&i| &held[i].1).collect::<Vec<_>>());
+                let paused = pause.paused_buckets(
+                    mask,
+                    together.start_ns,
+                    rhythm::BUCKET_NS,
+                    together.buckets.len(),
+                );
+                let mut keys: Vec<&SourceHost> = g.iter().map(|&i| held[i].0).collect();
+                keys.sort();
+                let sources: Vec<String> = keys
+                    .iter()
+                    .map(|(v, a)| agent_common::flow_key::addr(*v, a).to_string())
+                    .collect();
+                JobRhythm {
+                    id: format!("job-{}", sources[0]),
+                    sources,
+                    hosts: Vec::new(),
+                    flows: 0,
+                    bytes: g.iter().map(|&i| held[i].2).sum(),
+                    rhythm: rhythm::detect_paused(&together, &paused),
+                }
+            })
+            .filter(|j| j.rhythm.period_seconds.is_some())
+            .collect();
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
+        out
     }
 
     /// The rhythms of the source hosts with the most bytes (only when there are several: one

@@ -1,0 +1,192 @@
+//! Training jobs from traffic: the source hosts whose bursts share a period and a phase are
+//! one job. A job's hosts talk in the same steps (each collective starts on every host at
+//! once), so their step starts line up; another job on the same link or mirror port has a
+//! period or a phase of its own, and a steady tenant has no rhythm at all and joins none.
+//! Each job's rhythm is then looked for again on the sum of its hosts' series, so that its
+//! steps and slow steps are the job's own and not the link's.
+
+use super::rhythm::{Rhythm, Series, BUCKET_NS};
+
+/// Periods within this share of each other can be one job's.
+const SAME_PERIOD: f64 = 0.05;
+/// A step start of one host lines up with one of another's within this share of the period
+/// (and at least [`MIN_ALIGN_NS`]).
+const ALIGN_SHARE: f64 = 0.1;
+const MIN_ALIGN_NS: u64 = 3_000_000;
+/// The share of step starts that must line up, both ways.
+const ALIGNED_SHARE: f64 = 0.5;
+
+/// Whether two hosts' rhythms are one job's: periods alike, step starts lined up.
+pub fn one_job(a: &Rhythm, b: &Rhythm) -> bool {
+    let (Some(pa), Some(pb)) = (a.period_seconds, b.period_seconds) else {
+        return false;
+    };
+    if (pa - pb).abs() > SAME_PERIOD * pa.min(pb) {
+        return false;
+    }
+    let tol = ((ALIGN_SHARE * pa.min(pb) * 1e9) as u64).max(MIN_ALIGN_NS);
+    aligned(a, b, tol) >= ALIGNED_SHARE && aligned(b, a, tol) >= ALIGNED_SHARE
+}
+
+/// The share of `a`'s step starts (within the span both cover) with a start of `b` within
+/// `tol` ns. Both lists are in time order: one merge.
+fn aligned(a: &Rhythm, b: &Rhythm, tol: u64) -> f64 {
+    let starts = |r: &Rhythm| -> Vec<u64> { r.steps.iter().map(|s| s.start_ns).collect() };
+    let (sa, sb) = (starts(a), starts(b));
+    let (Some(&b0), Some(&b1)) = (sb.first(), sb.last()) else {
+        return 0.0;
+    };
+    let within: Vec<u64> = sa
+        .into_iter()
+        .filter(|&t| t + tol >= b0 && t <= b1 + tol)
+        .collect();
+    if within.is_empty() {
+        return 0.0;
+    }
+    let mut j = 0;
+    let mut hits = 0;
+    for &t in &within {
+        while j < sb.len() && sb[j] + tol < t {
+            j += 1;
+        }
+        if j < sb.len() && sb[j] <= t + tol {
+            hits += 1;
+        }
+    }
+    hits as f64 / within.len() as f64
+}
+
+/// The hosts grouped into jobs: indexes into `rhythms`, each group in input order; hosts
+/// without a rhythm are in none. Groups are ordered by their first host.
+pub fn group(rhythms: &[Rhythm]) -> Vec<Vec<usize>> {
+    let n = rhythms.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    let with: Vec<usize> = (0..n)
+        .filter(|&i| rhythms[i].period_seconds.is_some())
+        .collect();
+    for (k, &i) in with.iter().enumerate() {
+        for &j in &with[k + 1..] {
+            if one_job(&rhythms[i], &rhythms[j]) {
+                let (ri, rj) = (root(&mut parent, i), root(&mut parent, j));
+                parent[ri.max(rj)] = ri.min(rj);
+            }
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut at: Vec<Option<usize>> = vec![None; n];
+    for &i in &with {
+        let r = root(&mut parent, i);
+        match at[r] {
+            Some(g) => groups[g].push(i),
+            None => {
+                at[r] = Some(groups.len());
+                groups.push(vec![i]);
+            }
+        }
+    }
+    groups
+}
+
+/// The sum of several series, bucket by bucket on their common clock (unbounded: a window).
+pub fn combined(series: &[&Series]) -> Series {
+    let Some(start) = series
+        .iter()
+        .filter(|s| !s.buckets.is_empty())
+        .map(|s| s.start_ns)
+        .min()
+    else {
+        return Series::default();
+    };
+    let end = series
+        .iter()
+        .map(|s| s.start_ns + s.buckets.len() as u64 * BUCKET_NS)
+        .max()
+        .unwrap_or(start);
+    let mut buckets = vec![0u64; ((end - start) / BUCKET_NS) as usize];
+    for s in series {
+        let off = ((s.start_ns.saturating_sub(start)) / BUCKET_NS) as usize;
+        for (i, &v) in s.buckets.iter().enumerate() {
+            if let Some(b) = buckets.get_mut(off + i) {
+                *b += v;
+            }
+        }
+    }
+    Series {
+        start_ns: start,
+        buckets,
+        max: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rhythm::detect;
+    use super::*;
+
+    /// A host's series: `steps` steps of `period_ms`, 20 ms bursts, from `phase_ms`.
+    fn host(period_ms: u64, phase_ms: u64, steps: u64) -> Series {
+        let mut s = Series::new(1 << 22);
+        let t0 = 1_000_000_000 + phase_ms * BUCKET_NS;
+        for i in 0..steps {
+            for ms in 0..20 {
+                s.add(t0 + (i * period_ms + ms) * BUCKET_NS, 64 * 1024);
+            }
+        }
+        s
+    }
+
+    /// A steady tenant: the same bytes every millisecond.
+    fn steady(ms: u64) -> Series {
+        let mut s = Series::new(1 << 22);
+        for k in 0..ms {
+            s.add(1_000_000_000 + k * BUCKET_NS, 8 * 1024);
+        }
+        s
+    }
+
+    #[test]
+    fn hosts_in_step_are_one_job_and_a_steady_tenant_is_none() {
+        let r = [
+            detect(&host(100, 0, 50)),
+            detect(&steady(5_000)),
+            detect(&host(100, 1, 50)),
+        ];
+        assert_eq!(group(&r), vec![vec![0, 2]]);
+    }
+
+    #[test]
+    fn another_period_is_another_job() {
+        let r = [detect(&host(100, 0, 50)), detect(&host(170, 0, 30))];
+        assert_eq!(group(&r), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn the_same_period_out_of_phase_is_another_job() {
+        let r = [detect(&host(100, 0, 50)), detect(&host(100, 50, 50))];
+        assert_eq!(group(&r), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn the_combined_series_adds_up_on_one_clock() {
+        let a = Series {
+            start_ns: 10 * BUCKET_NS,
+            buckets: vec![1, 2, 3],
+            max: 0,
+        };
+        let b = Series {
+            start_ns: 11 * BUCKET_NS,
+            buckets: vec![10, 10, 10],
+            max: 0,
+        };
+        let c = combined(&[&a, &b]);
+        assert_eq!(c.start_ns, 10 * BUCKET_NS);
+        assert_eq!(c.buckets, vec![1, 12, 13, 10]);
+    }
+}
