@@ -163,24 +163,107 @@ fn a_slow_step_with_a_nak_and_a_go_back_is_explained_by_retransmission() {
     assert_eq!(cause_kinds(s), ["retransmission"], "{s:#}");
 }
 
-/// 50 RoCE packets with DSCP 0 (outside the lossless class 26) from another host pair in
+/// `n` WRITE ONLY packets of 256 bytes from `src` to `dst` on a QP of their own (PSNs from 0:
+/// no gap), one every 300 us from 100 us into the 7th step, each changed by `set`.
+fn planted(src: &str, dst: &str, n: u64, set: impl Fn(&mut Roce)) -> Vec<(u64, Vec<u8>)> {
+    let step = JOB_T0 + 600_000_000;
+    (0..n)
+        .map(|k| {
+            let mut d = Roce::new(ip(src), ip(dst), 0xC500, 0x700, 0x0A);
+            d.psn = k as u32;
+            d.payload = 256;
+            d.dma_len = 256;
+            set(&mut d);
+            (step + 100_000 + k * 300_000, d.frame())
+        })
+        .collect()
+}
+
+/// The slow job with `extra` frames.
+fn slow_job_with(extra: Vec<(u64, Vec<u8>)>) -> Vec<(u64, Vec<u8>)> {
+    let mut f = job_frames(true);
+    f.extend(extra);
+    f.sort_by_key(|(t, _)| *t);
+    f
+}
+
+/// 50 RoCE packets of the job's own host pair with DSCP 0 (outside the lossless class 26) in
 /// the 7th step's burst.
 #[test]
 fn a_slow_step_with_lossy_roce_is_explained_by_the_lossy_class() {
-    let mut f = job_frames(true);
-    let step = JOB_T0 + 600_000_000;
-    for k in 0..50u64 {
-        let mut d = Roce::new(ip("10.78.0.5"), ip("10.78.0.6"), 0xC500, 0x700, 0x0A);
-        d.psn = k as u32;
-        d.payload = 256;
-        d.dma_len = 256;
-        d.dscp = 0;
-        f.push((step + 100_000 + k * 300_000, d.frame()));
-    }
-    f.sort_by_key(|(t, _)| *t);
+    let f = slow_job_with(planted("10.78.0.1", "10.78.0.2", 50, |d| d.dscp = 0));
     let j = analyze("slow-lossy", f, &[], None);
     let s = the_slow_step(&j);
     assert_eq!(cause_kinds(s), ["lossy_class"], "{s:#}");
+}
+
+/// The same 50 lossy packets between two other hosts: another tenant's trouble, no cause of
+/// the job's step.
+#[test]
+fn lossy_roce_of_another_host_pair_is_no_cause_of_the_step() {
+    let f = slow_job_with(planted("10.78.0.5", "10.78.0.6", 50, |d| d.dscp = 0));
+    let j = analyze("slow-lossy-elsewhere", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["unexplained"], "{s:#}");
+}
+
+/// 50 CE-marked packets on the job's own host pair in the 7th step: congestion.
+#[test]
+fn ce_marks_on_the_jobs_flows_make_the_slow_step_congestion() {
+    let f = slow_job_with(planted("10.78.0.1", "10.78.0.2", 50, |d| d.ecn = 3));
+    let j = analyze("slow-congestion", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["congestion"], "{s:#}");
+    assert_eq!(s["causes"][0]["share"], 1.0, "{s:#}");
+}
+
+/// The same CE marks on another tenant's flow at the same time: no cause of the job's step
+/// (the tenant's own congestion may be a finding of its own).
+#[test]
+fn ce_marks_of_another_tenant_are_no_cause_of_the_step() {
+    let f = slow_job_with(planted("10.78.0.5", "10.78.0.6", 50, |d| d.ecn = 3));
+    let j = analyze("slow-congestion-elsewhere", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["unexplained"], "{s:#}");
+}
+
+/// Another tenant's NAK in the step: no retransmission of the job's.
+#[test]
+fn a_nak_of_another_tenant_is_no_cause_of_the_step() {
+    let f = slow_job_with(planted("10.78.0.6", "10.78.0.5", 1, |d| {
+        d.opcode = 0x11;
+        d.syndrome = 0x60;
+    }));
+    let j = analyze("slow-nak-elsewhere", f, &[], None);
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["unexplained"], "{s:#}");
+}
+
+/// Two causes: the job's priority paused for 70 ms of the 100 ms the step lost (XOFFs
+/// every 200 us after the burst, their union measured), and CE marks on the job's flows.
+/// The pause takes its measured share, congestion the rest, in that order.
+#[test]
+fn a_step_with_a_pause_and_congestion_ranks_the_measured_pause_first() {
+    let step = JOB_T0 + 600_000_000;
+    let mut extra = planted("10.78.0.1", "10.78.0.2", 50, |d| d.ecn = 3);
+    let from = step + 30_000_000;
+    extra.extend(pause_over(from, from + 70_000_000));
+    let j = analyze(
+        "slow-two-causes",
+        slow_job_with(extra),
+        &["--link-speed", "100"],
+        None,
+    );
+    let s = the_slow_step(&j);
+    assert_eq!(cause_kinds(s), ["pfc_pause", "congestion"], "{s:#}");
+    // The last XOFF at 69.8 ms holds a full 0xFFFF quanta at 100 Gb/s (335.5392 us).
+    let paused_ns = 69_800_000.0 + 65_535.0 * 512.0 / 100.0;
+    let pause = s["causes"][0]["share"].as_f64().unwrap();
+    assert!((pause - paused_ns / 100e6).abs() < 1e-4, "{pause} {s:#}");
+    let rest = s["causes"][1]["share"].as_f64().unwrap();
+    assert!((rest - (1.0 - paused_ns / 100e6)).abs() < 1e-4, "{rest}");
+    assert_eq!(s["causes"][0]["basis"], "measured");
+    assert_eq!(s["causes"][1]["basis"], "shared");
 }
 
 /// Elephants on a 4-path CRC-16/XMODEM hash, entering at once above 2 MB/s (the job's own

@@ -58,6 +58,11 @@ pub struct Cause {
     /// pfc_pause, congestion, retransmission, ecmp_collision, lossy_class, unexplained.
     pub kind: &'static str,
     pub share: f64,
+    /// How the share was reached: `measured` (the time the job's priority was paused within
+    /// the step, over the step's extra time), `shared` (an equal part of the time the pause
+    /// does not explain, among the causes whose evidence the job's own flows show: evidence,
+    /// not measured time), `remainder` (the time nothing explains).
+    pub basis: &'static str,
 }
 
 /// What the series shows.

@@ -72,15 +72,21 @@ pub fn causes(extra_s: f64, paused_s: f64, seen: Vec<&'static str>) -> Vec<Cause
     let mut out = vec![Cause {
         kind: "pfc_pause",
         share: pause,
+        basis: "measured",
     }];
     if seen.is_empty() {
         out.push(Cause {
             kind: "unexplained",
             share: rest,
+            basis: "remainder",
         });
     } else {
         let each = rest / seen.len() as f64;
-        out.extend(seen.into_iter().map(|kind| Cause { kind, share: each }));
+        out.extend(seen.into_iter().map(|kind| Cause {
+            kind,
+            share: each,
+            basis: "shared",
+        }));
     }
     out.retain(|c| c.share > 1e-6);
     out.sort_by(|x, y| y.share.total_cmp(&x.share));

@@ -112,7 +112,7 @@ pub fn build(a: &Analysis) -> Report {
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
-        training: training_view(a, &flows),
+        training: training_view(a),
         training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
@@ -156,18 +156,26 @@ pub fn build(a: &Analysis) -> Report {
 /// leads (the link's where there is no job).
 fn training_view(
     a: &crate::pipeline::analysis::Analysis,
-    flows: &[super::report::Flow],
 ) -> crate::pipeline::training::TrainingView {
     let mask = crate::detect::slow_steps::job_priorities(&a.options().classes);
     let mut jobs = a.training.jobs(&a.pause, mask);
     for j in &mut jobs {
-        let mut hosts: std::collections::BTreeSet<&str> =
-            j.sources.iter().map(String::as_str).collect();
-        for f in flows.iter().filter(|f| j.sources.contains(&f.src)) {
-            j.flows += 1;
-            hosts.insert(&f.dst);
+        let mut hosts: std::collections::BTreeSet<(u8, [u8; 16])> =
+            j.source_keys.iter().copied().collect();
+        for e in a.pipeline.flows.iter() {
+            if j.source_keys.contains(&(e.key.ip_version, e.key.src)) {
+                j.flows += 1;
+                hosts.insert((e.key.ip_version, e.key.dst));
+            }
         }
-        j.hosts = hosts.into_iter().map(str::to_string).collect();
+        j.host_keys = hosts.into_iter().collect();
+        let mut names: Vec<String> = j
+            .host_keys
+            .iter()
+            .map(|(v, a)| agent_common::flow_key::addr(*v, a).to_string())
+            .collect();
+        names.sort();
+        j.hosts = names;
     }
     let rhythm = match jobs.first() {
         Some(j) => j.rhythm.clone(),

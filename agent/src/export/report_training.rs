@@ -55,28 +55,80 @@ pub fn table(s: &mut String, t: &TrainingView, messages: &[MessageReport]) {
     }
 }
 
-/// Explains each slow step of the report's rhythm ([`crate::detect::slow_steps`]): the pause
-/// intervals of the job's priority within the step, the step's per-millisecond trouble, the
-/// job's flows on a colliding predicted path; the straggler where nothing explains it.
-pub fn explain_slow_steps(
-    a: &crate::pipeline::analysis::Analysis,
-    r: &mut crate::detect::rhythm::Rhythm,
-) {
+/// Explains each slow step of the report's rhythm and of every job
+/// ([`crate::detect::slow_steps`]) from the job's own evidence: the pause intervals of the
+/// job's priority within the step, the trouble between the job's hosts in it (another
+/// tenant's CE marks, NAKs or lossy packets at the same time are no cause of the job's
+/// step), the job's flows on a colliding predicted path; the straggler where nothing
+/// explains it. Without a job found (no host with a rhythm of its own), the link's trouble.
+pub fn explain_slow_steps(a: &crate::pipeline::analysis::Analysis, t: &mut TrainingView) {
+    let lead = t.jobs.first().map(Evidence::of);
+    explain(a, &mut t.rhythm, lead.as_ref());
+    for j in &mut t.jobs {
+        let e = Evidence::of(j);
+        explain(a, &mut j.rhythm, Some(&e));
+    }
+}
+
+/// Whose trouble a job's step is judged by.
+struct Evidence {
+    sources: Vec<(u8, [u8; 16])>,
+    /// The sources as written (a straggler is one of them).
+    names: Vec<String>,
+    hosts: Vec<(u8, [u8; 16])>,
+    /// The job's bytes per packet (its packets in a step are its bytes there over this).
+    bytes_per_packet: f64,
+}
+
+impl Evidence {
+    fn of(j: &crate::pipeline::training::JobRhythm) -> Evidence {
+        Evidence {
+            sources: j.source_keys.clone(),
+            names: j.sources.clone(),
+            hosts: j.host_keys.clone(),
+            bytes_per_packet: j.bytes as f64 / j.packets.max(1) as f64,
+        }
+    }
+}
+
+fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<&Evidence>) {
     use crate::detect::slow_steps as why;
     let Some(period) = r.period_seconds else {
         return;
     };
     let mask = why::job_priorities(&a.options().classes);
     let colliding = colliding_paths(a);
+    let among = job.map(|j| a.training.pairs.pairs_among(&j.hosts));
+    const MS: u64 = crate::detect::rhythm::BUCKET_NS;
     for step in r.steps.iter_mut().filter(|s| s.slow) {
         let extra = step.seconds - period;
         let end = step.start_ns + (step.seconds * 1e9) as u64;
         let (paused_ns, _) = a.pause.paused_within(mask, step.start_ns, end);
-        let t = a.training.trouble_within(step.start_ns, end);
-        let on_path = step_on_colliding_path(a, &colliding, step.start_ns, end);
+        let t = match (job, &among) {
+            (Some(j), Some(among)) => {
+                let mut t = a
+                    .training
+                    .pairs
+                    .within(step.start_ns / MS, end.div_ceil(MS), among);
+                t.packets = (step.bytes as f64 / j.bytes_per_packet.max(1.0)).round() as u64;
+                t
+            }
+            _ => a.training.trouble_within(step.start_ns, end),
+        };
+        let on_path = step_on_colliding_path(
+            a,
+            &colliding,
+            step.start_ns,
+            end,
+            job.map(|j| j.sources.as_slice()),
+        );
         let causes = why::causes(extra, paused_ns as f64 / 1e9, why::evidence(&t, on_path));
         if causes.first().is_some_and(|c| c.kind == "unexplained") {
-            step.straggler = why::straggler(&a.training.bursts_within(step.start_ns, end), extra);
+            let mut bursts = a.training.bursts_within(step.start_ns, end);
+            if let Some(j) = job {
+                bursts.retain(|b| j.names.contains(&b.src));
+            }
+            step.straggler = why::straggler(&bursts, extra);
         }
         step.causes = causes;
     }
@@ -103,6 +155,7 @@ fn step_on_colliding_path(
     colliding: &[u32],
     from_ns: u64,
     to_ns: u64,
+    job_sources: Option<&[(u8, [u8; 16])]>,
 ) -> bool {
     let Some(model) = &a.options().ecmp.hash else {
         return false;
@@ -115,6 +168,7 @@ fn step_on_colliding_path(
             && e.stats.last_seen_ns >= from_ns
             && e.stats.first_seen_ns < to_ns
             && !a.pipeline.elephants.contains_key(&e.key)
+            && job_sources.is_none_or(|j| j.contains(&(e.key.ip_version, e.key.src)))
             && colliding.contains(&model.path(&crate::detect::ecmp::fields(&e.key)))
     })
 }

@@ -108,7 +108,7 @@ impl FlowSide {
                         .packet(hash, key, &info, &mut self.counters, len, ts_ns);
                 self.cnp.packet(&info, &key, len, ts_ns, created);
                 self.training
-                    .note(ts_ns, trouble(&info, &ev, &self.opts.classes));
+                    .note(ts_ns, &key, trouble(&info, &ev, &self.opts.classes));
             }
             Step::Sflow { ts_ns, datagram } => {
                 self.advance(ts_ns);

@@ -10,6 +10,7 @@ pub mod flow_lives;
 pub mod flow_records;
 pub mod flow_side;
 pub mod flows;
+pub mod pair_trouble;
 pub mod stages;
 pub mod timeline;
 pub mod training;

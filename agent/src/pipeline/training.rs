@@ -20,17 +20,20 @@ const MAX_SOURCES: usize = 64;
 const REPORTED_SOURCES: usize = 8;
 
 /// A source host: its IP version and address.
-type SourceHost = (u8, [u8; 16]);
+type SourceHost = super::pair_trouble::Host;
 
 /// The training view of a capture: the series of all RoCE, and one per source host (two jobs
 /// interleaved on one link each keep their own rhythm).
 #[derive(Clone, Debug)]
 pub struct Training {
     pub series: Series,
-    sources: FxHashMap<SourceHost, (Series, u64)>,
+    /// Per followed source host: its series, bytes and packets.
+    sources: FxHashMap<SourceHost, (Series, u64, u64)>,
     /// Per millisecond of the last minute (where steps are looked at), what can explain a
     /// slow step: the packets, CE marks, loss recovery and lossy-class packets.
     trouble: VecDeque<(u64, Trouble)>,
+    /// The same trouble per host pair (only milliseconds with trouble): a job's own.
+    pub pairs: super::pair_trouble::PairTrouble,
 }
 
 impl Default for Training {
@@ -39,6 +42,7 @@ impl Default for Training {
             series: Series::new(SERIES_BUCKETS),
             sources: FxHashMap::default(),
             trouble: VecDeque::new(),
+            pairs: Default::default(),
         }
     }
 }
@@ -68,6 +72,13 @@ pub struct JobRhythm {
     pub flows: usize,
     /// RoCE bytes its sources sent.
     pub bytes: u64,
+    /// RoCE packets its sources sent.
+    pub packets: u64,
+    #[serde(skip)]
+    pub source_keys: Vec<SourceHost>,
+    /// Sources and their destinations (filled with `hosts`).
+    #[serde(skip)]
+    pub host_keys: Vec<SourceHost>,
     #[serde(flatten)]
     pub rhythm: Rhythm,
 }
@@ -121,7 +132,7 @@ impl Training {
         let held = if self.sources.len() < MAX_SOURCES {
             self.sources
                 .entry(src)
-                .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0))
+                .or_insert_with(|| (Series::new(RHYTHM_WINDOW), 0, 0))
         } else {
             match self.sources.get_mut(&src) {
                 Some(held) => held,
@@ -130,11 +141,20 @@ impl Training {
         };
         held.0.add(ts_ns, len);
         held.1 += len;
+        held.2 += 1;
     }
 
-    /// Notes one RoCE packet's trouble at `ts_ns` (kept for the last minute).
-    pub fn note(&mut self, ts_ns: u64, t: Trouble) {
+    /// Notes one RoCE packet's trouble at `ts_ns`, of the flow `key` (kept for the last
+    /// minute, for the link and for the flow's host pair).
+    pub fn note(&mut self, ts_ns: u64, key: &FlowKey, t: Trouble) {
         let ms = ts_ns / rhythm::BUCKET_NS;
+        self.pairs.note(
+            ms,
+            (key.ip_version, key.src),
+            (key.ip_version, key.dst),
+            &t,
+            RHYTHM_WINDOW as u64,
+        );
         let add = |a: &mut Trouble| a.add(&t);
         match self.trouble.back_mut() {
             Some((last, acc)) if *last == ms => add(acc),
@@ -176,7 +196,7 @@ impl Training {
     /// millisecond with traffic (hosts without traffic there are left out).
     pub fn bursts_within(&self, from_ns: u64, to_ns: u64) -> Vec<BurstEdges> {
         let mut out = Vec::new();
-        for ((ipv, src), (s, _)) in &self.sources {
+        for ((ipv, src), (s, _, _)) in &self.sources {
             let at = |i: usize| s.start_ns + i as u64 * rhythm::BUCKET_NS;
             let mut edges: Option<(u64, u64)> = None;
             for (i, &v) in s.buckets.iter().enumerate() {
@@ -220,12 +240,12 @@ impl Training {
     /// the caller, who holds the flows.
     pub fn jobs(&self, pause: &crate::detect::pause::PauseTracker, mask: u8) -> Vec<JobRhythm> {
         use crate::detect::jobs;
-        let held: Vec<(&SourceHost, Series, u64)> = self
+        let held: Vec<(&SourceHost, Series, u64, u64)> = self
             .sources
             .iter()
-            .map(|(k, (s, bytes))| (k, tail(s), *bytes))
+            .map(|(k, (s, bytes, packets))| (k, tail(s), *bytes, *packets))
             .collect();
-        let rhythms: Vec<Rhythm> = held.iter().map(|(_, s, _)| rhythm::detect(s)).collect();
+        let rhythms: Vec<Rhythm> = held.iter().map(|(_, s, _, _)| rhythm::detect(s)).collect();
         let mut out: Vec<JobRhythm> = jobs::group(&rhythms)
             .into_iter()
             .map(|g| {
@@ -248,6 +268,9 @@ impl Training {
                     hosts: Vec::new(),
                     flows: 0,
                     bytes: g.iter().map(|&i| held[i].2).sum(),
+                    packets: g.iter().map(|&i| held[i].3).sum(),
+                    source_keys: keys.iter().map(|k| **k).collect(),
+                    host_keys: Vec::new(),
                     rhythm: rhythm::detect_paused(&together, &paused),
                 }
             })
@@ -267,7 +290,7 @@ impl Training {
         v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
         v.into_iter()
             .take(REPORTED_SOURCES)
-            .map(|((ipv, src), (s, bytes))| SourceRhythm {
+            .map(|((ipv, src), (s, bytes, _))| SourceRhythm {
                 src: agent_common::flow_key::addr(*ipv, src).to_string(),
                 bytes: *bytes,
                 rhythm: tail_rhythm(s),
