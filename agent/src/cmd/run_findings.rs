@@ -121,6 +121,28 @@ pub fn update(
                 .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
         })
         .collect();
+    // Where a collision can slow a job's step: its own link's colliding members (observed
+    // groups name interfaces) or predicted paths its flows share with that link's elephants.
+    // Only worked out when there is a slow step to explain.
+    let colliding_ifaces: Vec<String> = if slow.is_empty() {
+        Vec::new()
+    } else {
+        config
+            .ifaces
+            .iter()
+            .enumerate()
+            .filter(|(i, name)| {
+                report
+                    .groups
+                    .iter()
+                    .any(|g| g.members.iter().any(|m| m.colliding && m.member == **name))
+                    || config.ecmp.hash.as_ref().is_some_and(|model| {
+                        crate::detect::ecmp::job_shares_a_colliding_path(views, *i, model)
+                    })
+            })
+            .map(|(_, name)| name.clone())
+            .collect()
+    };
     // The rings' times are the kernel's monotonic clock: to Unix time by the offset now.
     let mono_s = crate::sources::maps::monotonic_ms() as f64 / 1e3;
     let slow_steps = slow
@@ -138,6 +160,7 @@ pub fn update(
         ifaces,
         elephants,
         collisions,
+        colliding_ifaces,
         storm_s: crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9,
         shared_5tuples: (
             report.shared_5tuple_groups,

@@ -183,6 +183,28 @@ pub fn group_view(name: String, mut members: Vec<MemberView>) -> GroupView {
 }
 
 /// The flow's fields as a switch hashes them.
+/// Whether a flow of interface `iface` that is no elephant hashes (by `model`) onto a path
+/// where two or more of that interface's own elephants collide while another path carries
+/// none: what makes an ECMP collision a cause of a step of a job on that link. Elephants
+/// colliding on another link's paths share nothing with it.
+pub fn job_shares_a_colliding_path(flows: &[FlowView], iface: usize, model: &HashModel) -> bool {
+    let here = || flows.iter().filter(|f| f.iface == iface);
+    let mut elephants = vec![0usize; model.paths.max(1) as usize];
+    for f in here().filter(|f| f.elephant) {
+        if let Some(n) = elephants.get_mut(model.path(&fields(&f.key)) as usize) {
+            *n += 1;
+        }
+    }
+    if !elephants.contains(&0) {
+        return false;
+    }
+    here().filter(|f| !f.elephant).any(|f| {
+        elephants
+            .get(model.path(&fields(&f.key)) as usize)
+            .is_some_and(|&n| n >= 2)
+    })
+}
+
 pub fn fields(key: &FlowKey) -> FlowFields<'_> {
     let n = if key.ip_version == 4 { 4 } else { 16 };
     FlowFields {
@@ -395,6 +417,40 @@ mod tests {
         assert_eq!(r.shared_5tuples[0].dest_qps, vec![2, 3, 4]);
         assert_eq!(r.source_ports[0].source_ports, 1);
         assert_eq!(r.source_ports[0].flows, 3);
+    }
+
+    /// Elephants colliding on one link's path are a cause for a job flow on that link's same
+    /// path, not for one on another link.
+    #[test]
+    fn a_colliding_path_is_shared_only_on_its_own_link() {
+        let model = HashModel {
+            function: HashFn::Crc16_1021,
+            seed: None,
+            fields: default_fields(),
+            paths: 2,
+        };
+        let path = |f: &FlowView| model.path(&fields(&f.key));
+        // Two elephants on link 0 on one path (searching source ports for it).
+        let mut flows: Vec<FlowView> = Vec::new();
+        let target = path(&flow(0, 100, 9, 1.0, true));
+        for sport in 100..2_000u16 {
+            let f = flow(0, sport, 9, 10.0, true);
+            if path(&f) == target && flows.len() < 2 {
+                flows.push(f);
+            }
+        }
+        let mut job = (2_000..4_000u16)
+            .map(|p| flow(0, p, 0x11, 1.0, false))
+            .find(|f| path(f) == target)
+            .unwrap();
+        let mut with_job = flows.clone();
+        with_job.push(job.clone());
+        assert!(job_shares_a_colliding_path(&with_job, 0, &model));
+        job.iface = 1;
+        let mut elsewhere = flows.clone();
+        elsewhere.push(job);
+        assert!(!job_shares_a_colliding_path(&elsewhere, 1, &model));
+        assert!(!job_shares_a_colliding_path(&elsewhere, 0, &model));
     }
 
     /// A data connection and its connection management (QP 1) on one 5-tuple is no shared

@@ -71,6 +71,10 @@ pub struct Poll<'a> {
     pub elephants: Vec<(String, f64)>,
     /// Colliding members: (group, member, elephants).
     pub collisions: Vec<(String, String, usize)>,
+    /// The interfaces where a flow that is no elephant shares a path with colliding
+    /// elephants of its own link (an observed group's colliding member, or a predicted
+    /// path): where an ECMP collision can be a cause of a step.
+    pub colliding_ifaces: Vec<String>,
     pub storm_s: f64,
     /// Groups of connections sharing one UDP 5-tuple, and an example of one.
     pub shared_5tuples: (usize, Option<String>),
@@ -246,7 +250,8 @@ impl LiveFindings {
     /// A slow step and its causes ([`super::slow_steps`]) from the interface's counters
     /// between the polls around it: the pause time of the job's priorities (at most the
     /// step's length: the counters do not say when within the interval it fell), the CE
-    /// marks, loss recovery and lossy RoCE of the interval, and any ECMP collision now. The
+    /// marks, loss recovery and lossy RoCE of the interval, and an ECMP collision on the
+    /// step's own link now (a job flow on a colliding path of that link). The
     /// live ring has no per-host series: no straggler is named.
     fn slow_step(&self, s: &LiveSlowStep, p: &Poll<'_>) -> Finding {
         use super::slow_steps as why;
@@ -280,7 +285,7 @@ impl LiveFindings {
         let causes = why::causes(
             extra,
             paused_s,
-            why::evidence(&trouble, !p.collisions.is_empty()),
+            why::evidence(&trouble, p.colliding_ifaces.contains(&s.iface)),
         );
         let causes: Vec<(&'static str, f64)> = causes.iter().map(|c| (c.kind, c.share)).collect();
         f::slow_step(&f::SlowStep {

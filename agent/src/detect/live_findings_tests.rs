@@ -12,6 +12,7 @@ fn poll<'a>(now_s: f64, s: Sample, slow: Vec<LiveSlowStep>) -> Poll<'a> {
         ifaces: vec![("eth0", Some(s), SPEED)],
         elephants: Vec::new(),
         collisions: Vec::new(),
+        colliding_ifaces: Vec::new(),
         storm_s: 0.2,
         shared_5tuples: (0, None),
         slow_steps: slow,
@@ -63,6 +64,42 @@ fn a_slow_step_in_an_interval_paused_on_the_job_priority_is_a_pause() {
     let causes = &x.evidence["causes"];
     assert_eq!(causes[0]["kind"], "pfc_pause", "{causes}");
     assert!((causes[0]["share"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+}
+
+/// The slow step's finding after a clean run whose last poll says `colliding` of the
+/// interfaces and has a collision on another link's group.
+fn slow_with_collisions(colliding: &[&str]) -> Finding {
+    let mut l = LiveFindings::default();
+    let s = Sample {
+        roce: 1_000,
+        rx_packets: 1_000,
+        ..Sample::default()
+    };
+    l.poll(&poll(T, s, vec![]));
+    l.poll(&poll(T + 2.0, s, vec![]));
+    let mut p = poll(T + 2.5, s, vec![step()]);
+    p.collisions = vec![("uplinks".into(), "eth9".into(), 2)];
+    p.colliding_ifaces = colliding.iter().map(|i| i.to_string()).collect();
+    let (opened, _) = l.poll(&p);
+    opened
+        .into_iter()
+        .find(|x| x.kind == "slow_step")
+        .expect("opened")
+}
+
+/// Elephants colliding on another link are no cause of this link's step (the demo's job on
+/// its own link was "mostly ecmp collision").
+#[test]
+fn a_collision_on_another_link_is_no_cause_of_the_step() {
+    let x = slow_with_collisions(&[]);
+    assert_eq!(x.evidence["causes"][0]["kind"], "unexplained", "{x:?}");
+}
+
+/// The same with the job's flows on a colliding path of its own link: ecmp_collision.
+#[test]
+fn a_collision_on_the_steps_own_link_is_a_cause() {
+    let x = slow_with_collisions(&["eth0"]);
+    assert_eq!(x.evidence["causes"][0]["kind"], "ecmp_collision", "{x:?}");
 }
 
 #[test]
