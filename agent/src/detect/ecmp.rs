@@ -444,7 +444,7 @@ mod tests {
             .find(|f| path(f) == target)
             .unwrap();
         let mut with_job = flows.clone();
-        with_job.push(job.clone());
+        with_job.push(job);
         assert!(job_shares_a_colliding_path(&with_job, 0, &model));
         job.iface = 1;
         let mut elsewhere = flows.clone();
