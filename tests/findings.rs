@@ -169,6 +169,58 @@ fn ce_marks_on_a_share_of_the_traffic_are_congestion() {
     assert_eq!(c[0]["evidence"]["cnps"], 40);
 }
 
+/// Four senders to four receivers at once, a fifth of each flow CE-marked, no receiver
+/// sending a CNP: one congestion incident and one cnp_missing incident (not four of each),
+/// each listing its receivers with the totals, under a verdict that names both.
+#[test]
+fn receivers_congested_at_once_read_as_incidents_under_a_verdict() {
+    let mut f = Vec::new();
+    for r in 0..4u32 {
+        let (a, b) = (
+            ip(&format!("10.60.0.{}", r + 1)),
+            ip(&format!("10.61.0.{}", r + 1)),
+        );
+        for k in 0..200u64 {
+            let mut d = Roce::new(a, b, 0xC123, 0x200 + r, 0x0A);
+            d.psn = k as u32;
+            d.payload = 1024;
+            d.dma_len = 1024;
+            if k % 5 == 0 {
+                d.ecn = 3;
+            }
+            f.push((T0 + k * 40_000 + u64::from(r) * 1_000, d.frame()));
+        }
+    }
+    f.sort_by_key(|(t, _)| *t);
+    let j = analyze("four-receivers", f, &[]);
+    // The four flows run at about 220 Mb/s: elephants too, one finding each (info).
+    assert_eq!(
+        kinds(&j),
+        [
+            "cnp_missing",
+            "congestion",
+            "elephant",
+            "elephant",
+            "elephant",
+            "elephant"
+        ],
+        "{:#}",
+        j["findings"]
+    );
+    let c = findings(&j, "congestion")[0];
+    assert_eq!(c["subject"], "4 receivers");
+    assert_eq!(c["evidence"]["members"], 4);
+    assert_eq!(c["evidence"]["totals"]["ce_packets"], 160);
+    assert_eq!(c["evidence"]["totals"]["packets"], 800);
+    assert_eq!(c["evidence"]["listed"].as_array().unwrap().len(), 4);
+    let m = findings(&j, "cnp_missing")[0];
+    assert_eq!(m["evidence"]["members"], 4);
+    assert_eq!(
+        j["verdict"],
+        "4 receivers never send CNPs, CE on 4 receivers, 4 elephants."
+    );
+}
+
 #[test]
 fn a_few_ce_marks_are_no_congestion() {
     // 4 CE-marked of 2,000 (0.2%).
@@ -316,7 +368,12 @@ fn traffic_with_no_rhythm_and_no_trouble_has_no_findings() {
         .output()
         .unwrap();
     let t = String::from_utf8_lossy(&out.stdout);
-    assert!(t.starts_with("FINDINGS    none"), "{t}");
+    // The verdict opens the table, the findings come next.
+    assert!(
+        t.starts_with("Verdict     Nothing in the network got in the way.\nFINDINGS    none"),
+        "{t}"
+    );
+    assert_eq!(j["verdict"], "Nothing in the network got in the way.");
 }
 
 /// A training job of 100 ms steps (20 ms bursts) whose 7th step takes twice as long.

@@ -160,12 +160,14 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     });
     fits(&s, 80, 24);
     assert!(s[0].starts_with("rocemon top"), "{}", s.join("\n"));
+    // The agent's verdict under the totals, the answer before the rows.
+    assert!(s[2].starts_with("Verdict: "), "{s:#?}");
     assert!(
-        s[2].contains("1 Flows") && s[2].contains("6 Switches"),
+        s[3].contains("1 Flows") && s[3].contains("6 Switches"),
         "{s:#?}"
     );
     assert!(
-        s[3].contains("RATE b/s") && s[3].contains("PKT/s") && s[3].contains("CE pkts"),
+        s[4].contains("RATE b/s") && s[4].contains("PKT/s") && s[4].contains("CE pkts"),
         "units in the column names: {s:#?}"
     );
     // The header's flow count is the agent's: read both until they agree (the first loop of
@@ -202,10 +204,10 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
     let empty: Vec<&str> = metrics.lines().filter(|l| l.contains("=\"\"")).collect();
     assert!(empty.is_empty(), "series with an empty label: {empty:#?}");
-    // As many flow rows as asked for and held, where the body has room (24 rows: 4 above,
+    // As many flow rows as asked for and held, where the body has room (24 rows: 5 above,
     // 1 below).
-    let rows = s[4..23].iter().filter(|l| l.contains(" -> ")).count();
-    assert_eq!(rows, (total as usize).min(LIMIT).min(19), "{s:#?}");
+    let rows = s[5..23].iter().filter(|l| l.contains(" -> ")).count();
+    assert_eq!(rows, (total as usize).min(LIMIT).min(18), "{s:#?}");
 
     // 200x50: more columns, more rows, the keys still on the last line.
     tmux.cmd(&["resize-window", "-t", "top", "-x", "200", "-y", "50"]);
@@ -218,10 +220,10 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
                 .unwrap_or(0),
         );
         s.len() == 50
-            && s[3].contains("SPORT")
-            && s[3].contains("PSN GAPS")
-            && s[4..49].iter().filter(|l| l.contains(" -> ")).count()
-                == (total.get() as usize).min(LIMIT).min(45)
+            && s[4].contains("SPORT")
+            && s[4].contains("PSN GAPS")
+            && s[5..49].iter().filter(|l| l.contains(" -> ")).count()
+                == (total.get() as usize).min(LIMIT).min(44)
     });
     fits(&s, 200, 50);
     assert!(s[49].starts_with("q quit"), "{s:#?}");
@@ -229,7 +231,7 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     // Keys: sort by the next column, another view, quit.
     tmux.cmd(&["send-keys", "-t", "top", "s"]);
     tmux.wait("sorted by packets", |s| {
-        s.last().is_some_and(|l| l.contains("sort: PKT/s")) && s[3].contains("PKT/s ↓")
+        s.last().is_some_and(|l| l.contains("sort: PKT/s")) && s[4].contains("PKT/s ↓")
     });
     tmux.cmd(&["send-keys", "-t", "top", "4"]);
     tmux.wait("the lossless view", |s| {

@@ -411,7 +411,12 @@ fn poll(
         (table, &views, report),
         &m,
     );
-    view.summary = api::Summary::new(&findings.totals, &view.flows, &flow_maps);
+    view.summary = api::Summary::new(
+        &findings.totals,
+        &view.flows,
+        &flow_maps,
+        &view.findings.active,
+    );
     let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
     ifaces.sort_by(|a, b| a.0.cmp(b.0));
     for (iface, t) in ifaces {

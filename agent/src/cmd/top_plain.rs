@@ -1,7 +1,7 @@
 //! `rocemon top`'s plain text: one screen as lines, for `--once`, pipes and scripts (the
 //! terminal UI, [`super::top_tui`], draws the same documents).
 
-use super::top_rows::{counts_line, flow_rows, n, rates_line, Docs, Sort};
+use super::top_rows::{counts_line, flow_rows, n, rates_line, verdict_line, Docs, Sort};
 use crate::detect::findings::bits_per_second;
 use crate::export::report::human_bytes;
 use serde_json::Value;
@@ -16,6 +16,9 @@ pub fn render(d: &Docs, color: bool) -> String {
     };
     let mut s = String::new();
     let _ = writeln!(s, "rocemon top: {}; {}", rates_line(d), counts_line(d));
+    if let Some(v) = verdict_line(d) {
+        let _ = writeln!(s, "{v}");
+    }
     let _ = writeln!(
         s,
         "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9} {:>7} {:>8} {:>8} {:>5}",

@@ -99,6 +99,14 @@ pub fn full_maps(d: &Docs) -> Vec<String> {
         .collect()
 }
 
+/// The agent's verdict over its active findings (`/api/v1/summary`), the answer first;
+/// nothing from an agent that gives none.
+pub fn verdict_line(d: &Docs) -> Option<String> {
+    d.summary["verdict"]
+        .as_str()
+        .map(|v| format!("Verdict: {v}"))
+}
+
 /// What the host's RoCE does now, summed over its interfaces (fits 80 columns).
 pub fn rates_line(d: &Docs) -> String {
     let s = &d.summary;

@@ -5,7 +5,7 @@
 //! keys answer at once however slow the agent is.
 
 use super::top_plain as plain;
-use super::top_rows::{counts_line, flow_rows, rates_line, Docs, FlowRow, Sort};
+use super::top_rows::{counts_line, flow_rows, rates_line, verdict_line, Docs, FlowRow, Sort};
 use anyhow::Result;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -120,7 +120,8 @@ impl Ui {
 
     /// Draws the whole screen into `f`'s area.
     pub fn draw(&mut self, f: &mut Frame) {
-        let [title, totals, tabs, body, keys] = Layout::vertical([
+        let [title, totals, verdict, tabs, body, keys] = Layout::vertical([
+            Constraint::Length(1),
             Constraint::Length(1),
             Constraint::Length(1),
             Constraint::Length(1),
@@ -141,6 +142,10 @@ impl Ui {
         };
         f.render_widget(Paragraph::new(status), title);
         f.render_widget(Paragraph::new(rates_line(&self.docs)), totals);
+        f.render_widget(
+            Paragraph::new(verdict_line(&self.docs).unwrap_or_default()),
+            verdict,
+        );
         let titles = View::ALL
             .iter()
             .enumerate()
@@ -401,7 +406,8 @@ mod tests {
             ecmp: serde_json::json!({"groups": [], "shared_5tuples": []}),
             summary: serde_json::json!({"interfaces": 1, "rx_bits_per_second": 8e9,
                 "tx_bits_per_second": 0.0, "ce_ratio": 0.01, "cnp_per_second": 3.0,
-                "pfc_paused_ratio": 0.0, "findings_active": 0}),
+                "pfc_paused_ratio": 0.0, "findings_active": 0,
+                "verdict": "CE on one receiver."}),
             ..Docs::default()
         }
     }
@@ -425,13 +431,14 @@ mod tests {
         let s = screen(&mut ui, 80, 24);
         assert!(s[1].contains("RoCE rx 8.0 Gb/s"), "{s:#?}");
         assert!(s[0].contains("2 flows, 1 elephants, 0 findings"), "{s:#?}");
+        assert!(s[2].contains("Verdict: CE on one receiver."), "{s:#?}");
         assert!(
-            s[2].contains("1 Flows") && s[2].contains("6 Switches"),
+            s[3].contains("1 Flows") && s[3].contains("6 Switches"),
             "{s:#?}"
         );
         assert!(s[23].starts_with("q quit"), "{s:#?}");
         assert!(
-            s[3].contains("RATE b/s") && s[3].contains("CE pkts"),
+            s[4].contains("RATE b/s") && s[4].contains("CE pkts"),
             "{s:#?}"
         );
     }
@@ -441,21 +448,21 @@ mod tests {
         let mut ui = Ui::new(docs(), "a");
         let s = screen(&mut ui, 200, 50);
         for h in ["SPORT", "PSN GAPS", "NAKS", "DEST QP"] {
-            assert!(s[3].contains(h), "{h}: {s:#?}");
+            assert!(s[4].contains(h), "{h}: {s:#?}");
         }
-        assert!(s[5].contains("[fd00:1:2:3:4:5:6:7] -> 10.0.0.9"), "{s:#?}");
+        assert!(s[6].contains("[fd00:1:2:3:4:5:6:7] -> 10.0.0.9"), "{s:#?}");
     }
 
     #[test]
     fn s_sorts_by_the_next_column_and_marks_it() {
         let mut ui = Ui::new(docs(), "a");
         let s = screen(&mut ui, 120, 20);
-        assert!(s[4].contains("10.0.0.1 "), "by rate first: {s:#?}");
+        assert!(s[5].contains("10.0.0.1 "), "by rate first: {s:#?}");
         ui.key(KeyCode::Char('s'), KeyModifiers::NONE);
         ui.key(KeyCode::Char('s'), KeyModifiers::NONE);
         let s = screen(&mut ui, 120, 20);
-        assert!(s[3].contains("CE pkts ↓"), "{s:#?}");
-        assert!(s[4].contains("fd00"), "by CE: {s:#?}");
+        assert!(s[4].contains("CE pkts ↓"), "{s:#?}");
+        assert!(s[5].contains("fd00"), "by CE: {s:#?}");
         assert!(s[19].contains("sort: CE pkts"), "{s:#?}");
     }
 
@@ -477,7 +484,7 @@ mod tests {
         ui.key(KeyCode::Char('5'), KeyModifiers::NONE);
         assert_eq!(ui.view, View::Training);
         let s = screen(&mut ui, 80, 10);
-        assert!(s[3].contains("Nothing to show in Training yet."), "{s:#?}");
+        assert!(s[4].contains("Nothing to show in Training yet."), "{s:#?}");
         ui.key(KeyCode::Tab, KeyModifiers::NONE);
         assert_eq!(ui.view, View::Switches);
         ui.key(KeyCode::Tab, KeyModifiers::NONE);

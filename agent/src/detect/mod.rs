@@ -7,6 +7,7 @@ pub mod ecmp;
 pub mod elephant;
 pub mod findings;
 pub mod hash;
+pub mod incidents;
 pub mod jobs;
 pub mod live_findings;
 pub mod live_pause;

@@ -131,6 +131,9 @@ pub struct ApiView {
 /// elephants held, the active findings.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
+    /// One sentence over the active findings: the slow steps and their causes, then what is
+    /// behind them ([`crate::detect::incidents::verdict`]).
+    pub verdict: String,
     #[serde(flatten)]
     pub totals: crate::detect::live_totals::Totals,
     pub flows: usize,
@@ -158,8 +161,11 @@ impl Summary {
         totals: &crate::detect::live_totals::Totals,
         flows: &FlowsDoc,
         flow_maps: &[(String, crate::sources::flow_pressure::Fill)],
+        active: &[crate::detect::findings::Finding],
     ) -> Summary {
+        use crate::detect::incidents;
         Summary {
+            verdict: incidents::verdict(&incidents::incidents(active.to_vec()), None),
             totals: totals.clone(),
             flows: flows.flows_total,
             elephants: flows.elephants_total,

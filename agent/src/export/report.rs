@@ -19,6 +19,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// One sentence that sums the capture up: the slow steps and their causes, then what is
+    /// behind them ([`crate::detect::incidents::verdict`]).
+    pub verdict: String,
     /// The captures read, as named on the command line (`-` for standard input).
     pub inputs: Vec<String>,
     /// The capture's first frame (ns since the epoch): where the HTML charts' time starts.

@@ -68,6 +68,7 @@ pub fn build(a: &Analysis) -> Report {
         .collect();
     let mut r = Report {
         schema_version: SCHEMA_VERSION,
+        verdict: String::new(),
         inputs: Vec::new(),
         first_ts_ns: a.first_ts_ns.unwrap_or(0),
         frames: c.frames,
@@ -149,6 +150,13 @@ pub fn build(a: &Analysis) -> Report {
     }
     super::report_training::explain_slow_steps(a, &mut r.training);
     r.findings = super::report_findings::findings(a, &r);
+    r.verdict = crate::detect::incidents::verdict(
+        &r.findings,
+        r.training
+            .period_seconds
+            .is_some()
+            .then_some(r.training.steps.len()),
+    );
     r
 }
 

@@ -208,8 +208,7 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
     ));
 
     out.extend(super::report_training::slow_step_findings(r, origin));
-    f::sort(&mut out);
-    out
+    crate::detect::incidents::incidents(out)
 }
 
 fn naks(fl: &super::report::Flow) -> u64 {

@@ -98,7 +98,8 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
     );
     let _ = write!(
         s,
-        "<h1>rocemon report</h1><p>{} over {}</p>",
+        "<h1>rocemon report</h1><p class=\"verdict\"><b>{}</b></p><p>{} over {}</p>",
+        esc(&r.verdict),
         esc(&inputs.join(", ")),
         crate::detect::findings::duration(r.duration_seconds)
     );

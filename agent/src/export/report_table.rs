@@ -16,6 +16,7 @@ fn pct(n: u64, d: u64) -> String {
 /// The summary table: totals, opcodes, ECN, CNPs, parse outcomes and the top flows.
 pub fn table(r: &Report, top: usize) -> String {
     let mut s = String::new();
+    let _ = writeln!(s, "Verdict     {}", r.verdict);
     super::report_findings::table(&mut s, &r.findings);
     let _ = writeln!(
         s,
