@@ -233,13 +233,22 @@ const COARSE_BUCKETS: usize = 6_000;
 /// percentile up to the bursts' median, at least an eighth above that percentile. Alone on
 /// its link a job's background is nothing, and a bucket below a quarter of the burst level
 /// is silent (ACKs and NAKs between bursts are no burst).
-fn quiet_level(x: &[u64]) -> u64 {
+///
+/// Returns the level, and the value the top thousandth of the buckets is clipped to.
+fn quiet_level(x: &[u64]) -> (u64, u64) {
     if x.is_empty() {
-        return 0;
+        return (0, 0);
     }
     let mut v = x.to_vec();
     v.sort_unstable();
     let n = v.len();
+    // A handful of outlier buckets (a sender's backlog flushed at once, a capture's
+    // timestamps batched) would be a population of their own: the split is looked for
+    // with the top thousandth clipped to the value below it.
+    let cap = v[n - 1 - n / 1000];
+    for b in &mut v[n - n / 1000..] {
+        *b = cap;
+    }
     let total: f64 = v.iter().map(|&b| b as f64).sum();
     let (mut best, mut split) = (0.0, 0);
     let mut below = 0.0;
@@ -257,11 +266,11 @@ fn quiet_level(x: &[u64]) -> u64 {
     }
     if split == 0 {
         // One level throughout: nothing stands above it.
-        return v[0] + v[0] / 8;
+        return (v[0] + v[0] / 8, cap);
     }
     let bg = v[(split - 1) * 9 / 10];
     let bursts = v[split + (n - split) / 2];
-    (bg + bg / 8).max(bg + bursts.saturating_sub(bg) / 4)
+    ((bg + bg / 8).max(bg + bursts.saturating_sub(bg) / 4), cap)
 }
 
 /// The typical step of a run of step durations: the median of the steps near the shorter
@@ -294,8 +303,11 @@ fn bursts(x: &[u64], gap: usize, quiet: u64) -> usize {
 /// The period (in 1 ms buckets) of the last part of the series: the fine search first, the
 /// coarse one for long periods. The autocorrelation's cost is bounded (a few million
 /// multiply-adds), whatever the series' length.
-fn candidates(s: &Series) -> Vec<(f64, usize)> {
-    let x = &s.buckets;
+///
+/// Buckets above `cap` count as `cap`: a few outliers would otherwise hold the series'
+/// variance, and the correlation would see them and not the bursts.
+fn candidates(s: &Series, cap: u64) -> Vec<(f64, usize)> {
+    let x: Vec<u64> = s.buckets.iter().map(|&b| b.min(cap)).collect();
     let mut out = Vec::new();
     let fine = &x[x.len().saturating_sub(FINE_BUCKETS)..];
     if let Some(p) = period(fine) {
@@ -319,11 +331,11 @@ pub fn detect(s: &Series) -> Rhythm {
 pub fn detect_paused(s: &Series, paused: &[bool]) -> Rhythm {
     // A series without a few separate bursts has no steps to find (cheap, before any
     // correlation).
-    let quiet = quiet_level(&s.buckets);
+    let (quiet, cap) = quiet_level(&s.buckets);
     if bursts(&s.buckets, 2, quiet) <= MIN_STEPS {
         return Rhythm::default();
     }
-    for (p, window) in candidates(s) {
+    for (p, window) in candidates(s, cap) {
         if let Some(r) = rhythm_at(s, p, window, paused, quiet) {
             return r;
         }

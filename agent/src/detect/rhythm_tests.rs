@@ -316,3 +316,28 @@ fn a_third_slow_beside_a_tenant_keeps_the_rhythm() {
     assert!(close(p, 0.100, 0.03), "{p}");
     assert_eq!(slow_of(&r), truth, "{:?}", r.steps);
 }
+
+/// A job whose link was silent for ten seconds before it, with a few outlier buckets (a
+/// sender's backlog flushed at once: 50 times the burst level): the outliers are no
+/// population of their own, the bursts are found (the demo's training link).
+#[test]
+fn a_few_outlier_buckets_do_not_hide_the_bursts() {
+    let mut s = Series::new(1 << 22);
+    let t0 = 1_000_000_000u64;
+    s.add(t0, 1);
+    let start = t0 + 10_000 * BUCKET_NS;
+    for i in 0..40u64 {
+        for ms in 0..20 {
+            s.add(start + (i * 100 + ms) * BUCKET_NS + 100, 7_000);
+        }
+    }
+    // The backlog of the job's start, in its first burst's first milliseconds.
+    for k in 0..5u64 {
+        s.add(start + k * BUCKET_NS + 100, 350_000);
+    }
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm");
+    assert!(close(p, 0.100, 0.03), "{p}");
+    assert_eq!(r.steps.len(), 39, "every burst a step: {:?}", r.steps);
+    assert_eq!(r.slow_steps, 0);
+}
