@@ -293,6 +293,9 @@ pub(crate) fn markdown(r: &Value) -> String {
     if !r["robustness"].is_null() {
         robustness::markdown(&r["robustness"], &mut s);
     }
+    if !r["diagnosis"].is_null() {
+        super::diagnosis::markdown(&r["diagnosis"], &mut s);
+    }
     let x = &r["ipfix"];
     if !x.is_null() {
         let f = |k: &str| x[k].as_f64().unwrap_or(0.0);

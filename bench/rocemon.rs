@@ -18,6 +18,8 @@
 //!   rates (datagrams lost, CPU per 100,000 datagrams, memory at 500 switches x 64 ports);
 //! - [`ipfix`]: flow records per second through the IPFIX exporter on one core, and the
 //!   agent's poll with export on against off at 100,000 flows;
+//! - [`diagnosis`]: precision and recall of slow steps and their causes over 500 scenarios
+//!   of known truth;
 //! - [`report`]: `report.json` and `REPORT.md` (with the verdicts) in the directory given as
 //!   the first argument;
 //! - [`fuzz_kernel`]: the kernel differential fuzzer (`--fuzz-kernel=SECS`); its source sits
@@ -32,6 +34,7 @@
 
 mod analyze;
 mod baseline;
+mod diagnosis;
 #[path = "../fuzz/kernel_diff.rs"]
 mod fuzz_kernel;
 mod ipfix;
@@ -165,6 +168,7 @@ fn main() -> Result<()> {
         "sflow": if want("sflow") { sflow::sflow_bench()? } else { Value::Null },
         "sflow_rates": if want("sflow_rates") { sflow_rates::sflow_rates()? } else { Value::Null },
         "ipfix": if want("ipfix") { ipfix::ipfix_bench()? } else { Value::Null },
+        "diagnosis": if want("diagnosis") { diagnosis::diagnosis_bench(tmp.path())? } else { Value::Null },
         "robustness": if want("robustness") {
             json!({
                 "http": robustness::http_under_attack(BIN, tmp.path())?,

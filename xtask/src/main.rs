@@ -38,8 +38,8 @@ enum Task {
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
         /// Only these phases (comma-separated: kernel, analyze, scale, live, shapes, sflow,
-        /// sflow_rates,
-        /// robustness); the others keep their figures from the last report.
+        /// sflow_rates, ipfix, diagnosis, robustness); the others keep their figures from the
+        /// last report.
         #[arg(long, value_name = "PHASE[,PHASE...]")]
         only: Option<String>,
         /// Instead of the benchmarks: this build's XDP program against saved builds of the

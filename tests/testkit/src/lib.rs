@@ -26,6 +26,7 @@ pub mod layers;
 pub mod lossless;
 pub mod metrics;
 pub mod netns;
+pub mod scenarios;
 pub mod sender;
 pub mod sflow;
 pub mod training;

@@ -1,0 +1,347 @@
+//! Diagnosis scenarios with known truth, drawn at random from a seed: one or two training
+//! jobs on one link (each its own hosts, period and phase), a light steady tenant, slow steps
+//! with none, one or two planted causes of the job's own (a PFC pause of its priority in the
+//! step, CE marks on its packets, a NAK and a go-back, packets outside the lossless class),
+//! and unrelated trouble at the same times (the tenant's CE marks, NAKs and lossy packets,
+//! pauses of another priority). The truth is the generator's parameters, never rocemon's
+//! parser: which steps were slowed, by how much, and by what.
+//!
+//! `score` matches what `rocemon analyze` said (`training.jobs[].steps`) against the truth:
+//! slow steps by start time, and each matched step's causes by kind.
+
+use crate::frames::{pfc, Roce};
+use crate::Rng;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// The causes a slow step can be given.
+pub const CAUSES: [&str; 4] = ["pfc_pause", "congestion", "retransmission", "lossy_class"];
+
+/// One slow step of the truth.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowTruth {
+    /// The job's lowest source host (its id without `job-`).
+    pub job: String,
+    pub start_ns: u64,
+    pub causes: Vec<&'static str>,
+}
+
+/// A drawn scenario: its frames (time, bytes) and its truth.
+pub struct Scenario {
+    pub frames: Vec<(u64, Vec<u8>)>,
+    pub slow: Vec<SlowTruth>,
+    /// Steps of every job (slow or not) whose end is seen.
+    pub steps: usize,
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("address")
+}
+
+const T0: u64 = 1_764_547_200_000_000_000;
+const MS: u64 = 1_000_000;
+/// The job's priority is 3 (DSCP 26, the default classes); unrelated pauses use 5.
+const JOB_PRIORITY_BIT: u8 = 0x08;
+const OTHER_PRIORITY_BIT: u8 = 0x20;
+
+/// XOFFs every 200 us with full quanta over `[from, to)` on the priorities of `bits`.
+fn xoffs(f: &mut Vec<(u64, Vec<u8>)>, bits: u8, from: u64, to: u64) {
+    let mut q = [0u16; 8];
+    for (p, x) in q.iter_mut().enumerate() {
+        if bits & (1 << p) != 0 {
+            *x = 0xFFFF;
+        }
+    }
+    let mut t = from;
+    while t < to {
+        f.push((t, pfc(bits, q)));
+        t += 200_000;
+    }
+}
+
+/// A job's sender: its flow's PSN, on and on.
+struct Sender {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    qp: u32,
+    psn: u32,
+}
+
+impl Sender {
+    fn write(&mut self, at: u64, set: impl Fn(&mut Roce)) -> (u64, Vec<u8>) {
+        let mut r = Roce::new(self.src, self.dst, self.sport, self.qp, 0x0A);
+        r.payload = 1024;
+        r.dma_len = 1024;
+        r.psn = self.psn;
+        self.psn = (self.psn + 1) & 0xFF_FFFF;
+        set(&mut r);
+        (at, r.frame())
+    }
+}
+
+/// Draws scenario `seed`.
+pub fn draw(seed: u64) -> Scenario {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9) ^ 0x4791);
+    let jobs = 1 + rng.below(2) as usize;
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut slow = Vec::new();
+    let mut steps_seen = 0;
+    // Slow steps of different jobs never overlap (a pause on the link touches every job on
+    // it: the truth would be ambiguous).
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut end_all = T0;
+    let periods = [100 + rng.below(60), 230 + rng.below(80)];
+    for (j, &period_ms) in periods.iter().enumerate().take(jobs) {
+        let period = period_ms * MS;
+        let comm = period * (15 + rng.below(15)) / 100;
+        let steps = 30 + rng.below(10);
+        let senders = 1 + rng.below(2);
+        let dst = ip(&format!("10.70.{j}.100"));
+        let mut hosts: Vec<Sender> = (0..senders)
+            .map(|h| Sender {
+                src: ip(&format!("10.70.{j}.{}", h + 1)),
+                dst,
+                sport: 0xC000 + (j as u16) * 16 + h as u16,
+                qp: 0x100 + (j as u32) * 16 + h as u32,
+                psn: 0,
+            })
+            .collect();
+        let job = format!("10.70.{j}.1");
+        let mut t = T0 + rng.below(period / MS) * MS;
+        for i in 0..steps {
+            // A slow step: about one in five, never among the first five (the rhythm needs a
+            // few steps to know the typical one) nor the last (its end is not seen).
+            let is_slow = i >= 5 && i + 1 < steps && rng.below(5) == 0;
+            let extra = if is_slow {
+                period * (80 + rng.below(70)) / 100
+            } else {
+                0
+            };
+            let len = period + extra;
+            let span = (t, t + len);
+            let is_slow = is_slow && taken.iter().all(|&(a, b)| span.1 <= a || span.0 >= b);
+            let len = if is_slow { len } else { period };
+            let causes: Vec<&'static str> = if is_slow {
+                match rng.below(7) {
+                    0 | 1 => vec![],
+                    2 => vec!["pfc_pause"],
+                    3 => vec!["congestion"],
+                    4 => vec!["retransmission"],
+                    5 => vec!["lossy_class"],
+                    _ => vec!["pfc_pause", "congestion"],
+                }
+            } else {
+                vec![]
+            };
+            // The burst: two WRITEs a millisecond per sender, the planted causes in it.
+            let burst_ms = comm / MS;
+            for ms in 0..burst_ms {
+                for (h, s) in hosts.iter_mut().enumerate() {
+                    for k in 0..2u64 {
+                        let at = t + ms * MS + h as u64 * 10_000 + k * 400_000;
+                        let ce = causes.contains(&"congestion") && (ms + k) % 3 == 0;
+                        let lossy = causes.contains(&"lossy_class") && (ms + k) % 2 == 0;
+                        f.push(s.write(at, |r| {
+                            if ce {
+                                r.ecn = 3;
+                            }
+                            if lossy {
+                                r.dscp = 0;
+                            }
+                        }));
+                    }
+                }
+            }
+            if causes.contains(&"retransmission") {
+                // A PSN gap, the receiver's NAK and the sender going back.
+                let s = &mut hosts[0];
+                let at = t + comm / 2;
+                s.psn = (s.psn + 1) & 0xFF_FFFF;
+                f.push(s.write(at, |_| {}));
+                let mut nak = Roce::new(s.dst, s.src, s.sport, s.qp + 0x1000, 0x11);
+                nak.syndrome = 0x60;
+                nak.psn = s.psn.wrapping_sub(2) & 0xFF_FFFF;
+                f.push((at + 50_000, nak.frame()));
+                s.psn = s.psn.wrapping_sub(2) & 0xFF_FFFF;
+                for k in 0..3 {
+                    f.push(s.write(at + 100_000 + k * 10_000, |_| {}));
+                }
+            }
+            if causes.contains(&"pfc_pause") {
+                // The step's silence held: all of the extra time, or half of it beside
+                // congestion.
+                let held = if causes.len() > 1 { extra / 2 } else { extra };
+                xoffs(&mut f, JOB_PRIORITY_BIT, t + comm, t + comm + held);
+            }
+            if is_slow {
+                taken.push(span);
+                slow.push(SlowTruth {
+                    job: job.clone(),
+                    start_ns: t,
+                    causes,
+                });
+            }
+            if i + 1 < steps {
+                steps_seen += 1;
+            }
+            t += len;
+        }
+        end_all = end_all.max(t);
+    }
+    // The tenant: a light steady flow, with trouble of its own at random times (often in the
+    // jobs' slow steps), and pauses of another priority.
+    let (a, b) = (ip("10.80.0.1"), ip("10.80.0.2"));
+    let mut psn = 0u32;
+    let mut t = T0;
+    let trouble_at: Vec<u64> = slow
+        .iter()
+        .map(|s| s.start_ns + 2 * MS)
+        .chain((0..4).map(|_| T0 + rng.below((end_all - T0) / MS) * MS))
+        .collect();
+    while t < end_all {
+        let near = trouble_at.iter().any(|&x| t >= x && t < x + 20 * MS);
+        let mut w = Roce::new(a, b, 0xC900, 0x900, 0x0A);
+        w.payload = 512;
+        w.dma_len = 512;
+        w.psn = psn;
+        psn = (psn + 1) & 0xFF_FFFF;
+        if near {
+            w.ecn = 3;
+            if psn.is_multiple_of(4) {
+                w.dscp = 0;
+            }
+        }
+        f.push((t + 300_000, w.frame()));
+        t += MS;
+    }
+    for &x in &trouble_at {
+        let mut nak = Roce::new(b, a, 0xC900, 0x901, 0x11);
+        nak.syndrome = 0x60;
+        f.push((x + 5 * MS, nak.frame()));
+        xoffs(&mut f, OTHER_PRIORITY_BIT, x, x + 30 * MS);
+    }
+    f.sort_by_key(|(t, _)| *t);
+    Scenario {
+        frames: f,
+        slow,
+        steps: steps_seen,
+    }
+}
+
+/// True and false positives and negatives.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counts {
+    pub tp: u64,
+    pub fp: u64,
+    pub fn_: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, o: &Counts) {
+        self.tp += o.tp;
+        self.fp += o.fp;
+        self.fn_ += o.fn_;
+    }
+    /// 1 where nothing was said (no false positive possible).
+    pub fn precision(&self) -> f64 {
+        if self.tp + self.fp == 0 {
+            1.0
+        } else {
+            self.tp as f64 / (self.tp + self.fp) as f64
+        }
+    }
+    pub fn recall(&self) -> f64 {
+        if self.tp + self.fn_ == 0 {
+            1.0
+        } else {
+            self.tp as f64 / (self.tp + self.fn_) as f64
+        }
+    }
+}
+
+/// What one analysis scored: slow steps, and the causes of the matched ones by kind.
+#[derive(Clone, Debug, Default)]
+pub struct Score {
+    pub slow_steps: Counts,
+    pub causes: BTreeMap<&'static str, Counts>,
+    /// Matched slow steps whose planted "no cause" came out as `unexplained`.
+    pub unexplained: Counts,
+}
+
+impl Score {
+    pub fn add(&mut self, o: &Score) {
+        self.slow_steps.add(&o.slow_steps);
+        self.unexplained.add(&o.unexplained);
+        for (k, c) in &o.causes {
+            self.causes.entry(k).or_default().add(c);
+        }
+    }
+}
+
+/// A detected step starts within this of the truth's start.
+const MATCH_NS: u64 = 3 * MS;
+/// A cause counts as named from this share of the extra time on.
+const NAMED_SHARE: f64 = 0.05;
+
+/// Scores `report` (`rocemon analyze --format json`) against `truth`.
+pub fn score(report: &Value, truth: &Scenario) -> Score {
+    let mut s = Score::default();
+    for k in CAUSES {
+        s.causes.insert(k, Counts::default());
+    }
+    // Every slow step rocemon reported, with its job.
+    let mut said: Vec<(String, u64, Vec<String>)> = Vec::new();
+    for j in report["training"]["jobs"].as_array().into_iter().flatten() {
+        let job = j["id"]
+            .as_str()
+            .unwrap_or("")
+            .trim_start_matches("job-")
+            .to_string();
+        for st in j["steps"].as_array().into_iter().flatten() {
+            if st["slow"] != true {
+                continue;
+            }
+            let causes = st["causes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["share"].as_f64().unwrap_or(0.0) >= NAMED_SHARE)
+                .filter_map(|c| c["kind"].as_str().map(str::to_string))
+                .collect();
+            said.push((job.clone(), st["start_ns"].as_u64().unwrap_or(0), causes));
+        }
+    }
+    let mut used = vec![false; said.len()];
+    for t in &truth.slow {
+        let hit = said.iter().enumerate().position(|(i, (job, start, _))| {
+            !used[i] && *job == t.job && start.abs_diff(t.start_ns) <= MATCH_NS
+        });
+        let Some(i) = hit else {
+            s.slow_steps.fn_ += 1;
+            continue;
+        };
+        used[i] = true;
+        s.slow_steps.tp += 1;
+        let named = &said[i].2;
+        for k in CAUSES {
+            let c = s.causes.get_mut(k).expect("every kind");
+            match (t.causes.contains(&k), named.iter().any(|n| n == k)) {
+                (true, true) => c.tp += 1,
+                (false, true) => c.fp += 1,
+                (true, false) => c.fn_ += 1,
+                (false, false) => {}
+            }
+        }
+        let unexplained = named.iter().any(|n| n == "unexplained");
+        match (t.causes.is_empty(), unexplained) {
+            (true, true) => s.unexplained.tp += 1,
+            (false, true) => s.unexplained.fp += 1,
+            (true, false) => s.unexplained.fn_ += 1,
+            (false, false) => {}
+        }
+    }
+    s.slow_steps.fp += used.iter().filter(|u| !**u).count() as u64;
+    s
+}
