@@ -106,6 +106,18 @@ impl std::ops::DerefMut for TrainingView {
     }
 }
 
+/// A rhythm of steps too small to be a training job's (the typical step carries less than
+/// [`crate::detect::steps::MIN_SLOW_STEP_BYTES`]): a host that only answers, a few NAKs or
+/// ACKs at regular times, a heartbeat. Live, such a rhythm reports no slow step.
+fn trickle(r: &Rhythm) -> bool {
+    let mut b: Vec<u64> = r.steps.iter().map(|s| s.bytes).collect();
+    if b.is_empty() {
+        return true;
+    }
+    b.sort_unstable();
+    b[b.len() / 2] < crate::detect::steps::MIN_SLOW_STEP_BYTES
+}
+
 /// The last minute of a series.
 fn tail(s: &Series) -> Series {
     let b = &s.buckets;
@@ -274,7 +286,7 @@ impl Training {
                     rhythm: rhythm::detect_paused(&together, &paused),
                 }
             })
-            .filter(|j| j.rhythm.period_seconds.is_some())
+            .filter(|j| j.rhythm.period_seconds.is_some() && !trickle(&j.rhythm))
             .collect();
         out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
         out

@@ -1,7 +1,8 @@
 //! Diagnosis scenarios with known truth, drawn at random from a seed: one or two training
 //! jobs on one link (each its own hosts, period and phase), a light steady tenant, slow steps
 //! with none, one or two planted causes of the job's own (a PFC pause of its priority in the
-//! step, CE marks on its packets, a NAK and a go-back, packets outside the lossless class),
+//! step where the job is alone on the link, CE marks on its packets, a NAK and a go-back,
+//! packets outside the lossless class),
 //! and unrelated trouble at the same times (the tenant's CE marks, NAKs and lossy packets,
 //! pauses of another priority). The truth is the generator's parameters, never rocemon's
 //! parser: which steps were slowed, by how much, and by what.
@@ -123,14 +124,19 @@ pub fn draw(seed: u64) -> Scenario {
             let span = (t, t + len);
             let is_slow = is_slow && taken.iter().all(|&(a, b)| span.1 <= a || span.0 >= b);
             let len = if is_slow { len } else { period };
+            // A pause of the job's priority holds every job on the link (their bursts would
+            // stop too, which the generator does not model): pauses only where one job runs.
+            let alone = jobs == 1;
             let causes: Vec<&'static str> = if is_slow {
                 match rng.below(7) {
                     0 | 1 => vec![],
-                    2 => vec!["pfc_pause"],
+                    2 if alone => vec!["pfc_pause"],
+                    2 => vec!["retransmission", "lossy_class"],
                     3 => vec!["congestion"],
                     4 => vec!["retransmission"],
                     5 => vec!["lossy_class"],
-                    _ => vec!["pfc_pause", "congestion"],
+                    _ if alone => vec!["pfc_pause", "congestion"],
+                    _ => vec!["congestion", "retransmission"],
                 }
             } else {
                 vec![]
