@@ -18,6 +18,16 @@ fn run(job: Job) -> Value {
 
 const BASE: Job = Job::steady(60);
 
+/// Two jobs on one link (`training::interleaved`): 100 ms steps from 10.78.0.1, and 170 ms
+/// steps with 30 ms bursts from 10.78.0.3.
+const ONE_OF_TWO: Job = Job { steps: 120, ..BASE };
+const TWO_OF_TWO: Job = Job {
+    period_ms: 170,
+    comm_ms: 30,
+    steps: 70,
+    ..BASE
+};
+
 fn period(t: &Value) -> f64 {
     t["period_seconds"]
         .as_f64()
@@ -107,14 +117,7 @@ fn the_table_shows_the_rhythm_and_the_sizes() {
 #[test]
 fn two_interleaved_jobs_keep_their_own_periods() {
     let dir = TempDir::new("rocemon-training-two").unwrap();
-    let one = Job { steps: 120, ..BASE };
-    let two = Job {
-        period_ms: 170,
-        comm_ms: 30,
-        steps: 70,
-        ..BASE
-    };
-    let p = training::interleaved("two", one, two)
+    let p = training::interleaved("two", ONE_OF_TWO, TWO_OF_TWO)
         .write(dir.path())
         .unwrap();
     let j = analyze(&p);
@@ -302,14 +305,22 @@ fn training_of(name: &'static str, frames: Vec<(u64, Vec<u8>)>) -> Value {
     analyze(&p)["training"].clone()
 }
 
+/// `analyze` of the job of [`job_beside`]: its period is the normal step's (100 ms) and its
+/// slow steps are the planted ones, all of them; the training section.
+fn rhythm_kept(name: &'static str, steps: u64, slow: impl Fn(u64) -> bool, tenant: bool) -> Value {
+    let (f, truth) = job_beside(steps, slow, tenant);
+    let t = training_of(name, f);
+    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
+    assert_eq!(slow_starts(&t), truth, "{t}");
+    assert_eq!(t["slow_steps"], truth.len());
+    t
+}
+
 /// A light, steady tenant on the same link: the job's rhythm, its steps and its slow step
 /// are found as without it.
 #[test]
 fn a_light_tenant_beside_the_job_leaves_its_rhythm_and_slow_step() {
-    let (f, truth) = job_beside(40, |i| i == 25, true);
-    let t = training_of("beside-tenant", f);
-    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
-    assert_eq!(slow_starts(&t), truth, "{t}");
+    let t = rhythm_kept("beside-tenant", 40, |i| i == 25, true);
     assert_eq!(t["steps"].as_array().unwrap().len(), 39);
 }
 
@@ -317,20 +328,13 @@ fn a_light_tenant_beside_the_job_leaves_its_rhythm_and_slow_step() {
 /// step.
 #[test]
 fn a_third_of_the_steps_slow_leaves_the_rhythm() {
-    let (f, truth) = job_beside(45, |i| i % 3 == 1, false);
-    let t = training_of("third-slow", f);
-    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
-    assert_eq!(slow_starts(&t), truth, "{t}");
-    assert_eq!(t["slow_steps"], truth.len());
+    rhythm_kept("third-slow", 45, |i| i % 3 == 1, false);
 }
 
 /// Both at once, with half of the steps slow.
 #[test]
 fn half_of_the_steps_slow_beside_a_tenant_leaves_the_rhythm() {
-    let (f, truth) = job_beside(40, |i| i % 2 == 0, true);
-    let t = training_of("half-slow-beside", f);
-    assert!((period(&t) - 0.100).abs() < 0.003, "{t}");
-    assert_eq!(slow_starts(&t), truth, "{t}");
+    rhythm_kept("half-slow-beside", 40, |i| i % 2 == 0, true);
 }
 
 fn jobs(t: &Value) -> &Vec<Value> {
@@ -349,17 +353,11 @@ fn job_at(job: Job, src: &str, dst: &str, shift_ms: u64) -> Vec<(u64, Vec<u8>)> 
 /// period; the larger one's rhythm leads the section.
 #[test]
 fn two_jobs_on_one_link_are_two_jobs() {
-    let one = Job { steps: 120, ..BASE };
-    let two = Job {
-        period_ms: 170,
-        comm_ms: 30,
-        steps: 70,
-        ..BASE
-    };
-    let mut f = job_at(one, "10.78.0.1", "10.78.0.2", 0);
-    f.extend(job_at(two, "10.78.0.3", "10.78.0.4", 0));
-    f.sort_by_key(|(t, _)| *t);
-    let t = training_of("two-jobs", f);
+    let dir = TempDir::new("rocemon-training-two-jobs").unwrap();
+    let p = training::interleaved("two-jobs", ONE_OF_TWO, TWO_OF_TWO)
+        .write(dir.path())
+        .unwrap();
+    let t = analyze(&p)["training"].clone();
     let j = jobs(&t);
     assert_eq!(j.len(), 2, "{t:#}");
     let of = |src: &str| {
@@ -388,24 +386,10 @@ fn two_jobs_on_one_link_are_two_jobs() {
 /// The text table lists each job under the leading rhythm.
 #[test]
 fn the_table_lists_each_job() {
-    let mut f = job_at(Job { steps: 120, ..BASE }, "10.78.0.1", "10.78.0.2", 0);
-    let two = Job {
-        period_ms: 170,
-        comm_ms: 30,
-        steps: 70,
-        ..BASE
-    };
-    f.extend(job_at(two, "10.78.0.3", "10.78.0.4", 0));
-    f.sort_by_key(|(t, _)| *t);
     let dir = TempDir::new("rocemon-training-jobs-table").unwrap();
-    let p = rocemon_testkit::fixtures::whole(
-        "jobs-table",
-        rocemon_testkit::fixtures::Format::PcapNanos,
-        f,
-        false,
-    )
-    .write(dir.path())
-    .unwrap();
+    let p = training::interleaved("jobs-table", ONE_OF_TWO, TWO_OF_TWO)
+        .write(dir.path())
+        .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--no-progress"])
         .arg(&p)

@@ -157,21 +157,9 @@ fn phrase(f: &Finding) -> String {
     let n = members(f);
     match f.kind {
         "congestion" => format!("CE on {}", plural(n, "receiver", "receivers")),
-        "cnp_missing" => {
-            if n == 1 {
-                "one receiver never sends a CNP".into()
-            } else {
-                format!("{n} receivers never send CNPs")
-            }
-        }
+        "cnp_missing" => plural(n, "receiver never sends a CNP", "receivers never send CNPs"),
         "retransmissions" => format!("drops on {}", plural(n, "flow", "flows")),
-        "cnp_ignored" => {
-            if n == 1 {
-                "one sender ignores CNPs".into()
-            } else {
-                format!("{n} senders ignore CNPs")
-            }
-        }
+        "cnp_ignored" => plural(n, "sender ignores CNPs", "senders ignore CNPs"),
         "pfc_storm" => format!("a PFC storm ({})", f.subject),
         "lossy_roce" => "RoCE outside the lossless class".into(),
         "ecmp_collision" => "elephants colliding on an ECMP path".into(),
