@@ -28,6 +28,13 @@ const TWO_OF_TWO: Job = Job {
     ..BASE
 };
 
+/// The capture of [`ONE_OF_TWO`] and [`TWO_OF_TWO`] on one link, written in `dir`.
+fn two_jobs(dir: &std::path::Path) -> std::path::PathBuf {
+    training::interleaved("two", ONE_OF_TWO, TWO_OF_TWO)
+        .write(dir)
+        .unwrap()
+}
+
 fn period(t: &Value) -> f64 {
     t["period_seconds"]
         .as_f64()
@@ -117,9 +124,7 @@ fn the_table_shows_the_rhythm_and_the_sizes() {
 #[test]
 fn two_interleaved_jobs_keep_their_own_periods() {
     let dir = TempDir::new("rocemon-training-two").unwrap();
-    let p = training::interleaved("two", ONE_OF_TWO, TWO_OF_TWO)
-        .write(dir.path())
-        .unwrap();
+    let p = two_jobs(dir.path());
     let j = analyze(&p);
     let sources = j["training_sources"].as_array().unwrap();
     assert_eq!(sources.len(), 2, "{j}");
@@ -354,9 +359,7 @@ fn job_at(job: Job, src: &str, dst: &str, shift_ms: u64) -> Vec<(u64, Vec<u8>)> 
 #[test]
 fn two_jobs_on_one_link_are_two_jobs() {
     let dir = TempDir::new("rocemon-training-two-jobs").unwrap();
-    let p = training::interleaved("two-jobs", ONE_OF_TWO, TWO_OF_TWO)
-        .write(dir.path())
-        .unwrap();
+    let p = two_jobs(dir.path());
     let t = analyze(&p)["training"].clone();
     let j = jobs(&t);
     assert_eq!(j.len(), 2, "{t:#}");
@@ -387,9 +390,7 @@ fn two_jobs_on_one_link_are_two_jobs() {
 #[test]
 fn the_table_lists_each_job() {
     let dir = TempDir::new("rocemon-training-jobs-table").unwrap();
-    let p = training::interleaved("jobs-table", ONE_OF_TWO, TWO_OF_TWO)
-        .write(dir.path())
-        .unwrap();
+    let p = two_jobs(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
         .args(["analyze", "--no-progress"])
         .arg(&p)
