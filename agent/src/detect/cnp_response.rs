@@ -179,6 +179,11 @@ pub struct CnpResponse {
     waiting: FxHashMap<FlowKey, VecDeque<FlowKey>>,
     /// Index entries the CNPs looked at: the pairing's work, linear in the packets.
     pub visits: u64,
+    /// Connections paired at most (`--max-flows`; 0: no bound): the pairing state is bounded
+    /// as the flow table is. CE packets of connections beyond it are counted, not paired.
+    max_conns: usize,
+    /// CE packets of connections past [`Self::max_conns`].
+    untracked_ce: u64,
     /// Every data packet of the last [`REACTION_WINDOW_NS`] (time, flow, bytes), in time
     /// order: a flow's rate before a CNP is summed from it when a burst starts, so a packet
     /// costs a push, not a lookup of its flow.
@@ -221,6 +226,14 @@ fn conn_of(k: &FlowKey) -> Conn {
 }
 
 impl CnpResponse {
+    /// A pairing of at most `max_conns` connections (0: no bound).
+    pub fn bounded(max_conns: usize) -> CnpResponse {
+        CnpResponse {
+            max_conns,
+            ..CnpResponse::default()
+        }
+    }
+
     /// One RoCE packet (its record, flow key and wire length) at `ts_ns`, in time order;
     /// `new_flow`: the first packet of its flow (its QP becomes its port's).
     pub fn packet(
@@ -266,6 +279,11 @@ impl CnpResponse {
             }
         }
         if rec.ecn() == 3 {
+            let full = self.max_conns > 0 && self.conns.len() >= self.max_conns;
+            if full && !self.conns.contains_key(&k) {
+                self.untracked_ce += 1;
+                return;
+            }
             let s = match self.conns.get_mut(&k) {
                 Some(s) => s,
                 None => {
@@ -393,7 +411,11 @@ impl CnpResponse {
                 .cmp(&a.unanswered_ce)
                 .then(b.ce_packets.cmp(&a.ce_packets))
         });
+        let connections_total = connections.len();
+        connections.truncate(LISTED_CONNECTIONS);
         CnpReport {
+            untracked_ce_packets: self.untracked_ce,
+            connections_total,
             ce_packets: ce,
             answered_ce: answered,
             unanswered_ce: unanswered,
@@ -424,10 +446,19 @@ pub struct Latency {
     pub p99: Option<f64>,
 }
 
+/// Connections the report lists at most (the most unanswered CE first; the findings read
+/// these): the JSON stays bounded whatever the capture holds.
+pub const LISTED_CONNECTIONS: usize = 1_000;
+
 /// `roce.cnp_response` of the analyze JSON.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CnpReport {
+    /// CE packets of the connections paired (see `untracked_ce_packets`).
     pub ce_packets: u64,
+    /// CE packets of connections beyond `--max-flows` connections paired: counted, not paired.
+    pub untracked_ce_packets: u64,
+    /// Connections paired; `connections` lists the first [`LISTED_CONNECTIONS`].
+    pub connections_total: usize,
     pub answered_ce: u64,
     pub unanswered_ce: u64,
     pub cnps: u64,
@@ -531,6 +562,28 @@ mod tests {
 
     /// The pairing's work grows with the packets, not with connections times CNPs (10,000
     /// connections of one host pair cost 6.4 s before; 40,000 did not end).
+    /// 5,000 connections through a bound of 100: 100 paired, the others' CE packets counted;
+    /// the report's list bounded too.
+    #[test]
+    fn the_pairing_state_is_bounded_and_counts_what_it_leaves() {
+        let mut c = CnpResponse::bounded(100);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..5_000u32 {
+            let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000 + i, 0x0A);
+            w.ecn = 3;
+            let (rec, key) = pkt(&w);
+            let new = seen.insert(key);
+            c.packet(&rec, &key, 100, u64::from(i) * 1_000, new);
+        }
+        assert_eq!(c.conns.len(), 100);
+        let r = c.report();
+        assert_eq!((r.ce_packets, r.untracked_ce_packets), (100, 4_900));
+        assert_eq!(r.connections_total, 100);
+        let big = many(1_500, true).report();
+        assert_eq!(big.connections_total, 1_500);
+        assert_eq!(big.connections.len(), LISTED_CONNECTIONS);
+    }
+
     #[test]
     fn the_pairing_is_linear_in_the_packets() {
         for reverse in [true, false] {

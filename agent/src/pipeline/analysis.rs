@@ -61,7 +61,7 @@ impl Analysis {
             timeline: crate::pipeline::timeline::Timeline::new(),
             sflow: Default::default(),
             pause: crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns),
-            cnp: Default::default(),
+            cnp: crate::detect::cnp_response::CnpResponse::bounded(opts.max_flows),
             training: Default::default(),
             clock: Default::default(),
             opts,

@@ -67,6 +67,7 @@ impl FlowSide {
     pub fn new(opts: AnalyzeOptions) -> Self {
         let pipeline = Pipeline::new(vec!["capture".into()], opts.pipeline());
         let pause = crate::detect::pause::PauseTracker::new(opts.link_speed_bps, opts.pfc_storm_ns);
+        let max_conns = opts.max_flows;
         FlowSide {
             sflow: crate::sflow::collector::Collector::new(opts.sflow_limits.clone()),
             opts,
@@ -76,7 +77,7 @@ impl FlowSide {
             counters: HookCounters::ZERO,
             next_tick_ns: 0,
             pause,
-            cnp: Default::default(),
+            cnp: crate::detect::cnp_response::CnpResponse::bounded(max_conns),
         }
     }
 
