@@ -387,8 +387,11 @@ fn rhythm_at(s: &Series, p: f64, window: usize, paused: &[bool], quiet: u64) -> 
     for i in 0..st.len() {
         let from = i.saturating_sub(RECENT);
         let before: Vec<f64> = st[from..i].iter().map(|x| x.seconds).collect();
+        // Slow against the recent typical step, and never under the period reported: a
+        // step is not called slow against a typical it does not name (a jittery run of
+        // short steps would lower the local bar).
         let base = if before.len() >= 3 {
-            typical(before)
+            typical(before).max(period / 1e3)
         } else {
             period / 1e3
         };

@@ -341,3 +341,34 @@ fn a_few_outlier_buckets_do_not_hide_the_bursts() {
     assert_eq!(r.steps.len(), 39, "every burst a step: {:?}", r.steps);
     assert_eq!(r.slow_steps, 0);
 }
+
+/// Steps of 50 ms jittered by up to 12 ms one way and the other, with a run of short ones:
+/// no step is slow that is not 1.5 times the period reported (a slow step's message names
+/// that period as the typical one).
+#[test]
+fn no_step_is_slow_under_one_and_a_half_periods() {
+    let mut s = Series::new(1 << 22);
+    let mut t = 1_000_000_000u64;
+    let mut rng = 99u64;
+    for i in 0..200u64 {
+        for ms in 0..20 {
+            s.add(t + ms * BUCKET_NS + 100, 64 * 1024);
+        }
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = (rng >> 33) % 25;
+        // A run of short steps (38 ms) before step 100.
+        let len = if (90..100).contains(&i) { 38 } else { 38 + j };
+        t += len * BUCKET_NS;
+    }
+    let r = detect(&s);
+    let p = r.period_seconds.expect("a rhythm");
+    for st in r.steps.iter().filter(|x| x.slow) {
+        assert!(
+            st.seconds > SLOW_FACTOR * p,
+            "{} slow against {p}",
+            st.seconds
+        );
+    }
+}
