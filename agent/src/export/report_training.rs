@@ -62,43 +62,40 @@ pub fn table(s: &mut String, t: &TrainingView, messages: &[MessageReport]) {
 /// step), the job's flows on a colliding predicted path; the straggler where nothing
 /// explains it. Without a job found (no host with a rhythm of its own), the link's trouble.
 pub fn explain_slow_steps(a: &crate::pipeline::analysis::Analysis, t: &mut TrainingView) {
-    let lead = t.jobs.first().map(Evidence::of);
-    explain(a, &mut t.rhythm, lead.as_ref());
     for j in &mut t.jobs {
-        let e = Evidence::of(j);
+        let e = Evidence {
+            sources: &j.source_keys,
+            names: &j.sources,
+            hosts: &j.host_keys,
+            bytes_per_packet: j.bytes as f64 / j.packets.max(1) as f64,
+        };
         explain(a, &mut j.rhythm, Some(&e));
+    }
+    // The section's rhythm is the largest job's (explained above), else the link's.
+    match t.jobs.first() {
+        Some(j) => t.rhythm = j.rhythm.clone(),
+        None => explain(a, &mut t.rhythm, None),
     }
 }
 
 /// Whose trouble a job's step is judged by.
-struct Evidence {
-    sources: Vec<(u8, [u8; 16])>,
+struct Evidence<'a> {
+    sources: &'a [(u8, [u8; 16])],
     /// The sources as written (a straggler is one of them).
-    names: Vec<String>,
-    hosts: Vec<(u8, [u8; 16])>,
+    names: &'a [String],
+    hosts: &'a [(u8, [u8; 16])],
     /// The job's bytes per packet (its packets in a step are its bytes there over this).
     bytes_per_packet: f64,
 }
 
-impl Evidence {
-    fn of(j: &crate::pipeline::training::JobRhythm) -> Evidence {
-        Evidence {
-            sources: j.source_keys.clone(),
-            names: j.sources.clone(),
-            hosts: j.host_keys.clone(),
-            bytes_per_packet: j.bytes as f64 / j.packets.max(1) as f64,
-        }
-    }
-}
-
-fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<&Evidence>) {
+fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<&Evidence<'_>>) {
     use crate::detect::slow_steps as why;
     let Some(period) = r.period_seconds else {
         return;
     };
     let mask = why::job_priorities(&a.options().classes);
     let colliding = colliding_paths(a);
-    let among = job.map(|j| a.training.pairs.pairs_among(&j.hosts));
+    let among = job.map(|j| a.training.pairs.pairs_among(j.hosts));
     const MS: u64 = crate::detect::rhythm::BUCKET_NS;
     for step in r.steps.iter_mut().filter(|s| s.slow) {
         let extra = step.seconds - period;
@@ -115,13 +112,8 @@ fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<
             }
             _ => a.training.trouble_within(step.start_ns, end),
         };
-        let on_path = step_on_colliding_path(
-            a,
-            &colliding,
-            step.start_ns,
-            end,
-            job.map(|j| j.sources.as_slice()),
-        );
+        let on_path =
+            step_on_colliding_path(a, &colliding, step.start_ns, end, job.map(|j| j.sources));
         let causes = why::causes(extra, paused_ns as f64 / 1e9, why::evidence(&t, on_path));
         if causes.first().is_some_and(|c| c.kind == "unexplained") {
             let mut bursts = a.training.bursts_within(step.start_ns, end);
