@@ -405,6 +405,14 @@ impl LiveFindings {
         out
     }
 
+    /// Each open finding's (kind, severity, subject): at most [`OPEN_PER_KIND`] of a kind
+    /// and its "more subjects" finding, so the labels they become stay bounded.
+    pub fn active_subjects(&self) -> impl Iterator<Item = (&'static str, &'static str, &str)> {
+        self.open
+            .values()
+            .map(|(x, _)| (x.kind, x.severity.name(), x.subject.as_str()))
+    }
+
     /// Active findings by (kind, severity); a kind's "N more" finding counts N.
     pub fn active_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
         let mut m = BTreeMap::new();

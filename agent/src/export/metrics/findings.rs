@@ -1,5 +1,6 @@
 //! The findings' series (declared in the catalog, `mod.rs`): how many are active by kind and
-//! severity, and how many opened by kind.
+//! severity, each active one with its subject (bounded as the open findings are), and how many
+//! opened by kind.
 
 use super::{follow, Metrics};
 use crate::detect::findings::{Severity, KINDS};
@@ -8,6 +9,13 @@ use crate::detect::live_findings::LiveFindings;
 impl Metrics {
     pub fn set_findings(&self, f: &LiveFindings) {
         let active = f.active_counts();
+        // Closed findings leave no series behind: the set is written again from the open ones.
+        self.active_finding.reset();
+        for (kind, severity, subject) in f.active_subjects() {
+            self.active_finding
+                .with_label_values(&[kind, severity, subject])
+                .set(1);
+        }
         for kind in KINDS {
             for sev in [Severity::Info, Severity::Warning, Severity::Critical] {
                 let n = active.get(&(kind, sev.name())).copied().unwrap_or(0);
