@@ -13,11 +13,22 @@ pub fn dashboard() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/rocemon.json")).unwrap()).unwrap()
 }
 
+/// Every panel, rows and the panels inside collapsed rows alike (a collapsed row holds its
+/// panels in its own `panels`).
+pub fn panels() -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for p in dashboard()["panels"].as_array().unwrap() {
+        out.push(p.clone());
+        out.extend(p["panels"].as_array().into_iter().flatten().cloned());
+    }
+    out
+}
+
 /// Every PromQL expression of the dashboard (panel targets and annotations).
 pub fn dashboard_exprs() -> Vec<String> {
     let d = dashboard();
     let mut out = Vec::new();
-    for p in d["panels"].as_array().unwrap() {
+    for p in panels() {
         for t in p["targets"].as_array().into_iter().flatten() {
             out.push(t["expr"].as_str().unwrap().to_string());
         }
