@@ -141,7 +141,11 @@ fn the_first_row_is_headline_stats_with_thresholds_and_the_findings_table() {
         );
     }
     for p in &stats {
-        assert_eq!(p["gridPos"]["y"], 1, "{}: stats on the first line", p["title"]);
+        assert_eq!(
+            p["gridPos"]["y"], 1,
+            "{}: stats on the first line",
+            p["title"]
+        );
         let steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
             .as_array()
             .unwrap_or_else(|| panic!("{} has no thresholds", p["title"]));
@@ -168,11 +172,18 @@ fn the_first_row_is_headline_stats_with_thresholds_and_the_findings_table() {
         .find(|p| p["type"] == "table" && p["title"] == "Active findings")
         .expect("a table of active findings in the first row");
     let e = table["targets"][0]["expr"].as_str().unwrap();
-    assert!(e.contains("rocemon_active_finding_info") && e.contains("subject"), "{e}");
+    assert!(
+        e.contains("rocemon_active_finding_info") && e.contains("subject"),
+        "{e}"
+    );
     let rows = top.iter().filter(|p| p["type"] == "row").skip(1);
     for r in rows {
         assert_eq!(r["collapsed"], true, "{} is open", r["title"]);
-        assert!(!r["panels"].as_array().unwrap().is_empty(), "{}", r["title"]);
+        assert!(
+            !r["panels"].as_array().unwrap().is_empty(),
+            "{}",
+            r["title"]
+        );
     }
 }
 

@@ -70,7 +70,12 @@ fn every_entry_has_urgency_commands_mitigation_and_look_alikes() {
     let e = entries();
     assert!(e.len() >= 30, "{} entries", e.len());
     for (h, body) in &e {
-        for part in ["**Urgency.**", "```sh", "**First mitigation.**", "**Looks like it.**"] {
+        for part in [
+            "**Urgency.**",
+            "```sh",
+            "**First mitigation.**",
+            "**Looks like it.**",
+        ] {
             assert!(body.contains(part), "runbook entry {h} has no {part}");
         }
     }
@@ -88,7 +93,13 @@ fn every_finding_kind_has_host_and_switch_commands() {
         }
     }
     // The switch commands of the kinds that live in the switches name all three systems.
-    for kind in ["pfc_storm", "congestion", "retransmissions", "ecmp_collision", "lossy_roce"] {
+    for kind in [
+        "pfc_storm",
+        "congestion",
+        "retransmissions",
+        "ecmp_collision",
+        "lossy_roce",
+    ] {
         let body = &e[kind];
         for os in ["SONiC", "Arista EOS", "Cumulus"] {
             assert!(body.contains(os), "{kind}: no {os} command");
@@ -153,7 +164,11 @@ fn every_hw_counter_named_is_a_real_rdma_counter() {
     let re = Regex::new(r"hw_counters/([a-z_]+)").unwrap();
     let mut n = 0;
     for c in re.captures_iter(RUNBOOK) {
-        assert!(HW_COUNTERS.contains(&&c[1]), "hw_counters/{} is no mlx5 counter", &c[1]);
+        assert!(
+            HW_COUNTERS.contains(&&c[1]),
+            "hw_counters/{} is no mlx5 counter",
+            &c[1]
+        );
         n += 1;
     }
     assert!(n >= 10, "{n} hw counters named");
@@ -209,13 +224,23 @@ fn every_rocemon_command_line_parses() {
         };
         let line = rest.split(" | ").next().unwrap();
         let words: Vec<&str> = line.split_whitespace().collect();
-        let help = Command::new(bin).args([words[0], "--help"]).output().unwrap();
-        assert!(help.status.success(), "rocemon {}: no such command", words[0]);
+        let help = Command::new(bin)
+            .args([words[0], "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            help.status.success(),
+            "rocemon {}: no such command",
+            words[0]
+        );
         let help = String::from_utf8_lossy(&help.stdout);
         for w in &words[1..] {
             if let Some(flag) = w.strip_prefix("--") {
                 let flag = flag.split('=').next().unwrap();
-                assert!(help.contains(&format!("--{flag}")), "rocemon {line}: no --{flag}");
+                assert!(
+                    help.contains(&format!("--{flag}")),
+                    "rocemon {line}: no --{flag}"
+                );
             }
         }
         n += 1;

@@ -160,16 +160,23 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     });
     fits(&s, 80, 24);
     assert!(s[0].starts_with("rocemon top"), "{}", s.join("\n"));
-    // The agent's verdict under the totals, the answer before the rows.
+    // The agent's verdict under the totals, then its most severe findings (one to three
+    // lines), the answer before the rows.
     assert!(s[2].starts_with("Verdict: "), "{s:#?}");
+    let t = tabs(&s);
+    assert!((4..=6).contains(&t), "one to three finding lines: {s:#?}");
     assert!(
-        s[3].contains("1 Flows") && s[3].contains("6 Switches"),
+        s[3] == "No active findings."
+            || ["critical ", "warning ", "info "]
+                .iter()
+                .any(|p| s[3].starts_with(p) && s[3].contains(" for ")),
         "{s:#?}"
     );
     assert!(
-        s[4].contains("RATE b/s") && s[4].contains("PKT/s") && s[4].contains("CE pkts"),
+        s[t + 1].contains("RATE b/s") && s[t + 1].contains("PKT/s") && s[t + 1].contains("CE/s"),
         "units in the column names: {s:#?}"
     );
+    assert!(s[22].starts_with("E elephant"), "the column key: {s:#?}");
     // The header's flow count is the agent's: read both until they agree (the first loop of
     // the replay still adds flows; the screen refreshes every half second).
     let t = Instant::now();
@@ -204,10 +211,11 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
     let empty: Vec<&str> = metrics.lines().filter(|l| l.contains("=\"\"")).collect();
     assert!(empty.is_empty(), "series with an empty label: {empty:#?}");
-    // As many flow rows as asked for and held, where the body has room (24 rows: 5 above,
-    // 1 below).
-    let rows = s[5..23].iter().filter(|l| l.contains(" -> ")).count();
-    assert_eq!(rows, (total as usize).min(LIMIT).min(18), "{s:#?}");
+    // As many flow rows as asked for and held, where the body has room (24 rows: the tabs
+    // and the table's header above, the column key and the keys below).
+    let t = tabs(&s);
+    let rows = s[t + 2..22].iter().filter(|l| l.contains(" -> ")).count();
+    assert_eq!(rows, (total as usize).min(LIMIT).min(20 - t), "{s:#?}");
 
     // 200x50: more columns, more rows, the keys still on the last line.
     tmux.cmd(&["resize-window", "-t", "top", "-x", "200", "-y", "50"]);
@@ -219,11 +227,12 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
                 .as_u64()
                 .unwrap_or(0),
         );
+        let t = tabs(s);
         s.len() == 50
-            && s[4].contains("SPORT")
-            && s[4].contains("PSN GAPS")
-            && s[5..49].iter().filter(|l| l.contains(" -> ")).count()
-                == (total.get() as usize).min(LIMIT).min(44)
+            && s[t + 1].contains("SPORT")
+            && s[t + 1].contains("PSN GAPS")
+            && s[t + 2..48].iter().filter(|l| l.contains(" -> ")).count()
+                == (total.get() as usize).min(LIMIT).min(46 - t)
     });
     fits(&s, 200, 50);
     assert!(s[49].starts_with("q quit"), "{s:#?}");
@@ -231,7 +240,7 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     // Keys: sort by the next column, another view, quit.
     tmux.cmd(&["send-keys", "-t", "top", "s"]);
     tmux.wait("sorted by packets", |s| {
-        s.last().is_some_and(|l| l.contains("sort: PKT/s")) && s[4].contains("PKT/s ↓")
+        s.last().is_some_and(|l| l.contains("sort: PKT/s")) && s[tabs(s) + 1].contains("PKT/s ↓")
     });
     tmux.cmd(&["send-keys", "-t", "top", "4"]);
     tmux.wait("the lossless view", |s| {
@@ -252,6 +261,13 @@ fn top_fits_the_terminal_follows_resizes_and_answers_keys() {
     let _ = agent.stop_ok();
 }
 
+/// The row of the view tabs (under the header, the verdict and one to three findings).
+fn tabs(s: &[String]) -> usize {
+    s.iter()
+        .position(|l| l.contains("1 Flows") && l.contains("6 Switches"))
+        .unwrap_or(0)
+}
+
 #[test]
 fn once_prints_one_plain_screen_for_scripts() {
     if !rocemon_testkit::netns::can_run_e2e() {
@@ -270,6 +286,11 @@ fn once_prints_one_plain_screen_for_scripts() {
         !text.contains('\x1b'),
         "no escapes in plain output: {text:?}"
     );
-    assert!(text.contains("RATE b/s"), "{text}");
+    assert!(text.contains("RATE b/s") && text.contains("CE/s"), "{text}");
+    // The answer first: the verdict, the most severe findings (none here), the column key.
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].starts_with("Verdict: "), "{text}");
+    assert_eq!(lines[2], "  No active findings.", "{text}");
+    assert!(lines[3].starts_with("E elephant"), "{text}");
     let _ = agent.stop_ok();
 }

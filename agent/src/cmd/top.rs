@@ -137,6 +137,10 @@ pub fn fetch(c: &Client, limit: usize) -> Result<Docs> {
         training: get("/api/v1/training").unwrap_or(Value::Null),
         summary: get("/api/v1/summary").unwrap_or(Value::Null),
         findings: get("/api/v1/findings").unwrap_or(Value::Null),
+        now_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
     })
 }
 

@@ -1,7 +1,9 @@
 //! `rocemon top`'s plain text: one screen as lines, for `--once`, pipes and scripts (the
 //! terminal UI, [`super::top_tui`], draws the same documents).
 
-use super::top_rows::{counts_line, flow_rows, n, rates_line, verdict_line, Docs, Sort};
+use super::top_rows::{
+    age, counts_line, finding_lines, flow_rows, n, rates_line, verdict_line, Docs, Sort, COLUMN_KEY,
+};
 use crate::detect::findings::bits_per_second;
 use crate::export::report::human_bytes;
 use serde_json::Value;
@@ -19,6 +21,10 @@ pub fn render(d: &Docs, color: bool) -> String {
     if let Some(v) = verdict_line(d) {
         let _ = writeln!(s, "{v}");
     }
+    for l in finding_lines(d, 3) {
+        let _ = writeln!(s, "  {l}");
+    }
+    let _ = writeln!(s, "{COLUMN_KEY}");
     let _ = writeln!(
         s,
         "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9} {:>7} {:>8} {:>8} {:>5}",
@@ -36,7 +42,7 @@ pub fn render(d: &Docs, color: bool) -> String {
     );
     for f in flow_rows(d) {
         let line = format!(
-            "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9.0} {:>7} {:>8} {:>8} {:>5}",
+            "{:<2}{:<10} {:<34} {:>6} {:>9} {:>11} {:>9.0} {:>7.0} {:>8.0} {:>8} {:>5}",
             if f.elephant { "E" } else { "" },
             f.iface,
             f.path(),
@@ -55,7 +61,7 @@ pub fn render(d: &Docs, color: bool) -> String {
             let _ = writeln!(s, "{line}");
         }
     }
-    render_findings(&mut s, &d.findings, hi, lo);
+    render_findings(&mut s, &d.findings, d.now_s, hi, lo);
     render_ecmp(&mut s, &d.ecmp, hi, lo);
     render_lossless(&mut s, &d.lossless, hi, lo);
     render_sflow(&mut s, &d.sflow, hi, lo);
@@ -63,8 +69,9 @@ pub fn render(d: &Docs, color: bool) -> String {
     s
 }
 
-/// The active findings, most serious first: severity, subject and the sentence.
-pub fn render_findings(s: &mut String, doc: &Value, hi: &str, lo: &str) {
+/// The active findings, most serious first: severity, subject, since when and for how long,
+/// and the sentence.
+pub fn render_findings(s: &mut String, doc: &Value, now_s: f64, hi: &str, lo: &str) {
     for x in doc["active"].as_array().into_iter().flatten() {
         let severity = x["severity"].as_str().unwrap_or("?");
         let (a, b) = if severity == "info" {
@@ -72,14 +79,23 @@ pub fn render_findings(s: &mut String, doc: &Value, hi: &str, lo: &str) {
         } else {
             (hi, lo)
         };
+        let start = n(&x["start_s"]);
+        let since = utc_clock(start);
         let _ = writeln!(
             s,
-            "{a}FINDING {severity} {}: {}{b}\n  {}",
+            "{a}FINDING {severity} {}: {}{b} (since {since} UTC, for {})\n  {}",
             x["kind"].as_str().unwrap_or("?"),
             x["subject"].as_str().unwrap_or("?"),
+            age(now_s, start),
             x["summary"].as_str().unwrap_or("")
         );
     }
+}
+
+/// The time of day of a Unix time, `HH:MM:SS` (UTC).
+fn utc_clock(unix_s: f64) -> String {
+    let t = unix_s.max(0.0) as u64 % 86_400;
+    format!("{:02}:{:02}:{:02}", t / 3600, t % 3600 / 60, t % 60)
 }
 
 /// The ECMP groups (observed and predicted), their members' rates and collisions.

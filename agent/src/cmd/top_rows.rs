@@ -16,6 +16,8 @@ pub struct Docs {
     pub training: Value,
     pub summary: Value,
     pub findings: Value,
+    /// When the documents were read (Unix seconds): the findings' ages are counted from it.
+    pub now_s: f64,
 }
 
 /// A JSON document with every string (and object key) made safe for a terminal: control
@@ -107,6 +109,64 @@ pub fn verdict_line(d: &Docs) -> Option<String> {
         .map(|v| format!("Verdict: {v}"))
 }
 
+/// How long since `start_s` (Unix seconds), as a person reads it: `40 s`, `3 min`, `2 h 5 min`.
+pub fn age(now_s: f64, start_s: f64) -> String {
+    let s = (now_s - start_s).max(0.0).round() as u64;
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The `max` most severe active findings (the agent lists them most serious first), one line
+/// each with how long it has been active; the last says how many more there are. One line
+/// `No active findings.` when there are none; nothing from an agent without the document.
+pub fn finding_lines(d: &Docs, max: usize) -> Vec<String> {
+    let Some(active) = d.findings["active"].as_array() else {
+        return Vec::new();
+    };
+    if active.is_empty() {
+        return vec!["No active findings.".into()];
+    }
+    let mut out: Vec<String> = active
+        .iter()
+        .take(max)
+        .map(|x| {
+            // The age before the sentence: a narrow terminal cuts the end of the line.
+            format!(
+                "{} {} for {}: {}: {}",
+                x["severity"].as_str().unwrap_or("?"),
+                x["kind"].as_str().unwrap_or("?"),
+                age(d.now_s, n(&x["start_s"])),
+                x["subject"].as_str().unwrap_or("?"),
+                x["summary"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if active.len() > max {
+        if let Some(last) = out.last_mut() {
+            last.push_str(&format!(" (+{} more: view 2)", active.len() - max));
+        }
+    }
+    out
+}
+
+/// A count per second in few characters (the header fits 80 columns): `310`, `12.3k`, `4.1M`.
+pub fn per_second(v: f64) -> String {
+    if v < 1e3 {
+        format!("{v:.0}")
+    } else if v < 1e6 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{:.1}M", v / 1e6)
+    }
+}
+
+/// What each flow column holds, for a key under the table.
+pub const COLUMN_KEY: &str =
+    "E elephant  RATE PKT/s CE/s CNP/s: per second, smoothed  PSN GAPS NAKS: totals";
+
 /// What the host's RoCE does now, summed over its interfaces (fits 80 columns).
 pub fn rates_line(d: &Docs) -> String {
     let s = &d.summary;
@@ -114,14 +174,18 @@ pub fn rates_line(d: &Docs) -> String {
         return "rates after the agent's second poll".into();
     }
     let ce = match s["ce_ratio"].as_f64() {
-        Some(r) => format!("{:.1}%", r * 100.0),
+        Some(r) => format!(
+            "{:.1}% {}/s",
+            r * 100.0,
+            per_second(r * n(&s["rx_packets_per_second"]))
+        ),
         None => "-".into(),
     };
     format!(
-        "RoCE rx {}  tx {}  CE {ce}  CNP {:.0}/s  PFC paused {:.0}%",
+        "RoCE rx {}  tx {}  CE {ce}  CNP {}/s  PFC paused {:.0}%",
         bits_per_second(n(&s["rx_bits_per_second"]) / 8.0),
         bits_per_second(n(&s["tx_bits_per_second"]) / 8.0),
-        n(&s["cnp_per_second"]),
+        per_second(n(&s["cnp_per_second"])),
         n(&s["pfc_paused_ratio"]) * 100.0,
     )
 }
@@ -137,8 +201,9 @@ pub struct FlowRow {
     pub dest_qp: u64,
     pub bits_per_second: f64,
     pub packets_per_second: f64,
-    pub ce: u64,
-    pub cnp: u64,
+    /// CE-marked packets and CNPs per second (smoothed as the rates).
+    pub ce: f64,
+    pub cnp: f64,
     pub gaps: u64,
     pub naks: u64,
 }
@@ -159,8 +224,8 @@ impl FlowRow {
             dest_qp: n(&f["dest_qp"]) as u64,
             bits_per_second: n(&f["rate_bytes_per_second"]) * 8.0,
             packets_per_second: n(&f["rate_packets_per_second"]),
-            ce: n(&f["ecn_ce"]) as u64,
-            cnp: n(&f["cnp"]) as u64,
+            ce: n(&f["ce_per_second"]),
+            cnp: n(&f["cnp_per_second"]),
             gaps: n(&f["psn_gaps"]) as u64,
             naks: naks as u64,
         }
@@ -231,8 +296,8 @@ impl Sort {
         match self {
             Sort::Rate => "RATE b/s",
             Sort::Packets => "PKT/s",
-            Sort::Ce => "CE pkts",
-            Sort::Cnp => "CNP pkts",
+            Sort::Ce => "CE/s",
+            Sort::Cnp => "CNP/s",
             Sort::Gaps => "PSN GAPS",
             Sort::Naks => "NAKS",
             Sort::Iface => "IFACE",
@@ -244,8 +309,8 @@ impl Sort {
         let num = |r: &FlowRow| match self {
             Sort::Rate => r.bits_per_second,
             Sort::Packets => r.packets_per_second,
-            Sort::Ce => r.ce as f64,
-            Sort::Cnp => r.cnp as f64,
+            Sort::Ce => r.ce,
+            Sort::Cnp => r.cnp,
             Sort::Gaps => r.gaps as f64,
             Sort::Naks => r.naks as f64,
             Sort::Iface => 0.0,
@@ -268,7 +333,7 @@ impl Sort {
 mod tests {
     use super::*;
 
-    fn row(iface: &str, bps: f64, ce: u64) -> FlowRow {
+    fn row(iface: &str, bps: f64, ce: f64) -> FlowRow {
         FlowRow {
             iface: iface.into(),
             bits_per_second: bps,
@@ -279,7 +344,7 @@ mod tests {
 
     #[test]
     fn sorts_numbers_highest_first() {
-        let mut r = vec![row("a", 1.0, 5), row("b", 3.0, 1), row("c", 2.0, 9)];
+        let mut r = vec![row("a", 1.0, 5.0), row("b", 3.0, 1.0), row("c", 2.0, 9.0)];
         Sort::Rate.apply(&mut r, false);
         assert_eq!(
             r.iter().map(|r| r.iface.as_str()).collect::<String>(),
@@ -294,7 +359,7 @@ mod tests {
 
     #[test]
     fn reverse_turns_the_order() {
-        let mut r = vec![row("b", 1.0, 0), row("a", 3.0, 0), row("c", 2.0, 0)];
+        let mut r = vec![row("b", 1.0, 0.0), row("a", 3.0, 0.0), row("c", 2.0, 0.0)];
         Sort::Iface.apply(&mut r, false);
         assert_eq!(
             r.iter().map(|r| r.iface.as_str()).collect::<String>(),
@@ -331,15 +396,54 @@ mod tests {
         let d = Docs {
             flows: serde_json::json!({"flows_total": 3, "elephants_total": 1}),
             summary: serde_json::json!({"interfaces": 1, "rx_bits_per_second": 2.5e9,
-                "tx_bits_per_second": 1e6, "ce_ratio": 0.031, "cnp_per_second": 120.0,
+                "tx_bits_per_second": 1e6, "ce_ratio": 0.031, "cnp_per_second": 12_000.0,
+                "rx_packets_per_second": 10_000.0,
                 "pfc_paused_ratio": 0.25, "findings_active": 2}),
             ..Docs::default()
         };
         assert_eq!(
             rates_line(&d),
-            "RoCE rx 2.5 Gb/s  tx 1.0 Mb/s  CE 3.1%  CNP 120/s  PFC paused 25%"
+            "RoCE rx 2.5 Gb/s  tx 1.0 Mb/s  CE 3.1% 310/s  CNP 12.0k/s  PFC paused 25%"
         );
         assert_eq!(counts_line(&d), "3 flows, 1 elephants, 2 findings");
+    }
+
+    fn finding(severity: &str, kind: &str, start_s: f64) -> Value {
+        serde_json::json!({"severity": severity, "kind": kind, "subject": "eth0 priority 3",
+            "summary": "paused", "start_s": start_s})
+    }
+
+    #[test]
+    fn the_three_most_severe_findings_come_with_their_age() {
+        let d = Docs {
+            findings: serde_json::json!({"active": [
+                finding("critical", "pfc_storm", 988.0),
+                finding("warning", "congestion", 1000.0 - 300.0),
+                finding("warning", "cnp_missing", 1000.0 - 9000.0),
+                finding("info", "elephant", 999.0),
+            ]}),
+            now_s: 1000.0,
+            ..Docs::default()
+        };
+        let l = finding_lines(&d, 3);
+        assert_eq!(l.len(), 3, "{l:#?}");
+        assert_eq!(l[0], "critical pfc_storm for 12 s: eth0 priority 3: paused");
+        assert!(l[1].starts_with("warning congestion for 5 min: "), "{l:#?}");
+        assert!(
+            l[2].starts_with("warning cnp_missing for 2 h 30 min: ")
+                && l[2].ends_with(" (+1 more: view 2)"),
+            "{l:#?}"
+        );
+    }
+
+    #[test]
+    fn no_active_findings_is_said_and_no_document_says_nothing() {
+        let d = Docs {
+            findings: serde_json::json!({"active": []}),
+            ..Docs::default()
+        };
+        assert_eq!(finding_lines(&d, 3), ["No active findings."]);
+        assert!(finding_lines(&Docs::default(), 3).is_empty());
     }
 
     /// Strings from the API never reach the terminal with what a terminal acts on.

@@ -5,7 +5,10 @@
 //! keys answer at once however slow the agent is.
 
 use super::top_plain as plain;
-use super::top_rows::{counts_line, flow_rows, rates_line, verdict_line, Docs, FlowRow, Sort};
+use super::top_rows::{
+    counts_line, finding_lines, flow_rows, rates_line, verdict_line, Docs, FlowRow, Sort,
+    COLUMN_KEY,
+};
 use anyhow::Result;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -120,15 +123,21 @@ impl Ui {
 
     /// Draws the whole screen into `f`'s area.
     pub fn draw(&mut self, f: &mut Frame) {
-        let [title, totals, verdict, tabs, body, keys] = Layout::vertical([
-            Constraint::Length(1),
-            Constraint::Length(1),
-            Constraint::Length(1),
-            Constraint::Length(1),
-            Constraint::Fill(1),
-            Constraint::Length(1),
-        ])
-        .areas(f.area());
+        // The answer first: the verdict, then the most severe findings with their age.
+        let findings = finding_lines(&self.docs, 3);
+        let key_rows = u16::from(self.view == View::Flows);
+        let [title, totals, verdict, top_findings, tabs, body, column_key, keys] =
+            Layout::vertical([
+                Constraint::Length(1),
+                Constraint::Length(1),
+                Constraint::Length(1),
+                Constraint::Length(findings.len() as u16),
+                Constraint::Length(1),
+                Constraint::Fill(1),
+                Constraint::Length(key_rows),
+                Constraint::Length(1),
+            ])
+            .areas(f.area());
         let bold = Style::new().add_modifier(Modifier::BOLD);
         let status = match &self.error {
             Some(e) => Line::styled(
@@ -146,6 +155,22 @@ impl Ui {
             Paragraph::new(verdict_line(&self.docs).unwrap_or_default()),
             verdict,
         );
+        let severe = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
+        let lines: Vec<Line> = findings
+            .into_iter()
+            .map(|l| {
+                if l.starts_with("critical") || l.starts_with("warning") {
+                    Line::styled(l, severe)
+                } else {
+                    Line::raw(l)
+                }
+            })
+            .collect();
+        f.render_widget(Paragraph::new(lines), top_findings);
+        f.render_widget(
+            Paragraph::new(Line::styled(COLUMN_KEY, Style::new().fg(Color::DarkGray))),
+            column_key,
+        );
         let titles = View::ALL
             .iter()
             .enumerate()
@@ -162,7 +187,7 @@ impl Ui {
                 let mut s = String::new();
                 let d = &self.docs;
                 match v {
-                    View::Findings => plain::render_findings(&mut s, &d.findings, "", ""),
+                    View::Findings => plain::render_findings(&mut s, &d.findings, d.now_s, "", ""),
                     View::Ecmp => plain::render_ecmp(&mut s, &d.ecmp, "", ""),
                     View::Lossless => plain::render_lossless(&mut s, &d.lossless, "", ""),
                     View::Training => plain::render_training(&mut s, &d.training, "", ""),
@@ -304,8 +329,8 @@ impl Column {
             Column::Qp => r.qp(),
             Column::By(Sort::Rate) => r.rate(),
             Column::By(Sort::Packets) => format!("{:.0}", r.packets_per_second),
-            Column::By(Sort::Ce) => r.ce.to_string(),
-            Column::By(Sort::Cnp) => r.cnp.to_string(),
+            Column::By(Sort::Ce) => format!("{:.0}", r.ce),
+            Column::By(Sort::Cnp) => format!("{:.0}", r.cnp),
             Column::By(Sort::Gaps) => r.gaps.to_string(),
             Column::By(Sort::Naks) => r.naks.to_string(),
             Column::By(Sort::Iface) => r.iface.clone(),
@@ -395,19 +420,23 @@ mod tests {
     use ratatui::Terminal;
 
     fn docs() -> Docs {
-        let flow = |src: &str, bps: f64, ce: u64, elephant: bool| {
+        let flow = |src: &str, bps: f64, ce: f64, elephant: bool| {
             serde_json::json!({"iface": "eth0", "src": src, "dst": "10.0.0.9", "sport": 49152,
                 "dest_qp": 0x12, "rate_bytes_per_second": bps / 8.0, "rate_packets_per_second": 10.0,
-                "ecn_ce": ce, "cnp": 0, "psn_gaps": 0, "naks": {}, "rnr_naks": 0, "elephant": elephant})
+                "ce_per_second": ce, "cnp_per_second": 0.0, "psn_gaps": 0, "naks": {},
+                "rnr_naks": 0, "elephant": elephant})
         };
         Docs {
             flows: serde_json::json!({"flows_total": 2, "elephants_total": 1, "flows": [
-                flow("10.0.0.1", 8e9, 1, true), flow("fd00:1:2:3:4:5:6:7", 1e6, 50, false)]}),
+                flow("10.0.0.1", 8e9, 1.0, true), flow("fd00:1:2:3:4:5:6:7", 1e6, 50.0, false)]}),
             ecmp: serde_json::json!({"groups": [], "shared_5tuples": []}),
             summary: serde_json::json!({"interfaces": 1, "rx_bits_per_second": 8e9,
                 "tx_bits_per_second": 0.0, "ce_ratio": 0.01, "cnp_per_second": 3.0,
                 "pfc_paused_ratio": 0.0, "findings_active": 0,
                 "verdict": "CE on one receiver."}),
+            findings: serde_json::json!({"active": [{"severity": "warning", "kind": "congestion",
+                "subject": "receiver 10.0.0.9", "summary": "1.0% CE", "start_s": 960.0}]}),
+            now_s: 1000.0,
             ..Docs::default()
         }
     }
@@ -433,14 +462,16 @@ mod tests {
         assert!(s[0].contains("2 flows, 1 elephants, 0 findings"), "{s:#?}");
         assert!(s[2].contains("Verdict: CE on one receiver."), "{s:#?}");
         assert!(
-            s[3].contains("1 Flows") && s[3].contains("6 Switches"),
+            s[3].starts_with("warning congestion for 40 s: receiver 10.0.0.9: 1.0% CE"),
+            "the most severe findings and their age under the verdict: {s:#?}"
+        );
+        assert!(
+            s[4].contains("1 Flows") && s[4].contains("6 Switches"),
             "{s:#?}"
         );
         assert!(s[23].starts_with("q quit"), "{s:#?}");
-        assert!(
-            s[4].contains("RATE b/s") && s[4].contains("CE pkts"),
-            "{s:#?}"
-        );
+        assert!(s[22].starts_with("E elephant"), "the column key: {s:#?}");
+        assert!(s[5].contains("RATE b/s") && s[5].contains("CE/s"), "{s:#?}");
     }
 
     #[test]
@@ -448,22 +479,22 @@ mod tests {
         let mut ui = Ui::new(docs(), "a");
         let s = screen(&mut ui, 200, 50);
         for h in ["SPORT", "PSN GAPS", "NAKS", "DEST QP"] {
-            assert!(s[4].contains(h), "{h}: {s:#?}");
+            assert!(s[5].contains(h), "{h}: {s:#?}");
         }
-        assert!(s[6].contains("[fd00:1:2:3:4:5:6:7] -> 10.0.0.9"), "{s:#?}");
+        assert!(s[7].contains("[fd00:1:2:3:4:5:6:7] -> 10.0.0.9"), "{s:#?}");
     }
 
     #[test]
     fn s_sorts_by_the_next_column_and_marks_it() {
         let mut ui = Ui::new(docs(), "a");
         let s = screen(&mut ui, 120, 20);
-        assert!(s[5].contains("10.0.0.1 "), "by rate first: {s:#?}");
+        assert!(s[6].contains("10.0.0.1 "), "by rate first: {s:#?}");
         ui.key(KeyCode::Char('s'), KeyModifiers::NONE);
         ui.key(KeyCode::Char('s'), KeyModifiers::NONE);
         let s = screen(&mut ui, 120, 20);
-        assert!(s[4].contains("CE pkts ↓"), "{s:#?}");
-        assert!(s[5].contains("fd00"), "by CE: {s:#?}");
-        assert!(s[19].contains("sort: CE pkts"), "{s:#?}");
+        assert!(s[5].contains("CE/s ↓"), "{s:#?}");
+        assert!(s[6].contains("fd00"), "by CE: {s:#?}");
+        assert!(s[19].contains("sort: CE/s"), "{s:#?}");
     }
 
     #[test]
@@ -484,7 +515,7 @@ mod tests {
         ui.key(KeyCode::Char('5'), KeyModifiers::NONE);
         assert_eq!(ui.view, View::Training);
         let s = screen(&mut ui, 80, 10);
-        assert!(s[4].contains("Nothing to show in Training yet."), "{s:#?}");
+        assert!(s[5].contains("Nothing to show in Training yet."), "{s:#?}");
         ui.key(KeyCode::Tab, KeyModifiers::NONE);
         assert_eq!(ui.view, View::Switches);
         ui.key(KeyCode::Tab, KeyModifiers::NONE);

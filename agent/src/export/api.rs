@@ -16,6 +16,9 @@ pub struct ApiFlow {
     #[serde(flatten)]
     pub flow: Flow,
     pub rate_packets_per_second: f64,
+    /// Smoothed CE-marked packets and CNPs per second.
+    pub ce_per_second: f64,
+    pub cnp_per_second: f64,
     /// The ECMP group whose uplink carries the flow (observed), if any.
     pub group: Option<String>,
     /// The path the hash model predicts, if a model is configured.
@@ -253,6 +256,8 @@ pub fn build(
                 hook: hook.name(),
                 flow: Flow::from_entry(e).shifted(to_unix_ns),
                 rate_packets_per_second: e.rate_packets,
+                ce_per_second: e.rate_ce,
+                cnp_per_second: e.rate_cnp,
                 group,
                 predicted_path: model.map(|m| m.path(&ecmp::fields(&e.key))),
             }

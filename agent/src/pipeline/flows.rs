@@ -22,8 +22,18 @@ fn decay(e: &mut FlowEntry, to: f64, tau: f64) {
         let f = (-(to - e.rate_clock_s) / tau).exp();
         e.rate_bytes *= f;
         e.rate_packets *= f;
+        e.rate_ce *= f;
+        e.rate_cnp *= f;
         e.rate_clock_s = to;
     }
+}
+
+/// What a total grew by since `prev` (which it becomes): a smaller total means the kernel
+/// evicted and re-created the flow, and all of it is new.
+fn since(prev: &mut u64, now: u64) -> u64 {
+    let d = if now >= *prev { now - *prev } else { now };
+    *prev = now;
+    d
 }
 
 /// A flow as the agent knows it.
@@ -37,11 +47,17 @@ pub struct FlowEntry {
     pub rate_bytes: f64,
     /// Smoothed packets per second.
     pub rate_packets: f64,
+    /// Smoothed CE-marked packets and CNPs per second (what `top` shows beside the rates:
+    /// running totals beside rates read as a rate).
+    pub rate_ce: f64,
+    pub rate_cnp: f64,
     /// Elephant detection state.
     pub elephant: ElephantState,
     /// Totals at the previous tick (rates are computed from their change).
     prev_bytes: u64,
     prev_packets: u64,
+    prev_ce: u64,
+    prev_cnp: u64,
     /// Whether the flow has been through a tick (its first interval has a rate).
     ticked: bool,
     /// Poll generation that last saw the flow in the kernel map.
@@ -168,9 +184,13 @@ impl FlowTable {
                 stats: FlowStats::default(),
                 rate_bytes: 0.0,
                 rate_packets: 0.0,
+                rate_ce: 0.0,
+                rate_cnp: 0.0,
                 elephant: ElephantState::default(),
                 prev_bytes: 0,
                 prev_packets: 0,
+                prev_ce: 0,
+                prev_cnp: 0,
                 ticked: false,
                 generation,
                 baselined: false,
@@ -248,19 +268,10 @@ impl FlowTable {
             // The ticks it skipped while quiet.
             decay(e, before, tau);
             e.rate_clock_s = now;
-            // A smaller total means the kernel evicted and re-created the flow.
-            let db = if e.stats.bytes >= e.prev_bytes {
-                e.stats.bytes - e.prev_bytes
-            } else {
-                e.stats.bytes
-            };
-            let dp = if e.stats.packets >= e.prev_packets {
-                e.stats.packets - e.prev_packets
-            } else {
-                e.stats.packets
-            };
-            e.prev_bytes = e.stats.bytes;
-            e.prev_packets = e.stats.packets;
+            let db = since(&mut e.prev_bytes, e.stats.bytes);
+            let dp = since(&mut e.prev_packets, e.stats.packets);
+            let dce = since(&mut e.prev_ce, e.stats.ecn_ce);
+            let dcnp = since(&mut e.prev_cnp, e.stats.cnp);
             if dt <= 0.0 {
                 return true;
             }
@@ -270,13 +281,18 @@ impl FlowTable {
                 return true;
             }
             let (rb, rp) = (db as f64 / dt, dp as f64 / dt);
+            let (rce, rcnp) = (dce as f64 / dt, dcnp as f64 / dt);
             if e.ticked {
                 e.rate_bytes += alpha * (rb - e.rate_bytes);
                 e.rate_packets += alpha * (rp - e.rate_packets);
+                e.rate_ce += alpha * (rce - e.rate_ce);
+                e.rate_cnp += alpha * (rcnp - e.rate_cnp);
             } else {
                 // The first interval seeds the average (no ramp from zero).
                 e.rate_bytes = rb;
                 e.rate_packets = rp;
+                e.rate_ce = rce;
+                e.rate_cnp = rcnp;
                 e.ticked = true;
             }
             let enter = enter_bps

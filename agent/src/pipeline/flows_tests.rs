@@ -57,6 +57,42 @@ fn rates_top_k_and_eviction() {
     assert_eq!(t.count_for(0), 1);
 }
 
+/// CE marks and CNPs get a per-second rate as bytes and packets do (`top` shows them beside
+/// the rates): 40 CE and 5 CNPs a second converge to 40/s and 5/s, and a flow that stops
+/// marking decays towards 0.
+#[test]
+fn ce_and_cnp_rates_follow_their_totals() {
+    let mut t = FlowTable::new(vec!["a".into()]);
+    let cfg = ElephantConfig::default();
+    let at = |i: u64, ce: u64, cnp: u64| FlowStats {
+        ecn_ce: ce,
+        cnp,
+        ..stats(i * 100_000)
+    };
+    for i in 0..=20u64 {
+        t.begin_poll();
+        t.update(0, key(1), at(i, i * 40, i * 5));
+        t.end_poll(&[(0, u64::MAX)]);
+        t.tick(1.0, &cfg, &[f64::MAX]);
+    }
+    let e = &t.top_k(1)[0];
+    assert!((e.rate_ce - 40.0).abs() < 0.5, "{}", e.rate_ce);
+    assert!((e.rate_cnp - 5.0).abs() < 0.1, "{}", e.rate_cnp);
+    for i in 21..=40u64 {
+        t.begin_poll();
+        t.update(0, key(1), at(i, 800, 100));
+        t.end_poll(&[(0, u64::MAX)]);
+        t.tick(1.0, &cfg, &[f64::MAX]);
+    }
+    let e = &t.top_k(1)[0];
+    assert!(
+        e.rate_ce < 1.0 && e.rate_cnp < 0.2,
+        "{} {}",
+        e.rate_ce,
+        e.rate_cnp
+    );
+}
+
 /// After a restart over pinned maps, the first poll finds totals of unknown age: they are a
 /// baseline, not a burst (no spurious elephant, no rate spike).
 #[test]
