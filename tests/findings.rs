@@ -495,7 +495,23 @@ fn the_html_report_opens_with_the_findings() {
     let findings = page.find("Findings (1)").expect("a findings section");
     let totals = page.find("<h2>Totals</h2>").expect("totals");
     assert!(findings < totals, "the findings come first");
-    assert!(page.contains(r#"<a href="docs/runbook.md#pfc_storm">pfc_storm</a>"#));
+    // The runbook linked absolutely (the page is read away from the repository), and the
+    // base is the user's to choose.
+    assert!(page.contains(
+        r#"<a href="https://github.com/rocemon/rocemon/blob/main/docs/runbook.md#pfc_storm">pfc_storm</a>"#
+    ));
+    let own = dir.path().join("own.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--link-speed", "100", "--runbook-url"])
+        .arg("https://wiki.example.org/rocemon/runbook")
+        .arg("--html")
+        .arg(&own)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let own = std::fs::read_to_string(&own).unwrap();
+    assert!(own.contains(r#"<a href="https://wiki.example.org/rocemon/runbook#pfc_storm">"#));
     assert!(
         page.contains("share of the time each priority was paused (PFC)"),
         "the pause chart"

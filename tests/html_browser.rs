@@ -108,6 +108,112 @@ fn check_layout(tab: &Tab, width: u32) {
     for (label, x, y) in &charts {
         assert!(*x >= 2 && *y >= 2, "{label}: {x} x ticks, {y} y ticks");
     }
+    // Chart text stays legible: the charts scroll sideways rather than shrink their labels.
+    let smallest = eval(
+        tab,
+        "Math.min(...Array.from(document.querySelectorAll('figure svg .tick')).map(t => t.getBoundingClientRect().height))",
+    );
+    let smallest = smallest.as_f64().expect("tick heights");
+    assert!(
+        smallest >= 9.0,
+        "tick labels {smallest} px high at {width} px"
+    );
+}
+
+/// Tick values read from their labels (`150 Mb/s`, `1.25 s`, `2%`, `1,000 /s`).
+fn numbers(labels: &[String]) -> Vec<f64> {
+    labels
+        .iter()
+        .map(|l| {
+            let n: String = l
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ',')
+                .filter(|c| *c != ',')
+                .collect();
+            n.parse::<f64>()
+                .unwrap_or_else(|_| panic!("{l}: no number"))
+        })
+        .collect()
+}
+
+/// Evenly spaced by 1, 2 or 5 times a power of ten.
+fn round_steps(v: &[f64]) -> bool {
+    if v.len() < 2 {
+        return false;
+    }
+    let d = v[1] - v[0];
+    let even = v.windows(2).all(|w| ((w[1] - w[0]) - d).abs() <= d * 1e-6);
+    let m = d / 10f64.powf(d.log10().floor());
+    even && [1.0, 2.0, 5.0, 10.0].iter().any(|r| (m - r).abs() < 1e-6)
+}
+
+/// The first screen answers, every chart has data at round ticks, and the findings read as
+/// text.
+fn check_answers_first(tab: &Tab) {
+    viewport(tab, 1280);
+    let first: Value = serde_json::from_str(
+        eval(
+            tab,
+            r#"JSON.stringify({
+                cards: document.querySelectorAll('.cards .card').length,
+                verdict: document.querySelector('p.verdict').getBoundingClientRect().bottom,
+                cardsBottom: document.querySelector('.cards').getBoundingClientRect().bottom,
+                finding: document.querySelector('table.findings tr:nth-child(2)').getBoundingClientRect().top,
+                totals: Array.from(document.querySelectorAll('h2')).find(h => h.textContent == 'Totals').getBoundingClientRect().top
+            })"#,
+        )
+        .as_str()
+        .expect("positions"),
+    )
+    .expect("positions");
+    assert!(first["cards"].as_u64() >= Some(5), "{first}");
+    for k in ["verdict", "cardsBottom", "finding"] {
+        assert!(
+            first[k].as_f64() < Some(900.0),
+            "{k} below the first screen: {first}"
+        );
+    }
+    assert!(
+        first["finding"].as_f64() < first["totals"].as_f64(),
+        "{first}"
+    );
+    // No frame without data.
+    let empty = eval(
+        tab,
+        "Array.from(document.querySelectorAll('figure svg')).filter(s => !s.querySelector('polyline, rect')).map(s => s.getAttribute('aria-label')).join()",
+    );
+    assert_eq!(empty.as_str(), Some(""), "charts without data");
+    // Ticks at round values, evenly spaced, each label different.
+    let ticks: Vec<(String, Vec<String>, Vec<String>)> = serde_json::from_str(
+        eval(
+            tab,
+            r#"JSON.stringify(Array.from(document.querySelectorAll('figure svg')).map(s => [
+                s.getAttribute('aria-label'),
+                Array.from(s.querySelectorAll('.tick.x')).map(t => t.textContent),
+                Array.from(s.querySelectorAll('.tick.y')).map(t => t.textContent)]))"#,
+        )
+        .as_str()
+        .expect("ticks"),
+    )
+    .expect("ticks");
+    assert!(ticks.len() >= 3, "{ticks:?}");
+    for (chart, x, y) in &ticks {
+        assert!(round_steps(&numbers(x)), "{chart}: x ticks {x:?}");
+        assert!(round_steps(&numbers(y)), "{chart}: y ticks {y:?}");
+    }
+    // Evidence is text with units, never JSON.
+    let evidence = eval(
+        tab,
+        "Array.from(document.querySelectorAll('table.findings td.evidence')).map(t => t.textContent).join('\\n')",
+    );
+    let evidence = evidence.as_str().unwrap_or_default();
+    assert!(!evidence.is_empty(), "no evidence shown");
+    for raw in ['{', '[', '"'] {
+        assert!(
+            !evidence.contains(raw),
+            "raw JSON in the evidence: {evidence}"
+        );
+    }
 }
 
 #[test]
@@ -180,6 +286,7 @@ fn the_report_reads_at_500_and_1280_px_and_its_tables_sort() {
         want.cnp
     );
 
+    check_answers_first(&tab);
     check_layout(&tab, 500);
     keep_screenshot(&tab, "report-500px.png");
     check_layout(&tab, 1280);

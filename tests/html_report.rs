@@ -53,8 +53,17 @@ fn the_html_report_renders_offline_with_tsharks_numbers() {
     // elsewhere.
     assert_eq!(html.matches("<script>").count(), 1, "one inline script");
     assert_eq!(html.matches("<script").count(), 1, "no script from a file");
-    for needle in ["http://", "https://", "src=", "url(", "@import", "<link"] {
+    for needle in ["src=", "url(", "@import", "<link"] {
         assert!(!html.contains(needle), "the page refers to {needle}");
+    }
+    // The one kind of address: a link for the reader to follow (the runbook), never
+    // anything the page loads.
+    for (i, _) in html.match_indices("http") {
+        assert!(
+            html[..i].ends_with("<a href=\""),
+            "the page refers to {}",
+            &html[i..(i + 60).min(html.len())]
+        );
     }
 
     // Rendered by a real browser: the DOM after load, the net log, the console.
@@ -119,8 +128,11 @@ fn the_html_report_renders_offline_with_tsharks_numbers() {
     assert!(charts.len() >= 3, "{} charts", charts.len());
     for c in charts.iter().filter(|c| c.contains("<polyline")) {
         let c = &c[..c.find("</svg>").unwrap()];
-        assert_eq!(c.matches("class=\"ax tick y\"").count(), 5, "y ticks: {c}");
-        assert_eq!(c.matches("class=\"ax tick x\"").count(), 5, "x ticks: {c}");
+        // Ticks at round values: as many as the round step gives (three to seven).
+        let y = c.matches("class=\"ax tick y\"").count();
+        let x = c.matches("class=\"ax tick x\"").count();
+        assert!((3..=7).contains(&y), "{y} y ticks: {c}");
+        assert!((3..=7).contains(&x), "{x} x ticks: {c}");
     }
     assert!(want.roce_packets > 0);
     assert!(!dom.contains("no RoCE traffic"), "RoCE is in the capture");
@@ -270,12 +282,7 @@ fn the_time_axis_counts_from_the_captures_first_frame() {
         .skip(1)
         .map(|t| &t[t.find('>').unwrap() + 1..t.find('<').unwrap()])
         .collect();
-    assert_eq!(ticks.first(), Some(&"1.000 s"), "{ticks:?}");
-    let last = ticks
-        .last()
-        .unwrap()
-        .trim_end_matches(" s")
-        .parse::<f64>()
-        .unwrap();
-    assert!((last - 1.5).abs() < 0.01, "{ticks:?}");
+    assert_eq!(ticks.first(), Some(&"1.0 s"), "{ticks:?}");
+    // Round times a tenth of a second apart up to the last bucket's (1.499 s).
+    assert_eq!(ticks, ["1.0 s", "1.1 s", "1.2 s", "1.3 s", "1.4 s"]);
 }

@@ -372,6 +372,7 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
             &a.timeline,
             &report.inputs,
             args.top.max(20),
+            &args.runbook_url,
         );
         std::fs::write(path, page)
             .with_context(|| format!("write the HTML report {}", path.display()))?;

@@ -276,6 +276,10 @@ pub struct AnalyzeArgs {
     /// Also write the report as one self-contained HTML page (charts, opens offline).
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Where the HTML report's findings link their runbook entries: your copy of
+    /// docs/runbook.md (a wiki, an internal mirror); each link adds `#kind`.
+    #[arg(long, value_name = "URL", default_value = crate::detect::findings::RUNBOOK_URL)]
+    pub runbook_url: String,
     /// Never show a progress bar.
     #[arg(long)]
     pub no_progress: bool,

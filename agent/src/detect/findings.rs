@@ -43,6 +43,10 @@ pub const KINDS: [&str; 12] = [
     "flow_table_full",
 ];
 
+/// The runbook's default home (the HTML report's links and the alert rules' default base):
+/// the project's repository.
+pub const RUNBOOK_URL: &str = "https://github.com/rocemon/rocemon/blob/main/docs/runbook.md";
+
 /// The runbook entry of a kind (relative to the repository).
 pub fn runbook(kind: &str) -> String {
     format!("docs/runbook.md#{kind}")

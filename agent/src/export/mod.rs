@@ -12,6 +12,7 @@ pub mod report_build;
 pub mod report_findings;
 pub mod report_html;
 pub mod report_html_charts;
+pub mod report_html_findings;
 pub mod report_html_views;
 pub mod report_lossless;
 pub mod report_table;

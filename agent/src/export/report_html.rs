@@ -34,48 +34,16 @@ pub(crate) fn member_rows(members: &[crate::detect::ecmp::MemberView]) -> Vec<Ve
         .collect()
 }
 
-/// The findings first: what happened, most serious first, each with its evidence and where
-/// to read on.
-fn findings(s: &mut String, findings: &[crate::detect::findings::Finding]) {
-    use crate::detect::findings::Severity;
-    let _ = write!(s, "<h2 id=\"findings\">Findings ({})</h2>", findings.len());
-    if findings.is_empty() {
-        s.push_str("<p>None: no storm, congestion, loss or collision found.</p>");
-        return;
-    }
-    s.push_str("<table class=\"findings\"><tr><th>severity</th><th>kind</th><th>when (s)</th><th>what happened</th><th>evidence</th></tr>");
-    for f in findings {
-        let colour = match f.severity {
-            Severity::Critical => "#b00020",
-            Severity::Warning => "#b26a00",
-            Severity::Info => "#555",
-        };
-        // Fractions to four decimals: evidence for a person, not a float dump.
-        let evidence: Vec<String> = f
-            .evidence
-            .iter()
-            .map(|(k, v)| match v.as_f64() {
-                Some(x) if v.is_f64() && x.fract() != 0.0 => format!("{k} {x:.4}"),
-                _ => format!("{k} {v}"),
-            })
-            .collect();
-        let _ = write!(
-            s,
-            "<tr><td style=\"color:{colour};font-weight:600\">{}</td><td><a href=\"{}\">{}</a></td><td>{:.3} - {:.3}</td><td style=\"text-align:left\">{}</td><td style=\"text-align:left;font-size:12px\">{}</td></tr>",
-            f.severity.name(),
-            esc(&f.runbook),
-            esc(f.kind),
-            f.start_s,
-            f.end_s,
-            esc(&f.summary),
-            esc(&evidence.join(", "))
-        );
-    }
-    s.push_str("</table>");
-}
-
-/// The page for `report` (of `inputs`), with the charts from `timeline`.
-pub fn render(report: &Report, timeline: &Timeline, inputs: &[String], top: usize) -> String {
+/// The page for `report` (of `inputs`), with the charts from `timeline`; findings link their
+/// runbook entries under `runbook_base` (an absolute URL: the page is read away from the
+/// repository).
+pub fn render(
+    report: &Report,
+    timeline: &Timeline,
+    inputs: &[String],
+    top: usize,
+    runbook_base: &str,
+) -> String {
     let r = report;
     let dt = timeline.bucket_seconds();
     let b: &[Bucket] = timeline.buckets();
@@ -89,8 +57,11 @@ table{{border-collapse:collapse;margin:8px 0}}td,th{{padding:3px 10px;border-bot
 th{{background:#f6f6f6}}table.sortable th{{cursor:pointer;white-space:nowrap}}th[aria-sort=ascending]::after{{content:" \25B2"}}th[aria-sort=descending]::after{{content:" \25BC"}}td:first-child,th:first-child{{text-align:left}}
 .ax{{font-size:11px;fill:#555}}figure{{margin:8px 0}}figcaption{{font-weight:600}}
 .legend span{{margin-right:14px;font-size:12px}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
-.kpi td:last-child{{font-weight:600}}table.findings th,table.findings td{{text-align:left}}
-table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:auto}}
+.kpi td:last-child{{font-weight:600}}table.findings th,table.findings td{{text-align:left}}td.evidence{{font-size:12px;max-width:420px}}td.when{{white-space:nowrap}}
+.cards{{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}}.card{{border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:130px;flex:1 1 130px}}.card .v{{font-size:20px;font-weight:600}}.card .k{{font-size:12px;color:#555}}.card.alarm{{border-color:#b00020}}.card.alarm .v{{color:#b00020}}
+details.findings-group{{margin:6px 0}}details.findings-group summary{{cursor:pointer;font-weight:600}}details.critical summary{{color:#b00020}}details.warning summary{{color:#b26a00}}details.info summary{{color:#555}}
+figure{{overflow-x:auto}}
+table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:auto}}figure svg{{min-width:640px}}
 @media (max-width:600px){{body{{margin:8px;font-size:13px}}td,th{{padding:2px 5px}}table.findings tr:first-child{{display:none}}table.findings,table.findings tr,table.findings td{{display:block;text-align:left!important}}table.findings tr{{border-bottom:1px solid #ccc;padding:4px 0}}table.findings td{{border:0}}}}
 @media print{{body{{max-width:none}}table{{display:table}}}}
 </style></head><body>"#,
@@ -103,7 +74,8 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
         esc(&inputs.join(", ")),
         crate::detect::findings::duration(r.duration_seconds)
     );
-    findings(&mut s, &r.findings);
+    super::report_html_findings::cards(r, &mut s);
+    super::report_html_findings::findings(&mut s, &r.findings, runbook_base);
     s.push_str("<h2>Totals</h2>");
     let kpi = |k: &str, v: String| vec![k.to_string(), v];
     let mut totals = vec![
@@ -307,6 +279,8 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
                 count(f.ecn_ce),
                 count(f.cnp),
                 count(f.psn_gaps),
+                count(f.retransmits),
+                count(f.naks.values().sum::<u64>() + f.rnr_naks),
             ]
         })
         .collect();
@@ -321,6 +295,8 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
             "CE",
             "CNP",
             "PSN gaps",
+            "retransmitted",
+            "NAKs",
         ],
         &rows,
     ));

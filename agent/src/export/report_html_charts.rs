@@ -38,14 +38,23 @@ pub(crate) struct Axes<'a> {
 /// Ticks on each axis (and gridlines across).
 const TICKS: usize = 4;
 
-/// A line chart: `series` of (name, colour, values per bucket), y from 0 to the maximum, with
-/// ticks, gridlines and labels on both axes (time from the capture's first frame).
+/// A line chart: `series` of (name, colour, values per bucket), y from 0 to a round value at
+/// or above the maximum, with ticks at round values, gridlines and labels on both axes (time
+/// from the capture's first frame). No data: one sentence instead (no empty frame).
 pub(crate) fn line_chart(a: &Axes<'_>, series: &[(&str, &str, Vec<f64>)]) -> String {
     let n = series.iter().map(|s| s.2.len()).max().unwrap_or(0);
     let max = series
         .iter()
         .flat_map(|s| s.2.iter().copied())
         .fold(0.0f64, f64::max);
+    if n == 0 || max <= 0.0 || !max.is_finite() {
+        // Nothing to draw: a sentence, not an empty frame.
+        return format!(
+            "<p class=\"no-data\">{}: {}.</p>",
+            esc(a.title),
+            esc(a.empty)
+        );
+    }
     let mut svg = String::new();
     let _ = write!(
         svg,
@@ -58,11 +67,15 @@ pub(crate) fn line_chart(a: &Axes<'_>, series: &[(&str, &str, Vec<f64>)]) -> Str
         svg,
         r##"<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#888"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#888"/>"##
     );
-    // The y axis: 0 to the maximum in TICKS steps, each with a gridline and its value.
-    let top = if max > 0.0 { max } else { 1.0 };
-    for k in 0..=TICKS {
-        let v = top * k as f64 / TICKS as f64;
-        let y = y0 - (y0 - y1) * k as f64 / TICKS as f64;
+    // The y axis: 0 to the first round value at or above the maximum, in round steps (1, 2
+    // or 5 times a power of ten), each with a gridline and its value.
+    let ystep = nice_step(if max > 0.0 { max } else { 1.0 }, TICKS);
+    let top = (max / ystep).ceil().max(1.0) * ystep;
+    let yticks = (top / ystep).round() as usize;
+    let yfmt = Scale::new(top, ystep, a.unit);
+    for k in 0..=yticks {
+        let v = ystep * k as f64;
+        let y = y0 - (y0 - y1) * v / top;
         if k > 0 {
             let _ = write!(
                 svg,
@@ -74,54 +87,50 @@ pub(crate) fn line_chart(a: &Axes<'_>, series: &[(&str, &str, Vec<f64>)]) -> Str
             r#"<text x="{}" y="{:.1}" class="ax tick y" text-anchor="end">{}</text>"#,
             x0 - 4.0,
             y + 4.0,
-            esc(&axis_label(v, a.unit))
+            esc(&yfmt.label(v))
         );
     }
-    // The x axis: time from the capture's first frame.
-    let span = n as f64 * a.dt;
-    for k in 0..=TICKS {
-        let x = x0 + (x1 - x0) * k as f64 / TICKS as f64;
-        let anchor = match k {
-            0 => "start",
-            TICKS => "end",
-            _ => "middle",
+    // The x axis: time from the capture's first frame, at round times. The first bucket is at
+    // the left end, the last at the right (as the lines and the shaded spans).
+    let span = (n.max(2) - 1) as f64 * a.dt;
+    let xstep = nice_step(span.max(1e-9), TICKS + 1);
+    let mut t = (a.t0 / xstep).ceil() * xstep;
+    while t <= a.t0 + span + xstep * 1e-9 {
+        let x = x0 + (x1 - x0) * (t - a.t0) / span.max(1e-9);
+        let anchor = if x - x0 < 20.0 {
+            "start"
+        } else if x1 - x < 20.0 {
+            "end"
+        } else {
+            "middle"
         };
         let _ = write!(
             svg,
             r##"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{}" stroke="#888"/><text x="{x:.1}" y="{}" class="ax tick x" text-anchor="{anchor}">{}</text>"##,
             y0 + 4.0,
             H - 6.0,
-            seconds(a.t0 + span * k as f64 / TICKS as f64)
+            time_label(t, xstep, a.t0 + span)
         );
+        t += xstep;
     }
-    if n > 0 && max > 0.0 {
-        let sx = (x1 - x0) / (n.max(2) - 1) as f64;
-        for (name, colour, values) in series {
-            let pts: Vec<String> = values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| format!("{:.1},{:.1}", x0 + i as f64 * sx, y0 - v / max * (y0 - y1)))
-                .collect();
-            let _ = write!(
-                svg,
-                r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"><title>{}</title></polyline>"#,
-                pts.join(" "),
-                esc(name)
-            );
-            if let [only] = &pts[..] {
-                // One bucket: a line of one point is invisible.
-                let (x, y) = only.split_once(',').unwrap_or(("0", "0"));
-                let _ = write!(svg, r#"<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>"#);
-            }
-        }
-    } else {
+    let sx = (x1 - x0) / (n.max(2) - 1) as f64;
+    for (name, colour, values) in series {
+        let pts: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", x0 + i as f64 * sx, y0 - v / top * (y0 - y1)))
+            .collect();
         let _ = write!(
             svg,
-            r#"<text x="{}" y="{}" class="ax" text-anchor="middle">{}</text>"#,
-            (x0 + x1) / 2.0,
-            H / 2.0,
-            esc(a.empty)
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"><title>{}</title></polyline>"#,
+            pts.join(" "),
+            esc(name)
         );
+        if let [only] = &pts[..] {
+            // One bucket: a line of one point is invisible.
+            let (x, y) = only.split_once(',').unwrap_or(("0", "0"));
+            let _ = write!(svg, r#"<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>"#);
+        }
     }
     svg.push_str("</svg><div class=\"legend\">");
     for (name, colour, _) in series {
@@ -204,16 +213,73 @@ document.querySelectorAll('table.sortable').forEach(function(t){
 })();
 </script>"#;
 
-/// A time on the x axis: seconds, with the precision the span needs.
-fn seconds(t: f64) -> String {
-    if t == 0.0 {
-        "0 s".into()
-    } else if t < 0.01 {
-        format!("{:.2} ms", t * 1e3)
-    } else if t < 10.0 {
-        format!("{t:.3} s")
+/// A round step (1, 2 or 5 times a power of ten) that cuts `span` into about `parts`.
+pub(crate) fn nice_step(span: f64, parts: usize) -> f64 {
+    let raw = span / parts as f64;
+    let p = 10f64.powf(raw.log10().floor());
+    let f = raw / p;
+    let m = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
     } else {
-        format!("{t:.1} s")
+        10.0
+    };
+    m * p
+}
+
+/// The decimals a round `step` needs so that its multiples read apart.
+fn decimals(step: f64) -> usize {
+    (-step.log10().floor()).max(0.0) as usize
+}
+
+/// A time on the x axis: seconds (milliseconds on an axis that ends before a tenth of a
+/// second), with the decimals the step needs, so that no two ticks read the same.
+fn time_label(t: f64, step: f64, end: f64) -> String {
+    let t = if t.abs() < step * 1e-6 { 0.0 } else { t };
+    if end < 0.1 {
+        format!("{:.*} ms", decimals(step * 1e3), t * 1e3)
+    } else {
+        format!("{:.*} s", decimals(step), t)
+    }
+}
+
+/// How a y axis writes its values: one unit prefix for the whole axis (from its top), the
+/// decimals its step needs.
+struct Scale<'a> {
+    unit: &'a str,
+    div: f64,
+    prefix: &'static str,
+    decimals: usize,
+}
+
+impl<'a> Scale<'a> {
+    fn new(top: f64, step: f64, unit: &'a str) -> Scale<'a> {
+        let (div, prefix) = match unit {
+            "%" | "" | "ms" => (1.0, ""),
+            _ if top >= 1e9 => (1e9, "G"),
+            _ if top >= 1e6 => (1e6, "M"),
+            _ if top >= 1e3 => (1e3, "k"),
+            _ => (1.0, ""),
+        };
+        Scale {
+            unit,
+            div,
+            prefix,
+            decimals: decimals(step / div),
+        }
+    }
+
+    fn label(&self, v: f64) -> String {
+        let x = format!("{:.*}", self.decimals, v / self.div);
+        match self.unit {
+            "%" => format!("{x}%"),
+            "" => x,
+            "ms" => format!("{x} ms"),
+            u => format!("{x} {}{u}", self.prefix),
+        }
     }
 }
 
@@ -255,17 +321,6 @@ pub(crate) fn duration(s: f64) -> String {
     }
 }
 
-fn axis_label(max: f64, unit: &str) -> String {
-    match unit {
-        "b/s" => crate::detect::findings::bits_per_second(max / 8.0),
-        "%" => format!("{max:.1}%"),
-        "" => format!("{max:.3}"),
-        _ if max >= 1e6 => format!("{:.1} M{unit}", max / 1e6),
-        _ if max >= 1e3 => format!("{:.1} k{unit}", max / 1e3),
-        _ => format!("{max:.0} {unit}"),
-    }
-}
-
 pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     let escaped: Vec<Vec<String>> = rows
         .iter()
@@ -291,4 +346,71 @@ pub(crate) fn table_html(head: &[&str], rows: &[Vec<String>]) -> String {
     }
     t.push_str("</tbody></table>");
     t
+}
+
+#[cfg(test)]
+mod tick_tests {
+    use super::*;
+
+    /// The tick labels of one axis of a chart: (x, y).
+    fn ticks(svg: &str) -> (Vec<String>, Vec<String>) {
+        let grab = |class: &str| -> Vec<String> {
+            svg.split(&format!("class=\"ax tick {class}\""))
+                .skip(1)
+                .filter_map(|p| Some(p.split_once('>')?.1.split_once('<')?.0.to_string()))
+                .collect()
+        };
+        (grab("x"), grab("y"))
+    }
+
+    fn chart(t0: f64, dt: f64, unit: &str, values: Vec<f64>) -> String {
+        line_chart(
+            &Axes {
+                title: "t",
+                unit,
+                dt,
+                t0,
+                empty: "nothing",
+            },
+            &[("a", "#000", values)],
+        )
+    }
+
+    #[test]
+    fn steps_are_one_two_or_five_times_a_power_of_ten() {
+        assert_eq!(nice_step(1.0, 4), 0.5);
+        assert_eq!(nice_step(180.2e6, 4), 50e6);
+        assert_eq!(nice_step(0.98, 5), 0.2);
+        assert_eq!(nice_step(0.05, 5), 0.01);
+    }
+
+    #[test]
+    fn a_short_capture_late_in_the_file_has_distinct_round_times() {
+        // 50 ms of buckets from 17.8 s: every tick used to read "17.8 s".
+        let (x, _) = ticks(&chart(17.8, 0.001, "b/s", vec![1.0; 51]));
+        assert_eq!(
+            x,
+            ["17.80 s", "17.81 s", "17.82 s", "17.83 s", "17.84 s", "17.85 s"]
+        );
+    }
+
+    #[test]
+    fn rates_tick_at_round_values_in_one_unit() {
+        let (_, y) = ticks(&chart(0.0, 1.0, "b/s", vec![0.0, 180.2e6, 135.1e6]));
+        assert_eq!(y, ["0 Mb/s", "50 Mb/s", "100 Mb/s", "150 Mb/s", "200 Mb/s"]);
+        let (x, _) = ticks(&chart(0.0, 0.98, "b/s", vec![1.0, 2.0, 3.0]));
+        assert_eq!(x, ["0.0 s", "0.5 s", "1.0 s", "1.5 s"]);
+    }
+
+    #[test]
+    fn shares_tick_at_round_percentages() {
+        let (_, y) = ticks(&chart(0.0, 1.0, "%", vec![0.0, 3.7, 1.0]));
+        assert_eq!(y, ["0%", "1%", "2%", "3%", "4%"]);
+    }
+
+    #[test]
+    fn a_chart_without_data_is_a_sentence() {
+        let c = chart(0.0, 1.0, "/s", vec![0.0; 10]);
+        assert_eq!(c, "<p class=\"no-data\">t: nothing.</p>");
+    }
 }

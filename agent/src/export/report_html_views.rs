@@ -2,7 +2,7 @@
 //! sizes, and the switches' view (sFlow): only what the capture has.
 
 use crate::export::report::{human_bytes, Report};
-use crate::export::report_html_charts::{line_chart, table};
+use crate::export::report_html_charts::{count, line_chart, table};
 use std::fmt::Write as _;
 
 fn kpi(k: &str, v: String) -> Vec<String> {
@@ -148,11 +148,21 @@ fn lossless(r: &Report, s: &mut String) {
             .iter()
             .filter(|p| p.xoff + p.xon > 0)
             .map(|p| {
+                // Seconds, not quanta: the union of the pause intervals (what the priority
+                // stood still), and what the frames asked for at the link speed.
+                let speed = r.pfc.link_speed_bps as f64;
                 vec![
                     p.priority.to_string(),
-                    p.xoff.to_string(),
-                    p.xon.to_string(),
-                    p.quanta.to_string(),
+                    count(p.xoff),
+                    count(p.xon),
+                    p.paused_seconds
+                        .map(crate::detect::findings::duration)
+                        .unwrap_or_else(|| "unknown".into()),
+                    if speed > 0.0 {
+                        crate::detect::findings::duration(p.quanta as f64 * 512.0 / speed)
+                    } else {
+                        format!("{} quanta", count(p.quanta))
+                    },
                 ]
             })
             .collect();
@@ -161,7 +171,10 @@ fn lossless(r: &Report, s: &mut String) {
             "<p>{} PFC frames, {} PAUSE frames ({} XON), {} other MAC control frames.</p>",
             r.pfc.frames, r.pause.frames, r.pause.xon, r.pause.other_mac_control
         );
-        s.push_str(&table(&["priority", "XOFF", "XON", "pause quanta"], &rows));
+        s.push_str(&table(
+            &["priority", "XOFF", "XON", "paused", "pause asked for"],
+            &rows,
+        ));
     } else {
         s.push_str("<p>No PFC or PAUSE frames.</p>");
     }
