@@ -1,6 +1,7 @@
-//! `cargo xtask <task>`: setup, test, demo, bench, fuzz, install, fixtures.
+//! `cargo xtask <task>`: setup, test, demo, bench, fuzz, install, dist, fixtures.
 
 mod demo;
+mod dist;
 mod fuzz;
 mod install;
 mod setup;
@@ -57,6 +58,9 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// Build the release binary and install it with the systemd unit and example config.
     Install(install::InstallArgs),
+    /// Build the release binary and pack a tarball to install without the development
+    /// toolchain: binary, unit, config, dashboards, rules, docs, example captures, install.sh.
+    Dist(dist::DistArgs),
     /// Write the test fixtures (captures) into a directory.
     Fixtures {
         #[arg(long, default_value = "target/fixtures")]
@@ -132,6 +136,7 @@ fn main() -> Result<()> {
         Task::Demo(a) => demo::demo(a),
         Task::Fuzz(a) => fuzz::fuzz(a),
         Task::Install(a) => install::install(a),
+        Task::Dist(a) => dist::dist(a).map(|_| ()),
         Task::Bench {
             out,
             only,
