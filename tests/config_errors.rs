@@ -180,6 +180,33 @@ fn a_flag_over_the_file_is_named_by_the_flag() {
     );
 }
 
+/// toml points at the mistake with a caret under the line: the caret keeps its own line, under
+/// the value it points at.
+#[test]
+fn a_toml_error_keeps_its_caret_under_the_line() {
+    let (_dir, path) = config_file("interfaces = [\"lo\"]\n[elephant]\nthreshold_bytes_per_second = \"x\"\n");
+    let out = rocemon(&["check-config", path.to_str().unwrap()]);
+    assert_usage_error(&out, "expected f64");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let quoted = lines
+        .iter()
+        .position(|l| l.ends_with("threshold_bytes_per_second = \"x\""))
+        .unwrap_or_else(|| panic!("the line quoted on its own: {err}"));
+    let caret = lines[quoted + 1];
+    let col = caret.find('^').unwrap_or_else(|| panic!("a caret line: {err}"));
+    assert_eq!(&lines[quoted][col..col + 3], "\"x\"", "{err}");
+}
+
+/// A missing interface is said before anything else: no start banner above it.
+#[test]
+fn a_missing_interface_is_said_before_the_banner() {
+    let out = rocemon(&["run", "--iface", "rvnosuch0", "--listen", "127.0.0.1:0"]);
+    assert_usage_error(&out, "no such interface 'rvnosuch0'");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("starting"), "{err}");
+}
+
 #[test]
 fn interface_flag_with_control_characters() {
     assert_usage_error(

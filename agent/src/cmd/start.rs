@@ -19,6 +19,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     crate::config::logging::init(format, level);
     let config = config?;
+    // What can be checked before the banner is: a missing interface is a usage error said
+    // alone, not the last line under twenty lines of "starting".
+    for iface in &config.ifaces {
+        crate::kernel::loader::ifindex(iface)?;
+    }
     log::info!(
         "rocemon {} starting:\n{}",
         env!("CARGO_PKG_VERSION"),

@@ -572,11 +572,12 @@ pub fn load_file(path: &Path) -> Result<FileConfig, UsageError> {
             path.display()
         ))
     })?;
+    // toml's message points at the error with a caret under the line: it keeps its lines.
     toml::from_str(&text).map_err(|e| {
         bad(format!(
             "config file {}: {}",
             path.display(),
-            e.to_string().trim().replace('\n', " ")
+            e.to_string().trim_end()
         ))
     })
 }
