@@ -184,7 +184,8 @@ fn a_flag_over_the_file_is_named_by_the_flag() {
 /// the value it points at.
 #[test]
 fn a_toml_error_keeps_its_caret_under_the_line() {
-    let (_dir, path) = config_file("interfaces = [\"lo\"]\n[elephant]\nthreshold_bytes_per_second = \"x\"\n");
+    let (_dir, path) =
+        config_file("interfaces = [\"lo\"]\n[elephant]\nthreshold_bytes_per_second = \"x\"\n");
     let out = rocemon(&["check-config", path.to_str().unwrap()]);
     assert_usage_error(&out, "expected f64");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -194,7 +195,9 @@ fn a_toml_error_keeps_its_caret_under_the_line() {
         .position(|l| l.ends_with("threshold_bytes_per_second = \"x\""))
         .unwrap_or_else(|| panic!("the line quoted on its own: {err}"));
     let caret = lines[quoted + 1];
-    let col = caret.find('^').unwrap_or_else(|| panic!("a caret line: {err}"));
+    let col = caret
+        .find('^')
+        .unwrap_or_else(|| panic!("a caret line: {err}"));
     assert_eq!(&lines[quoted][col..col + 3], "\"x\"", "{err}");
 }
 

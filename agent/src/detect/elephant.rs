@@ -120,6 +120,18 @@ pub enum Transition {
     Ended,
 }
 
+/// A flow that became, or stopped being, an elephant.
+#[derive(Clone, Copy, Debug)]
+pub struct ElephantEvent {
+    /// Index into the flow table's interfaces.
+    pub iface: usize,
+    pub key: agent_common::FlowKey,
+    pub transition: Transition,
+    /// Seconds on the table's clock.
+    pub at_s: f64,
+    pub rate_bytes: f64,
+}
+
 impl ElephantState {
     /// Advances by `dt` seconds at smoothed rate `rate` (bytes/s) against `enter` bytes/s.
     pub fn step(

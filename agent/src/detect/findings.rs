@@ -126,6 +126,19 @@ pub fn bits_per_second(bytes_per_second: f64) -> String {
     format!("{v:.1} {unit}")
 }
 
+/// A count as a person reads it: thousands separated (13,382,400).
+pub fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A duration as a person reads it.
 pub fn duration(s: f64) -> String {
     if s >= 1.0 {

@@ -247,6 +247,8 @@ impl Flow {
 }
 
 /// Human-readable bytes.
+pub use crate::detect::findings::thousands;
+
 pub fn human_bytes(b: f64) -> String {
     let units = ["B", "KB", "MB", "GB", "TB"];
     let mut v = b;

@@ -145,17 +145,7 @@ pub(crate) fn line_chart(a: &Axes<'_>, series: &[(&str, &str, Vec<f64>)]) -> Str
 }
 
 /// A count as a person reads it: thousands separated (13,382,400).
-pub(crate) fn count(n: u64) -> String {
-    let d = n.to_string();
-    let mut out = String::new();
-    for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub(crate) use crate::export::report::thousands as count;
 
 /// Bytes as a person reads them (13.4 MB), the exact number on hover. The cell is HTML.
 pub(crate) fn bytes(n: u64) -> String {

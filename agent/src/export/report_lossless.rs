@@ -1,6 +1,7 @@
 //! The lossless fabric in `rocemon analyze`'s report: PFC and PAUSE frames, RoCE by DSCP and
 //! 802.1p priority, lossy RoCE (outside the configured classes).
 
+use crate::detect::findings::thousands;
 use agent_common::classes::TrafficClasses;
 use agent_common::headers::mac_control::{quanta_seconds, PRIORITIES};
 use agent_common::HookCounters;
@@ -135,6 +136,7 @@ pub fn lossy(c: &HookCounters, classes: &TrafficClasses) -> Lossy {
 }
 
 /// The table's lossless lines (only what the capture has).
+/// Counts with thousands separated, as in the rest of the table.
 pub fn table(s: &mut String, pfc: &Pfc, pause: &Pause, dscp: &[ClassCount], lossy: &Lossy) {
     if pfc.frames > 0 {
         let prios: Vec<String> = pfc
@@ -145,31 +147,41 @@ pub fn table(s: &mut String, pfc: &Pfc, pause: &Pause, dscp: &[ClassCount], loss
                 format!(
                     "p{} xoff {} xon {} ({:.6} s)",
                     p.priority,
-                    p.xoff,
-                    p.xon,
+                    thousands(p.xoff),
+                    thousands(p.xon),
                     quanta_seconds(p.quanta, pfc.link_speed_bps)
                 )
             })
             .collect();
-        let _ = writeln!(s, "PFC         {:>12}   {}", pfc.frames, prios.join("  "));
+        let _ = writeln!(
+            s,
+            "PFC         {:>12}   {}",
+            thousands(pfc.frames),
+            prios.join("  ")
+        );
     }
     if pause.frames + pause.other_mac_control > 0 {
         let _ = writeln!(
             s,
             "PAUSE       {:>12}   xon {}  {:.6} s requested  (other MAC control {})",
-            pause.frames, pause.xon, pause.seconds, pause.other_mac_control
+            thousands(pause.frames),
+            thousands(pause.xon),
+            pause.seconds,
+            thousands(pause.other_mac_control)
         );
     }
     if !dscp.is_empty() {
         let d: Vec<String> = dscp
             .iter()
-            .map(|c| format!("{} {}", c.dscp.unwrap_or(0), c.packets))
+            .map(|c| format!("{} {}", c.dscp.unwrap_or(0), thousands(c.packets)))
             .collect();
         let _ = writeln!(s, "DSCP        {}", d.join("  "));
         let _ = writeln!(
             s,
             "Lossy RoCE  {:>12}   outside {}; CNPs out of class {}",
-            lossy.packets, lossy.expected, lossy.cnp_out_of_class
+            thousands(lossy.packets),
+            lossy.expected,
+            thousands(lossy.cnp_out_of_class)
         );
     }
 }

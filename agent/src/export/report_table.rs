@@ -1,7 +1,7 @@
 //! `analyze`'s text table: the findings first, then totals, opcodes, ECN, CNPs, parse
 //! outcomes and the top flows.
 
-use super::report::{human_bytes, Opcode, Report};
+use super::report::{human_bytes, thousands as t, Opcode, Report};
 use crate::export::report_lossless as lossless;
 use std::fmt::Write as _;
 
@@ -21,34 +21,36 @@ pub fn table(r: &Report, top: usize) -> String {
     let _ = writeln!(
         s,
         "Frames      {:>12}   {} over {:.3} s",
-        r.frames,
+        t(r.frames),
         human_bytes(r.bytes as f64),
         r.duration_seconds
     );
     let _ = writeln!(
         s,
         "RoCEv2      {:>12}   {}  ({} of frames)",
-        r.roce.packets,
+        t(r.roce.packets),
         human_bytes(r.roce.bytes as f64),
         pct(r.roce.packets, r.frames)
     );
     let _ = writeln!(
         s,
         "CNPs        {:>12}   BECN {}  FECN {}",
-        r.roce.cnp, r.roce.becn, r.roce.fecn
+        t(r.roce.cnp),
+        t(r.roce.becn),
+        t(r.roce.fecn)
     );
     let e = &r.roce.ecn;
     let p = r.roce.packets;
     let _ = writeln!(
         s,
         "ECN         not-ECT {} ({})  ECT(0) {} ({})  ECT(1) {} ({})  CE {} ({})",
-        e.not_ect,
+        t(e.not_ect),
         pct(e.not_ect, p),
-        e.ect0,
+        t(e.ect0),
         pct(e.ect0, p),
-        e.ect1,
+        t(e.ect1),
         pct(e.ect1, p),
-        e.ce,
+        t(e.ce),
         pct(e.ce, p)
     );
     let encapsulated: u64 = r
@@ -64,19 +66,24 @@ pub fn table(r: &Report, top: usize) -> String {
             .tunnels
             .iter()
             .filter(|(k, v)| **k != "none" && **v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
+            .map(|(k, v)| format!("{k} {}", t(*v)))
             .collect();
-        let _ = writeln!(s, "Mirrored    {encapsulated:>12}   {}", kinds.join("  "));
+        let _ = writeln!(
+            s,
+            "Mirrored    {:>12}   {}",
+            t(encapsulated),
+            kinds.join("  ")
+        );
         for x in &r.roce.sessions {
             let _ = writeln!(
                 s,
                 "  session {:<8} {:<10} {:>10} packets  {:>10}  CE {}  CNP {}",
                 x.tunnel,
                 x.id,
-                x.packets,
+                t(x.packets),
                 human_bytes(x.bytes as f64),
-                x.ce_packets,
-                x.cnp_packets
+                t(x.ce_packets),
+                t(x.cnp_packets)
             );
         }
     }
@@ -89,9 +96,14 @@ pub fn table(r: &Report, top: usize) -> String {
     } else {
         ""
     };
-    let _ = writeln!(s, "Not RoCE    {other:>12}   Malformed {bad}{tail}");
+    let _ = writeln!(
+        s,
+        "Not RoCE    {:>12}   Malformed {}{tail}",
+        t(other),
+        t(bad)
+    );
     for (k, v) in r.malformed.iter().filter(|(_, v)| **v > 0) {
-        let _ = writeln!(s, "  malformed {k:<28} {v}");
+        let _ = writeln!(s, "  malformed {k:<28} {}", t(*v));
     }
     let ct = &r.capture_time;
     if let Some(first) = ct.discontinuities.first() {
@@ -113,10 +125,13 @@ pub fn table(r: &Report, top: usize) -> String {
     let _ = writeln!(
         s,
         "PSN gaps    {:>12}   retransmissions {}   NAKs {}   RNR NAKs {}",
-        h.psn_gaps, h.retransmits, nak_total, h.rnr_naks
+        t(h.psn_gaps),
+        t(h.retransmits),
+        t(nak_total),
+        t(h.rnr_naks)
     );
     for (k, v) in h.naks.iter().filter(|(_, v)| **v > 0) {
-        let _ = writeln!(s, "  NAK {k:<34} {v}");
+        let _ = writeln!(s, "  NAK {k:<34} {}", t(*v));
     }
 
     let _ = writeln!(s, "\n{:<36} {:>12} {:>12}", "OPCODE", "PACKETS", "BYTES");
@@ -124,7 +139,7 @@ pub fn table(r: &Report, top: usize) -> String {
     ops.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.opcode.cmp(&b.opcode)));
     for o in ops {
         let name = format!("{} (0x{:02x})", o.name, o.opcode);
-        let _ = writeln!(s, "{name:<36} {:>12} {:>12}", o.packets, o.bytes);
+        let _ = writeln!(s, "{name:<36} {:>12} {:>12}", t(o.packets), t(o.bytes));
     }
 
     let _ = writeln!(s, "\nELEPHANTS {}", r.elephants.len());
@@ -188,7 +203,9 @@ pub fn table(r: &Report, top: usize) -> String {
         let _ = writeln!(
             s,
             "({} more flows left the table, --max-flows: {} packets, {} bytes; in every total)",
-            r.flows_evicted.flows, r.flows_evicted.packets, r.flows_evicted.bytes
+            t(r.flows_evicted.flows),
+            t(r.flows_evicted.packets),
+            t(r.flows_evicted.bytes)
         );
     }
     let _ = writeln!(
@@ -212,13 +229,13 @@ pub fn table(r: &Report, top: usize) -> String {
             format!("{} -> {}", f.src, f.dst),
             f.sport,
             format!("0x{:x}", f.dest_qp),
-            f.packets,
-            f.bytes,
+            t(f.packets),
+            t(f.bytes),
             crate::detect::findings::bits_per_second(f.mean_bytes_per_second),
-            f.ecn_ce,
-            f.cnp,
-            f.psn_gaps,
-            f.naks.values().sum::<u64>() + f.rnr_naks,
+            t(f.ecn_ce),
+            t(f.cnp),
+            t(f.psn_gaps),
+            t(f.naks.values().sum::<u64>() + f.rnr_naks),
             if f.elephant { "  elephant" } else { "" }
         );
     }

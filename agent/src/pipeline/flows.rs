@@ -3,7 +3,7 @@
 //! with totals and a smoothed rate, and the same top-K selection.
 
 use crate::detect::ecmp::FlowView;
-use crate::detect::elephant::{ElephantConfig, ElephantState, Transition};
+use crate::detect::elephant::{ElephantConfig, ElephantState};
 use crate::pipeline::flow_counts::{EndReason, ExportMark, FlowCounts};
 use crate::pipeline::flow_lives::{self, Lives};
 use agent_common::{FlowKey, FlowStats};
@@ -92,16 +92,7 @@ impl FlowEntry {
 
 pub use agent_common::flow_key::addr;
 
-/// A flow that became, or stopped being, an elephant.
-#[derive(Clone, Copy, Debug)]
-pub struct ElephantEvent {
-    pub iface: usize,
-    pub key: FlowKey,
-    pub transition: Transition,
-    /// Seconds on the table's clock.
-    pub at_s: f64,
-    pub rate_bytes: f64,
-}
+pub use crate::detect::elephant::ElephantEvent;
 
 /// What flows that left a bounded table carried (their packets stay in every global counter).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

@@ -1,5 +1,6 @@
 //! The flow table: rates, ticks, top-K, eviction and elephants.
 use super::*;
+use crate::detect::elephant::Transition;
 
 fn key(qp: u32) -> FlowKey {
     FlowKey {
