@@ -137,6 +137,9 @@ pub struct Summary {
     /// One sentence over the active findings: the slow steps and their causes, then what is
     /// behind them ([`crate::detect::incidents::verdict`]).
     pub verdict: String,
+    /// The three most severe incidents behind the verdict (several receivers or flows with
+    /// one cause at one time are one), most serious first: the answer before the numbers.
+    pub incidents: Vec<Headline>,
     #[serde(flatten)]
     pub totals: crate::detect::live_totals::Totals,
     pub flows: usize,
@@ -144,6 +147,20 @@ pub struct Summary {
     /// Every watched interface's flow maps: how full, and what they pushed out.
     pub flow_maps: Vec<FlowMapFill>,
 }
+
+/// An incident as the summary lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Headline {
+    pub kind: &'static str,
+    pub severity: crate::detect::findings::Severity,
+    pub subject: String,
+    pub summary: String,
+    /// Unix seconds.
+    pub start_s: f64,
+}
+
+/// How many incidents the summary lists.
+pub const HEADLINES: usize = 3;
 
 /// One flow map of one interface at the last poll.
 #[derive(Clone, Debug, Serialize)]
@@ -167,8 +184,20 @@ impl Summary {
         active: &[crate::detect::findings::Finding],
     ) -> Summary {
         use crate::detect::incidents;
+        let merged = incidents::incidents(active.to_vec());
         Summary {
-            verdict: incidents::verdict(&incidents::incidents(active.to_vec()), None),
+            verdict: incidents::verdict(&merged, None),
+            incidents: merged
+                .iter()
+                .take(HEADLINES)
+                .map(|f| Headline {
+                    kind: f.kind,
+                    severity: f.severity,
+                    subject: f.subject.clone(),
+                    summary: f.summary.clone(),
+                    start_s: f.start_s,
+                })
+                .collect(),
             totals: totals.clone(),
             flows: flows.flows_total,
             elephants: flows.elephants_total,
@@ -278,5 +307,40 @@ pub fn build(
         findings: Default::default(),
         summary: Summary::default(),
         ready: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::findings::{self, Severity};
+
+    fn receiver(host: &str, start: f64) -> findings::Finding {
+        let mut f = findings::link_down("x", start).retitle(format!("receiver {host}"));
+        f.kind = "congestion";
+        f.severity = Severity::Warning;
+        f.end_s = start + 5.0;
+        f
+    }
+
+    /// The summary opens with the verdict and the incidents behind it: three congested
+    /// receivers at one time are one incident, after the critical one.
+    #[test]
+    fn the_summary_lists_the_most_severe_incidents_first() {
+        let active = vec![
+            receiver("10.0.0.1", 100.0),
+            receiver("10.0.0.2", 101.0),
+            receiver("10.0.0.3", 102.0),
+            findings::link_down("eth1", 103.0),
+        ];
+        let s = Summary::new(&Default::default(), &FlowsDoc::default(), &[], &active);
+        assert!(!s.verdict.is_empty());
+        let kinds: Vec<&str> = s.incidents.iter().map(|h| h.kind).collect();
+        assert_eq!(kinds, ["link_down", "congestion"], "{:?}", s.incidents);
+        assert!(
+            s.incidents[1].summary.starts_with("3 receivers at once"),
+            "{:?}",
+            s.incidents[1]
+        );
     }
 }
