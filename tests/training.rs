@@ -407,6 +407,39 @@ fn the_table_lists_each_job() {
     );
 }
 
+/// The HTML report lists each job with its sources, hosts, flows, period and slow steps.
+#[test]
+fn the_html_report_lists_each_job() {
+    let dir = TempDir::new("rocemon-training-jobs-html").unwrap();
+    let p = two_jobs(dir.path());
+    let page = dir.path().join("r.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_rocemon"))
+        .args(["analyze", "--no-progress", "--html"])
+        .arg(&page)
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("<p>2 training jobs found in the traffic:</p>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>job-10.78.0.1</td><td>10.78.0.1</td><td>2</td><td>3</td>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>100.0 ms</td><td>0 of 119</td>"),
+        "{html}"
+    );
+    assert!(html.contains("<td>job-10.78.0.3</td>"), "{html}");
+}
+
 /// One job of three hosts writing in step, beside a steady tenant: one job of those hosts
 /// and their receiver; the tenant is in none.
 #[test]

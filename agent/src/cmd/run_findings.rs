@@ -169,11 +169,15 @@ pub fn update(
         slow_steps,
         flows: table
             .iter()
-            .map(|e| crate::detect::live_reaction::FlowTotals {
+            .map(|e| crate::detect::live_flows::FlowTotals {
                 key: e.key,
                 packets: e.stats.packets,
                 bytes: e.stats.bytes,
                 cnps: e.stats.cnp,
+                ce: e.stats.ecn_ce,
+                psn_gaps: e.stats.psn_gaps,
+                retransmits: e.stats.retransmits,
+                naks: e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks,
             })
             .collect(),
         job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),

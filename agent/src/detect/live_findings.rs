@@ -42,6 +42,8 @@ pub struct LiveFindings {
     events: Vec<(Finding, f64)>,
     /// The senders' reaction to CNPs.
     reaction: super::live_reaction::LiveReaction,
+    /// Congestion, missing CNPs and loss per receiver and flow, as a capture's.
+    flow_trouble: super::live_flows::LiveFlows,
     /// The host's rates over the last poll.
     pub totals: super::live_totals::Totals,
     /// Per interface: (Unix time, flows pushed out of its flow maps) over the last window.
@@ -122,43 +124,6 @@ impl LiveFindings {
                 continue;
             }
             let d = s.minus(&base);
-            let subject = format!("receiver {iface}");
-            now.extend(
-                f::congestion(&f::Congested {
-                    host: &format!("this host on {iface}"),
-                    packets: d.rx_packets,
-                    ce_packets: d.rx_ce,
-                    cnps: d.tx_cnp,
-                    senders: 0,
-                    span,
-                })
-                .map(|x| x.retitle(subject.clone())),
-            );
-            if d.egress {
-                now.extend(
-                    f::cnp_missing(&f::Receiver {
-                        host: &format!("this host on {iface}"),
-                        senders: 0,
-                        ce_packets: d.rx_ce,
-                        answered_ce: 0,
-                        cnps: d.tx_cnp,
-                        span,
-                    })
-                    .map(|x| x.retitle(subject.clone())),
-                );
-            }
-            now.extend(
-                f::retransmissions(&f::Recovery {
-                    flow: &format!("RoCE on {iface}"),
-                    psn_gaps: d.psn_gaps,
-                    retransmits: d.retransmits,
-                    naks: d.naks,
-                    naks_back: 0,
-                    packets: d.roce,
-                    span,
-                })
-                .map(|x| x.retitle(format!("interface {iface}"))),
-            );
             now.extend(
                 f::lossy_roce(d.lossy, d.roce, "the configured classes", span)
                     .map(|x| x.retitle(format!("interface {iface}"))),
@@ -204,6 +169,7 @@ impl LiveFindings {
                 .collect();
             now.extend(f::flow_table_full(iface, pushed, &fill, span));
         }
+        now.extend(self.flow_trouble.poll(p.now_s, &p.flows, WINDOW_S));
         self.reaction.poll(p.now_s, &p.flows);
         for (k, j) in &self.reaction.judged {
             if p.now_s - j.at_s > WINDOW_S || j.bursts == 0 {

@@ -23,15 +23,7 @@ fn ends(k: &FlowKey) -> Ends {
     (k.src, k.dst, k.ip_version)
 }
 
-/// One flow's totals at a poll.
-#[derive(Clone, Copy, Debug)]
-pub struct FlowTotals {
-    pub key: FlowKey,
-    pub packets: u64,
-    pub bytes: u64,
-    /// CNP packets of the flow (a CNP flow's packets are all CNPs).
-    pub cnps: u64,
-}
+pub use super::live_flows::FlowTotals;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct DataFlow {
@@ -180,12 +172,14 @@ mod tests {
                     packets: bytes / 1000,
                     bytes,
                     cnps: 0,
+                    ..FlowTotals::default()
                 },
                 FlowTotals {
                     key: key(2, 1, 100, 0x100),
                     packets: acks,
                     bytes: acks * 64,
                     cnps: 0,
+                    ..FlowTotals::default()
                 },
             ];
             if cnps > 0 {
@@ -194,6 +188,7 @@ mod tests {
                     packets: cnps,
                     bytes: cnps * 64,
                     cnps,
+                    ..FlowTotals::default()
                 });
             }
             l.poll(poll as f64, &flows);
@@ -229,6 +224,7 @@ mod tests {
                     packets: poll * 1000,
                     bytes: poll * 1_000_000,
                     cnps: 0,
+                    ..FlowTotals::default()
                 }],
             );
         }

@@ -51,6 +51,7 @@ fn training(r: &Report, s: &mut String) {
         }
         _ => s.push_str("<p>No step rhythm in this capture.</p>"),
     }
+    jobs(r, s);
     let rows: Vec<Vec<String>> = r
         .roce
         .messages
@@ -112,6 +113,50 @@ fn training(r: &Report, s: &mut String) {
             &rows,
         ));
     }
+}
+
+/// The training jobs found in the traffic (sources whose bursts share a period and a phase),
+/// largest first: the section's rhythm above is the first one's.
+fn jobs(r: &Report, s: &mut String) {
+    let jobs = &r.training.jobs;
+    if jobs.is_empty() {
+        return;
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.sources.join(", "),
+                count(j.hosts.len() as u64),
+                count(j.flows as u64),
+                human_bytes(j.bytes as f64),
+                j.rhythm
+                    .period_seconds
+                    .map(|p| format!("{:.1} ms", p * 1e3))
+                    .unwrap_or_else(|| "none".into()),
+                format!("{} of {}", j.rhythm.slow_steps, j.rhythm.steps.len()),
+            ]
+        })
+        .collect();
+    let _ = write!(
+        s,
+        "<p>{} training job{} found in the traffic:</p>",
+        jobs.len(),
+        if jobs.len() == 1 { "" } else { "s" }
+    );
+    s.push_str(&table(
+        &[
+            "job",
+            "sources",
+            "hosts",
+            "flows",
+            "bytes",
+            "step period",
+            "slow steps",
+        ],
+        &rows,
+    ));
 }
 
 /// A bucket bound (a power of two from 1 KiB) in binary units.

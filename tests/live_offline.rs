@@ -1,0 +1,254 @@
+//! Live equals offline: each of the test kit's planted-cause captures, replayed at its own
+//! pace through a veth pair to a live agent, raises the same findings as `rocemon analyze` of
+//! the same capture: the same kinds, about the same hosts, a slow step with the same causes,
+//! and the same pause time (within 10%). One test per capture, so that one disagreement never
+//! hides another.
+//!
+//! Both sides read the link as 1 Gb/s (`--link-speed 1` offline, a sysfs of the test's own
+//! live) and take the same settings. Offline findings are incidents (several receivers at one
+//! time are one); the hosts compared are every address a finding names, in its subject or in
+//! the subjects it lists.
+//!
+//! One difference is by design and kept out: a capture shorter than the elephant minimum
+//! duration names its largest flows elephants (offline only: a capture is a sample of longer
+//! traffic, and live traffic is never shorter than itself). The congestion captures last 16 ms,
+//! so they run with an elephant threshold none of their flows reaches; the ECMP case compares
+//! elephants on equal terms.
+
+use rocemon_testkit::findings_lab::{ce_exchange, hosts_job, A, B, T0};
+use rocemon_testkit::fixtures::{self, whole, Format};
+use rocemon_testkit::frames::{self, Roce};
+use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
+use rocemon_testkit::{require_root, TempDir};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
+const ADDR: &str = "127.0.0.1:9461";
+const MS: u64 = 1_000_000;
+
+/// What one side found: per kind, the addresses its findings name; the slow steps' causes;
+/// the time priority 3 was paused.
+#[derive(Debug, Default, PartialEq)]
+struct Seen {
+    kinds: BTreeMap<String, BTreeSet<String>>,
+    causes: BTreeSet<String>,
+    paused_s: f64,
+}
+
+/// Every IPv4 address in `text`.
+fn addresses(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|w| w.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(str::to_string)
+        .collect()
+}
+
+fn add(seen: &mut Seen, f: &Value) {
+    let kind = f["kind"].as_str().unwrap_or("?").to_string();
+    let mut hosts = addresses(f["subject"].as_str().unwrap_or(""));
+    for s in f["evidence"]["listed"].as_array().into_iter().flatten() {
+        hosts.extend(addresses(&s.to_string()));
+    }
+    for c in f["evidence"]["causes"].as_array().into_iter().flatten() {
+        if let Some(k) = c["kind"].as_str() {
+            seen.causes.insert(k.to_string());
+        }
+    }
+    seen.kinds.entry(kind).or_default().extend(hosts);
+}
+
+/// `rocemon analyze` of the capture.
+fn offline(cap: &Path, extra: &[&str]) -> Seen {
+    let mut args = vec!["--link-speed", "1"];
+    args.extend_from_slice(extra);
+    let j = rocemon_testkit::analyze_json(BIN, &args, &[cap]);
+    let mut seen = Seen::default();
+    for f in j["findings"].as_array().into_iter().flatten() {
+        add(&mut seen, f);
+    }
+    seen.paused_s = j["pfc"]["priorities"][3]["paused_seconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    seen
+}
+
+/// A live agent on a veth whose far end replays the capture at its own pace; every finding
+/// it listed (active and recent) once the replay ended and a few polls passed.
+fn live(name: &str, cap: &Path, extra: &[&str]) -> Seen {
+    let dir = TempDir::new(name).unwrap();
+    let pair = VethPair::new("rclo").unwrap();
+    let sysfs = dir.path().join("sys");
+    let net = sysfs.join("class/net").join(&pair.a_if);
+    std::fs::create_dir_all(&net).unwrap();
+    std::fs::write(net.join("speed"), "1000\n").unwrap();
+    let mut args = vec!["--sysfs-root", sysfs.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let agent = Agent::on_iface(&pair.ns_a, BIN, (&pair.a_if, "xdp"), ADDR, &args).unwrap();
+    pair.replay_timed_from_b(cap).unwrap();
+    // A pause runs out 34 ms after its last frame; a step is judged when the next begins or
+    // the series ends; then a few polls (100 ms each).
+    std::thread::sleep(Duration::from_millis(1_500));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let doc: Value = loop {
+        let (status, body) = http_get_in(&pair.ns_a, ADDR, "/api/v1/findings").unwrap();
+        if status == 200 {
+            break serde_json::from_str(&body).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no findings answer: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
+    agent.stop_ok();
+    let mut seen = Seen::default();
+    for list in ["active", "recent"] {
+        for f in doc[list].as_array().into_iter().flatten() {
+            add(&mut seen, f);
+        }
+    }
+    seen.paused_s = metric_sum(
+        &metrics,
+        "rocemon_pfc_paused_seconds_total",
+        &[("priority", "3")],
+    );
+    seen
+}
+
+/// Replays `frames` both ways and compares: the same kinds about the same hosts, the same
+/// slow-step causes, the pause time within 10% (or both none). Returns the offline side.
+fn same(name: &'static str, frames: Vec<(u64, Vec<u8>)>, extra: &[&str]) -> Option<Seen> {
+    if !require_root("the live/offline differential (namespaces, BPF)") {
+        return None;
+    }
+    let dir = TempDir::new(name).unwrap();
+    let cap = whole(name, Format::PcapNanos, frames, true)
+        .write(dir.path())
+        .unwrap();
+    Some(compare(name, &cap, extra))
+}
+
+fn compare(name: &str, cap: &Path, extra: &[&str]) -> Seen {
+    let off = offline(cap, extra);
+    let on = live(name, cap, extra);
+    eprintln!("{name}: offline {off:?}\n{name}: live    {on:?}");
+    assert_eq!(
+        on.kinds, off.kinds,
+        "{name}: live (left) and offline (right) findings differ"
+    );
+    assert_eq!(on.causes, off.causes, "{name}: slow-step causes");
+    let tolerance = 0.1 * off.paused_s.max(on.paused_s);
+    assert!(
+        (on.paused_s - off.paused_s).abs() <= tolerance,
+        "{name}: paused {} s live, {} s offline",
+        on.paused_s,
+        off.paused_s
+    );
+    off
+}
+
+/// An elephant threshold the 16 ms congestion captures' flows stay below (see the module's
+/// doc).
+const NO_ELEPHANTS: &[&str] = &["--elephant-bps", "10G"];
+
+/// CE marks into a host that sends no CNP: congestion and cnp_missing, about that receiver.
+#[test]
+fn congestion_without_cnps_is_the_same_live_and_offline() {
+    let Some(off) = same("lo-ce-no-cnp", ce_exchange(400, 5, None), NO_ELEPHANTS) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("congestion"), "{off:?}");
+    assert!(off.kinds.contains_key("cnp_missing"), "{off:?}");
+}
+
+/// CE marks answered by CNPs: congestion, and no cnp_missing.
+#[test]
+fn congestion_with_cnps_is_the_same_live_and_offline() {
+    let Some(off) = same("lo-ce-cnp", ce_exchange(400, 5, Some(20_000)), NO_ELEPHANTS) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("congestion"), "{off:?}");
+    assert!(!off.kinds.contains_key("cnp_missing"), "{off:?}");
+}
+
+/// XOFFs on priority 3 refreshed every 5 ms for a second (each pauses 33.55 ms at 1 Gb/s):
+/// a storm, and the same pause time.
+#[test]
+fn a_pause_storm_is_the_same_live_and_offline() {
+    let mut times = [0; 8];
+    times[3] = 65_535;
+    let frames = (0..200u64)
+        .map(|i| (T0 + i * 5 * MS, frames::pfc(1 << 3, times)))
+        .collect();
+    let Some(off) = same("lo-storm", frames, &[]) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("pfc_storm"), "{off:?}");
+    assert!(off.paused_s > 0.9, "{off:?}");
+}
+
+/// PSN gaps, go-back retransmissions, a duplicate, NAKs of every code and RNR NAKs (the test
+/// kit's PSN fixture): retransmissions.
+#[test]
+fn loss_and_go_back_are_the_same_live_and_offline() {
+    if !require_root("the live/offline differential (namespaces, BPF)") {
+        return;
+    }
+    let dir = TempDir::new("lo-psn").unwrap();
+    let cap = fixtures::psn_health().write(dir.path()).unwrap();
+    let off = compare("lo-psn", &cap, &[]);
+    assert!(off.kinds.contains_key("retransmissions"), "{off:?}");
+}
+
+/// A training job of three hosts whose step 6 takes twice the others, nothing else on the
+/// link: the same slow step with the same (no network) cause.
+#[test]
+fn a_slow_training_step_is_the_same_live_and_offline() {
+    let hosts = ["10.93.0.1", "10.93.0.2", "10.93.0.3"];
+    let Some(off) = same("lo-step", hosts_job(&hosts, "10.93.0.9", None), &[]) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("slow_step"), "{off:?}");
+}
+
+/// RoCE outside the lossless class: 144 packets with DSCP 0 among 1,150: lossy_roce.
+#[test]
+fn a_lossy_class_is_the_same_live_and_offline() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let mut frames = Vec::new();
+    for k in 0..1_150u64 {
+        let mut d = Roce::new(ip(A), ip(B), 0xC300, 0x400, 0x0A);
+        d.psn = k as u32;
+        d.payload = 256;
+        d.dma_len = 256;
+        if k % 8 == 0 {
+            d.dscp = 0;
+        }
+        frames.push((T0 + k * 100_000, d.frame()));
+    }
+    let Some(off) = same("lo-lossy", frames, &[]) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("lossy_roce"), "{off:?}");
+}
+
+/// Two elephants on one path of a 4-path CRC-16 hash model for 1.5 s (both sides with the
+/// same model and an elephant threshold of 2 MB/s entered at once): elephant and
+/// ecmp_collision.
+#[test]
+fn colliding_elephants_are_the_same_live_and_offline() {
+    let dir = TempDir::new("lo-ecmp-config").unwrap();
+    let config = dir.path().join("rocemon.toml");
+    std::fs::write(
+        &config,
+        "[ecmp.hash]\nfunction = \"crc16-1021\"\npaths = 4\n\n[elephant]\nthreshold_bytes_per_second = 2000000\nmin_duration_seconds = 0\n",
+    )
+    .unwrap();
+    let frames = rocemon_testkit::findings_lab::elephants_on(2, T0, 1_500);
+    let Some(off) = same("lo-ecmp", frames, &["--config", config.to_str().unwrap()]) else {
+        return;
+    };
+    assert!(off.kinds.contains_key("ecmp_collision"), "{off:?}");
+    assert_eq!(off.kinds["elephant"].len(), 3, "{off:?}");
+}
