@@ -61,6 +61,7 @@ file_errors! {
     ipv4_flow_map_too_small: "flow_map_entries_ipv4 = 8" => "flow_map_entries_ipv4 8 is out of range; use 16 to 4194304";
     ipv6_flow_map_too_large: "flow_map_entries_ipv6 = 4194305" => "flow_map_entries_ipv6 4194305 is out of range; use 16 to 4194304";
     rate_window_zero: "rate_window_seconds = 0.0" => "rate_window_seconds 0 is out of range; use 0.01 to 3600";
+    pfc_storm_zero: "pfc_storm_seconds = 0.0" => "pfc_storm_seconds 0 is out of range; use 0.001 to 3600";
     elephant_threshold_zero: "[elephant]\nthreshold_bytes_per_second = 0.0" => "elephant.threshold_bytes_per_second must be above 0";
     elephant_link_share_above_one: "[elephant]\nthreshold_link_share = 2.0" => "elephant.threshold_link_share 2 must be in (0, 1]";
     elephant_exit_ratio_zero: "[elephant]\nexit_ratio = 0.0" => "elephant.exit_ratio 0 must be in (0, 1]";
@@ -113,6 +114,23 @@ fn huge_log_level_is_cut_in_the_message() {
     let out = rocemon(&["run", "--config", path.to_str().unwrap()]);
     assert_usage_error(&out, "is not a level");
     assert_usage_error(&out, "(1048576 characters)");
+}
+
+/// `run` takes every threshold `analyze` takes, with the same check.
+#[test]
+fn run_pfc_storm_flag_out_of_range() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--pfc-storm-seconds", "7200"]),
+        "--pfc-storm-seconds 7200 is out of range; use 0.001 to 3600",
+    );
+}
+
+#[test]
+fn analyze_pfc_storm_flag_out_of_range() {
+    assert_usage_error(
+        &rocemon(&["analyze", "--pfc-storm-seconds", "0", "/dev/null"]),
+        "--pfc-storm-seconds 0 is out of range; use 0.001 to 3600",
+    );
 }
 
 #[test]

@@ -188,6 +188,22 @@ fn a_pause_storm_is_the_same_live_and_offline() {
     assert!(off.paused_s > 0.9, "{off:?}");
 }
 
+/// The storm threshold is the same setting on both sides: the same second of refreshed XOFFs
+/// under `--pfc-storm-seconds 2` is no storm, live or offline (the pause time is the same).
+#[test]
+fn a_raised_storm_threshold_is_the_same_live_and_offline() {
+    let mut times = [0; 8];
+    times[3] = 65_535;
+    let frames = (0..200u64)
+        .map(|i| (T0 + i * 5 * MS, frames::pfc(1 << 3, times)))
+        .collect();
+    let Some(off) = same("lo-storm-2s", frames, &["--pfc-storm-seconds", "2"]) else {
+        return;
+    };
+    assert!(!off.kinds.contains_key("pfc_storm"), "{off:?}");
+    assert!(off.paused_s > 0.9, "{off:?}");
+}
+
 /// PSN gaps, go-back retransmissions, a duplicate, NAKs of every code and RNR NAKs (the test
 /// kit's PSN fixture): retransmissions.
 #[test]

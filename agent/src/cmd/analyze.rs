@@ -222,8 +222,10 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let mut opts = crate::cmd::analyze::AnalyzeOptions::default();
     let mut ipfix_section = None;
+    let mut file_storm = None;
     if let Some(path) = &args.config {
         let file = crate::config::load_file(path)?;
+        file_storm = file.pfc_storm_seconds;
         // Its [ipfix] settings apply, but not its collectors: a capture goes where the
         // command line says, never to a fleet's collectors by surprise.
         ipfix_section = file.ipfix.clone().map(|mut s| {
@@ -246,14 +248,8 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         .into());
     }
     opts.link_speed_bps = (args.link_speed * 1e9) as u64;
-    if !(args.pfc_storm_seconds.is_finite() && (0.001..=3600.0).contains(&args.pfc_storm_seconds)) {
-        return Err(UsageError::BadConfig(format!(
-            "--pfc-storm-seconds {} is out of range; use 0.001 to 3600 (e.g. 0.2, as SONiC's PFC watchdog)",
-            args.pfc_storm_seconds
-        ))
-        .into());
-    }
-    opts.pfc_storm_ns = (args.pfc_storm_seconds * 1e9) as u64;
+    let storm_s = crate::config::pfc_storm_seconds(args.pfc_storm_seconds, file_storm)?;
+    opts.pfc_storm_ns = (storm_s * 1e9) as u64;
     if let Some(bits) = args.elephant_bps {
         opts.elephant.threshold_bytes_per_second = bits / 8.0;
         opts.elephant.validate().map_err(UsageError::BadConfig)?;

@@ -161,7 +161,7 @@ pub fn update(
         elephants,
         collisions,
         colliding_ifaces,
-        storm_s: crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9,
+        storm_s: config.pfc_storm_s,
         shared_5tuples: (
             report.shared_5tuple_groups,
             report.shared_5tuples.first().map(|t| t.describe()),

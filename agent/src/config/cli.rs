@@ -170,6 +170,10 @@ pub struct RunArgs {
     /// (overrides elephant.threshold_bytes_per_second) (default: 100Mbit).
     #[arg(long, value_name = "RATE", value_parser = crate::config::units::parse_rate)]
     pub elephant_bps: Option<f64>,
+    /// A priority paused without a break for longer than this is a PFC storm (a finding;
+    /// SONiC's PFC watchdog detects in 0.2 s) (default: 0.2, or pfc_storm_seconds of the file).
+    #[arg(long, value_name = "SECONDS")]
+    pub pfc_storm_seconds: Option<f64>,
     /// Root of the sysfs tree for RDMA NIC counters (default: /sys).
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,
@@ -302,9 +306,9 @@ pub struct AnalyzeArgs {
     #[arg(long, value_name = "GBPS", default_value_t = rocemon_defaults::LINK_SPEED_GBPS)]
     pub link_speed: f64,
     /// A priority paused without a break for longer than this is a PFC storm (a finding;
-    /// SONiC's PFC watchdog detects in 0.2 s).
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
-    pub pfc_storm_seconds: f64,
+    /// SONiC's PFC watchdog detects in 0.2 s) (default: 0.2, or pfc_storm_seconds of --config).
+    #[arg(long, value_name = "SECONDS")]
+    pub pfc_storm_seconds: Option<f64>,
     /// Export the capture's flows as IPFIX records to this collector: udp://HOST:PORT,
     /// tcp://HOST:PORT or HOST[:PORT] (UDP, port 4739); repeat for several. Records are on
     /// capture time: one every active timeout of a flow that goes on, and its last at the end.

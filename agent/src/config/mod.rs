@@ -54,6 +54,8 @@ pub struct FileConfig {
     pub summary_every: Option<u64>,
     /// Time constant of the smoothed flow rates.
     pub rate_window_seconds: Option<f64>,
+    /// A priority paused without a break for longer than this is a PFC storm.
+    pub pfc_storm_seconds: Option<f64>,
     pub elephant: Option<ElephantConfig>,
     pub ecmp: Option<EcmpConfig>,
     /// The traffic classes RoCE and CNPs are expected in (lossy RoCE).
@@ -138,6 +140,8 @@ pub struct Config {
     pub summary_every: Option<Duration>,
     pub rate_window_s: f64,
     pub elephant: ElephantConfig,
+    /// A priority paused without a break for longer than this is a PFC storm (seconds).
+    pub pfc_storm_s: f64,
     pub ecmp: EcmpConfig,
     /// Root of the sysfs tree (RDMA NIC counters, link speeds).
     pub sysfs_root: std::path::PathBuf,
@@ -190,6 +194,22 @@ fn setting<T>(
         (None, None) => None,
     }
 }
+
+/// The PFC storm threshold, `run` and `analyze` alike: the flag over the file's
+/// `pfc_storm_seconds`, 0.2 s by default (SONiC's PFC watchdog), 1 ms to an hour.
+pub fn pfc_storm_seconds(flag: Option<f64>, file: Option<f64>) -> Result<f64, UsageError> {
+    let (v, name) = setting(flag, "--pfc-storm-seconds", file, "pfc_storm_seconds")
+        .unwrap_or((DEFAULT_PFC_STORM_S, "pfc_storm_seconds"));
+    if !(v.is_finite() && (0.001..=3600.0).contains(&v)) {
+        return Err(bad(format!(
+            "{name} {v} is out of range; use 0.001 to 3600 (e.g. 0.2, as SONiC's PFC watchdog)"
+        )));
+    }
+    Ok(v)
+}
+
+/// The PFC storm threshold's default, seconds.
+pub const DEFAULT_PFC_STORM_S: f64 = crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9;
 
 /// Parses a hook name as written on the command line or in the file.
 pub fn parse_hook(s: &str) -> Result<Hook, UsageError> {
@@ -390,6 +410,7 @@ impl Config {
             }
         }
         let summary = args.summary_every.or(file.summary_every).unwrap_or(0);
+        let pfc_storm_s = pfc_storm_seconds(args.pfc_storm_seconds, file.pfc_storm_seconds)?;
         if let Some(bits) = args.elephant_bps {
             elephant.threshold_bytes_per_second = bits / 8.0;
             elephant.validate().map_err(bad)?;
@@ -415,6 +436,7 @@ impl Config {
             None => None,
         };
         Ok(Config {
+            pfc_storm_s,
             ipfix,
             web,
             log_level,

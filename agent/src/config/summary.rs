@@ -42,6 +42,7 @@ impl Config {
                 possible_cpus()
             ),
             format!("rate_window_seconds: {}", self.rate_window_s),
+            format!("pfc_storm_seconds: {}", self.pfc_storm_s),
             format!(
                 "elephant: enter at {} B/s{}, leave below {}% of that",
                 self.elephant.threshold_bytes_per_second,
