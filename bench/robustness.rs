@@ -160,12 +160,48 @@ fn one_pair(dir: &Path, ce: bool) -> Result<PathBuf> {
 pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
     let (million, gapped) = hostile_captures(dir)?;
     let (pair_ce, pair_plain) = (one_pair(dir, true)?, one_pair(dir, false)?);
+    // 1,000 slow steps to explain under 200,000 pause runs of the job's priority, and the
+    // same job stepping evenly with a tenant's RoCE in the pauses' places.
+    let steps = rocemon_testkit::hostile_steps::job(true);
+    let steps_frames = steps.frames.len() as u64;
+    let (steps, steady) = (
+        steps.write(dir)?,
+        rocemon_testkit::hostile_steps::job(false).write(dir)?,
+    );
     let mut rows = Vec::new();
-    for (name, path) in [
-        ("1,000,000 flows of one packet", &million),
-        ("10,000 flows, 64 s silences", &gapped),
-        ("40,000 connections of one host pair, CE and CNPs", &pair_ce),
-        ("the same frames without CE marks (ordinary)", &pair_plain),
+    // (name, file, frames, the row of the ordinary capture of the same size it is held to)
+    for (name, path, frames, ordinary) in [
+        (
+            "1,000,000 flows of one packet",
+            &million,
+            1_000_000u64,
+            None,
+        ),
+        ("10,000 flows, 64 s silences", &gapped, 640_000, None),
+        (
+            "40,000 connections of one host pair, CE and CNPs",
+            &pair_ce,
+            80_000,
+            Some(3usize),
+        ),
+        (
+            "the same frames without CE marks (ordinary)",
+            &pair_plain,
+            80_000,
+            None,
+        ),
+        (
+            "1,000 slow steps under 200,000 pause runs",
+            &steps,
+            steps_frames,
+            Some(5),
+        ),
+        (
+            "the same job stepping evenly, a tenant in the pauses' places (ordinary)",
+            &steady,
+            steps_frames,
+            None,
+        ),
     ] {
         let (cat_s, _) = measure("cat", &[path.as_os_str()])?;
         let args: [&std::ffi::OsStr; 4] = [
@@ -178,10 +214,30 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
         rows.push(json!({
             "capture": name,
             "file_bytes": std::fs::metadata(path)?.len(),
+            "frames": frames,
             "seconds": s,
             "cat_seconds": cat_s,
             "max_rss_bytes": rss,
+            "ordinary_row": ordinary,
         }));
+    }
+    // Time per frame and peak memory against the ordinary capture of the same size (goal:
+    // within 2x each).
+    let per = |r: &Value| {
+        r["seconds"].as_f64().unwrap_or(0.0) / r["frames"].as_f64().unwrap_or(1.0).max(1.0)
+    };
+    let snapshot = rows.clone();
+    for r in rows.iter_mut() {
+        if let Some(o) = r["ordinary_row"]
+            .as_u64()
+            .and_then(|i| snapshot.get(i as usize))
+        {
+            let time_ratio = per(r) / per(o).max(1e-12);
+            let mem_ratio = r["max_rss_bytes"].as_f64().unwrap_or(0.0)
+                / o["max_rss_bytes"].as_f64().unwrap_or(1.0).max(1.0);
+            r["time_per_frame_ratio"] = json!(time_ratio);
+            r["memory_ratio"] = json!(mem_ratio);
+        }
     }
     Ok(
         json!({ "rows": rows, "max_flows_default": rocemon::config::cli::rocemon_defaults::MAX_FLOWS }),
@@ -219,14 +275,23 @@ pub fn markdown(r: &Value, s: &mut String) {
         h["poll_rate_ratio"].as_f64().unwrap_or(0.0)
     );
     let a = &r["analyze"];
-    let _ = writeln!(s, "\n### `rocemon analyze` on captures built to blow it up (`--max-flows` {})\n\n| capture | MB | seconds | `cat` seconds | peak RSS |\n| --- | --- | --- | --- | --- |", a["max_flows_default"]);
+    let _ = writeln!(s, "\n### `rocemon analyze` on captures built to blow it up (`--max-flows` {})\n\nA hostile shape against the ordinary capture of the same size below it (goal: within 2x in time per frame and in peak memory).\n\n| capture | MB | seconds | us per frame | `cat` seconds | peak RSS | vs ordinary (time per frame, memory) |\n| --- | --- | --- | --- | --- | --- | --- |", a["max_flows_default"]);
     for row in a["rows"].as_array().into_iter().flatten() {
+        let vs = match (
+            row["time_per_frame_ratio"].as_f64(),
+            row["memory_ratio"].as_f64(),
+        ) {
+            (Some(t), Some(m)) => format!("x{t:.2}, x{m:.2}"),
+            _ => String::new(),
+        };
+        let frames = row["frames"].as_f64().unwrap_or(0.0).max(1.0);
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.2} | {:.3} | {:.0} MB |",
+            "| {} | {:.0} | {:.2} | {:.2} | {:.3} | {:.0} MB | {vs} |",
             row["capture"].as_str().unwrap_or(""),
             row["file_bytes"].as_f64().unwrap_or(0.0) / 1e6,
             row["seconds"].as_f64().unwrap_or(0.0),
+            row["seconds"].as_f64().unwrap_or(0.0) * 1e6 / frames,
             row["cat_seconds"].as_f64().unwrap_or(0.0),
             row["max_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
         );

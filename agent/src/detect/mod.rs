@@ -16,6 +16,7 @@ pub mod live_reaction;
 pub mod live_sample;
 pub mod live_totals;
 pub mod pause;
+pub mod pause_index;
 pub mod recovery;
 pub mod rhythm;
 pub mod slow_steps;

@@ -194,25 +194,9 @@ impl PauseTracker {
         self.prios.get(p).map_or(0.0, |x| x.paused_ns as f64 / 1e9)
     }
 
-    /// The most time any one priority of `mask` (bit p: priority p) was paused within
-    /// `[from_ns, to_ns)`, and which.
-    pub fn paused_within(&self, mask: u8, from_ns: u64, to_ns: u64) -> (u64, Option<u8>) {
-        let mut per = [0u64; PRIORITIES];
-        for &(p, s, e) in &self.runs {
-            if mask & (1 << p) == 0 {
-                continue;
-            }
-            let (a, b) = (s.max(from_ns), e.min(to_ns));
-            if b > a {
-                per[usize::from(p)] += b - a;
-            }
-        }
-        let (p, ns) = per
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, ns)| **ns)
-            .map_or((0, 0), |(p, ns)| (p, *ns));
-        (ns, (ns > 0).then_some(p as u8))
+    /// The pauses indexed for overlap questions (a slow step's pause time).
+    pub fn index(&self) -> super::pause_index::PauseIndex {
+        super::pause_index::PauseIndex::new(&self.runs)
     }
 
     /// For each of `n` buckets of `width_ns` from `start_ns`: whether a priority of `mask`

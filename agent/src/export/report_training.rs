@@ -94,13 +94,14 @@ fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<
         return;
     };
     let mask = why::job_priorities(&a.options().classes);
-    let colliding = colliding_paths(a);
+    let pauses = a.pause.index();
+    let on_colliding = OnColliding::new(a, job.map(|j| j.sources));
     let among = job.map(|j| a.training.pairs.pairs_among(j.hosts));
     const MS: u64 = crate::detect::rhythm::BUCKET_NS;
     for step in r.steps.iter_mut().filter(|s| s.slow) {
         let extra = step.seconds - period;
         let end = step.start_ns + (step.seconds * 1e9) as u64;
-        let (paused_ns, _) = a.pause.paused_within(mask, step.start_ns, end);
+        let (paused_ns, _) = pauses.paused_within(mask, step.start_ns, end);
         let t = match (job, &among) {
             (Some(j), Some(among)) => {
                 let mut t = a
@@ -112,8 +113,7 @@ fn explain(a: &crate::pipeline::analysis::Analysis, r: &mut Rhythm, job: Option<
             }
             _ => a.training.trouble_within(step.start_ns, end),
         };
-        let on_path =
-            step_on_colliding_path(a, &colliding, step.start_ns, end, job.map(|j| j.sources));
+        let on_path = on_colliding.during(step.start_ns);
         let causes = why::causes(extra, paused_ns as f64 / 1e9, why::evidence(&t, on_path));
         if causes.first().is_some_and(|c| c.kind == "unexplained") {
             let mut bursts = a.training.bursts_within(step.start_ns, end);
@@ -138,31 +138,51 @@ fn colliding_paths(a: &crate::pipeline::analysis::Analysis) -> Vec<u32> {
         .collect()
 }
 
-/// Whether a flow of the job hashes onto a colliding path: a flow seen before the step
-/// (in the steps before it) and still in it, and not one of the elephants (those are what
-/// it shares the path with). Two of the job's own elephants on one path are the
+/// The job's flows on a colliding predicted path (by the configured hash model), as
+/// intervals of their life sorted by their first packet with the latest end so far: whether
+/// one was there before a step and still in it is a binary search, not a walk over every
+/// flow per slow step. Flows that are elephants themselves are left out (those are what it
+/// shares the path with); two of the job's own elephants on one path are the
 /// `ecmp_collision` finding, not a cause of one step.
-fn step_on_colliding_path(
-    a: &crate::pipeline::analysis::Analysis,
-    colliding: &[u32],
-    from_ns: u64,
-    to_ns: u64,
-    job_sources: Option<&[(u8, [u8; 16])]>,
-) -> bool {
-    let Some(model) = &a.options().ecmp.hash else {
-        return false;
-    };
-    if colliding.is_empty() {
-        return false;
+struct OnColliding {
+    /// (first seen, latest last seen among the flows first seen up to here).
+    lives: Vec<(u64, u64)>,
+}
+
+impl OnColliding {
+    fn new(
+        a: &crate::pipeline::analysis::Analysis,
+        job_sources: Option<&[(u8, [u8; 16])]>,
+    ) -> OnColliding {
+        let colliding = colliding_paths(a);
+        let mut lives: Vec<(u64, u64)> = match &a.options().ecmp.hash {
+            Some(model) if !colliding.is_empty() => a
+                .pipeline
+                .flows
+                .iter()
+                .filter(|e| {
+                    !a.pipeline.elephants.contains_key(&e.key)
+                        && job_sources.is_none_or(|j| j.contains(&(e.key.ip_version, e.key.src)))
+                        && colliding.contains(&model.path(&crate::detect::ecmp::fields(&e.key)))
+                })
+                .map(|e| (e.stats.first_seen_ns, e.stats.last_seen_ns))
+                .collect(),
+            _ => Vec::new(),
+        };
+        lives.sort_unstable();
+        let mut latest = 0;
+        for l in &mut lives {
+            latest = latest.max(l.1);
+            l.1 = latest;
+        }
+        OnColliding { lives }
     }
-    a.pipeline.flows.iter().any(|e| {
-        e.stats.first_seen_ns < from_ns
-            && e.stats.last_seen_ns >= from_ns
-            && e.stats.first_seen_ns < to_ns
-            && !a.pipeline.elephants.contains_key(&e.key)
-            && job_sources.is_none_or(|j| j.contains(&(e.key.ip_version, e.key.src)))
-            && colliding.contains(&model.path(&crate::detect::ecmp::fields(&e.key)))
-    })
+
+    /// Whether such a flow was seen before `from_ns` and was still there at it.
+    fn during(&self, from_ns: u64) -> bool {
+        let before = self.lives.partition_point(|(first, _)| *first < from_ns);
+        before > 0 && self.lives[before - 1].1 >= from_ns
+    }
 }
 
 /// One finding per slow step, with its causes.

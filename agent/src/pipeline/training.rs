@@ -210,8 +210,11 @@ impl Training {
         let mut out = Vec::new();
         for ((ipv, src), (s, _, _)) in &self.sources {
             let at = |i: usize| s.start_ns + i as u64 * rhythm::BUCKET_NS;
+            // Only the buckets of the window (a walk from the series' start made explaining
+            // thousands of slow steps quadratic).
+            let first = (from_ns.saturating_sub(s.start_ns) / rhythm::BUCKET_NS) as usize;
             let mut edges: Option<(u64, u64)> = None;
-            for (i, &v) in s.buckets.iter().enumerate() {
+            for (i, &v) in s.buckets.iter().enumerate().skip(first) {
                 let t = at(i);
                 if t + rhythm::BUCKET_NS <= from_ns || v == 0 {
                     continue;

@@ -5,14 +5,53 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// The lines of a source file outside test code: an item under `#[cfg(test)]` (a test
+/// module, a test function, an import) is left out up to its end (its braces balanced, or
+/// its `;`), and the code after it is read (a test item in the middle of a file used to end
+/// the reading there, and hid the imports below it).
+pub fn non_test_lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if !line.trim_start().starts_with("#[cfg(test)]") {
+            out.push(line);
+            continue;
+        }
+        // Skip the item the attribute is on: further attributes, then up to its `;` at depth
+        // 0 or until its braces close.
+        let mut depth: i64 = 0;
+        let mut opened = false;
+        for l in lines.by_ref() {
+            let t = l.trim_start();
+            if !opened && t.starts_with("#[") {
+                continue;
+            }
+            for c in l.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if opened && depth <= 0 {
+                break;
+            }
+            if !opened && t.ends_with(';') {
+                break;
+            }
+        }
+    }
+    out
+}
+
 /// `crate::<module>` references of a source file's non-test code (comments left out).
 pub fn imports(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for line in text.lines() {
+    for line in non_test_lines(text) {
         let l = line.trim_start();
-        if l.starts_with("#[cfg(test)]") {
-            break;
-        }
         if l.starts_with("//") {
             continue;
         }
@@ -179,11 +218,8 @@ pub fn file_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         };
         let text = std::fs::read_to_string(p).expect("read");
         let mut deps = BTreeSet::new();
-        for line in text.lines() {
+        for line in non_test_lines(&text) {
             let l = line.trim_start();
-            if l.starts_with("#[cfg(test)]") {
-                break;
-            }
             if l.starts_with("//") {
                 continue;
             }

@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod frames;
 pub mod host_links;
 pub mod hostile;
+pub mod hostile_steps;
 pub mod ipfix;
 pub mod layers;
 pub mod lossless;

@@ -1,0 +1,21 @@
+//! Detector thresholds `run` and `analyze` both take (flag, file key, one check, one
+//! default): the same setting gives the same findings live and offline.
+
+use super::{bad, setting};
+use crate::error::UsageError;
+
+/// The PFC storm threshold, `run` and `analyze` alike: the flag over the file's
+/// `pfc_storm_seconds`, 0.2 s by default (SONiC's PFC watchdog), 1 ms to an hour.
+pub fn pfc_storm_seconds(flag: Option<f64>, file: Option<f64>) -> Result<f64, UsageError> {
+    let (v, name) = setting(flag, "--pfc-storm-seconds", file, "pfc_storm_seconds")
+        .unwrap_or((DEFAULT_PFC_STORM_S, "pfc_storm_seconds"));
+    if !(v.is_finite() && (0.001..=3600.0).contains(&v)) {
+        return Err(bad(format!(
+            "{name} {v} is out of range; use 0.001 to 3600 (e.g. 0.2, as SONiC's PFC watchdog)"
+        )));
+    }
+    Ok(v)
+}
+
+/// The PFC storm threshold's default, seconds.
+pub const DEFAULT_PFC_STORM_S: f64 = crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9;
