@@ -18,12 +18,12 @@
 use rocemon_testkit::findings_lab::{ce_exchange, hosts_job, A, B, T0};
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::{self, Roce};
-use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
+use rocemon_testkit::netns::{metric_sum, VethPair};
 use rocemon_testkit::{require_root, TempDir};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9461";
@@ -80,33 +80,20 @@ fn offline(cap: &Path, extra: &[&str]) -> Seen {
 fn live(name: &str, cap: &Path, extra: &[&str]) -> Seen {
     let dir = TempDir::new(name).unwrap();
     let pair = VethPair::new("rclo").unwrap();
-    let sysfs = dir.path().join("sys");
-    let net = sysfs.join("class/net").join(&pair.a_if);
-    std::fs::create_dir_all(&net).unwrap();
-    std::fs::write(net.join("speed"), "1000\n").unwrap();
-    let mut args = vec!["--sysfs-root", sysfs.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    let agent = Agent::on_iface(&pair.ns_a, BIN, (&pair.a_if, "xdp"), ADDR, &args).unwrap();
-    pair.replay_timed_from_b(cap).unwrap();
     // A pause runs out 34 ms after its last frame; a step is judged when the next begins or
     // the series ends; then a few polls (100 ms each).
-    std::thread::sleep(Duration::from_millis(1_500));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let doc: Value = loop {
-        let (status, body) = http_get_in(&pair.ns_a, ADDR, "/api/v1/findings").unwrap();
-        if status == 200 {
-            break serde_json::from_str(&body).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no findings answer: {status}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
-    agent.stop_ok();
+    let (found, metrics) = rocemon_testkit::findings_lab::live_findings(
+        &pair,
+        BIN,
+        ADDR,
+        dir.path(),
+        cap,
+        extra,
+        Duration::from_millis(1_500),
+    );
     let mut seen = Seen::default();
-    for list in ["active", "recent"] {
-        for f in doc[list].as_array().into_iter().flatten() {
-            add(&mut seen, f);
-        }
+    for f in &found {
+        add(&mut seen, f);
     }
     seen.paused_s = metric_sum(
         &metrics,
@@ -148,6 +135,15 @@ fn compare(name: &str, cap: &Path, extra: &[&str]) -> Seen {
     off
 }
 
+/// XOFFs on priority 3 refreshed every 5 ms for a second (each pauses 33.55 ms at 1 Gb/s).
+fn refreshed_xoffs() -> Vec<(u64, Vec<u8>)> {
+    let mut times = [0; 8];
+    times[3] = 65_535;
+    (0..200u64)
+        .map(|i| (T0 + i * 5 * MS, frames::pfc(1 << 3, times)))
+        .collect()
+}
+
 /// An elephant threshold the 16 ms congestion captures' flows stay below (see the module's
 /// doc).
 const NO_ELEPHANTS: &[&str] = &["--elephant-bps", "10G"];
@@ -176,11 +172,7 @@ fn congestion_with_cnps_is_the_same_live_and_offline() {
 /// a storm, and the same pause time.
 #[test]
 fn a_pause_storm_is_the_same_live_and_offline() {
-    let mut times = [0; 8];
-    times[3] = 65_535;
-    let frames = (0..200u64)
-        .map(|i| (T0 + i * 5 * MS, frames::pfc(1 << 3, times)))
-        .collect();
+    let frames = refreshed_xoffs();
     let Some(off) = same("lo-storm", frames, &[]) else {
         return;
     };
@@ -192,11 +184,7 @@ fn a_pause_storm_is_the_same_live_and_offline() {
 /// under `--pfc-storm-seconds 2` is no storm, live or offline (the pause time is the same).
 #[test]
 fn a_raised_storm_threshold_is_the_same_live_and_offline() {
-    let mut times = [0; 8];
-    times[3] = 65_535;
-    let frames = (0..200u64)
-        .map(|i| (T0 + i * 5 * MS, frames::pfc(1 << 3, times)))
-        .collect();
+    let frames = refreshed_xoffs();
     let Some(off) = same("lo-storm-2s", frames, &["--pfc-storm-seconds", "2"]) else {
         return;
     };

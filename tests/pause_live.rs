@@ -6,10 +6,10 @@
 //! paused a tenth of it) are no storm; XOFFs refreshed before their timers run out are one.
 
 use rocemon_testkit::fixtures::{whole, Format};
-use rocemon_testkit::netns::{http_get_in, metric_sum, Agent, VethPair};
+use rocemon_testkit::netns::{metric_sum, VethPair};
 use rocemon_testkit::{frames, require_root, TempDir};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9443";
@@ -37,37 +37,16 @@ fn findings_after(name: &str, times: Vec<u64>) -> (Vec<Value>, String) {
     .write(dir.path())
     .unwrap();
     let pair = VethPair::new("rcpause").unwrap();
-    let sysfs = dir.path().join("sys");
-    let net = sysfs.join("class/net").join(&pair.a_if);
-    std::fs::create_dir_all(&net).unwrap();
-    std::fs::write(net.join("speed"), "1000\n").unwrap();
-    let agent = Agent::on_iface(
-        &pair.ns_a,
-        BIN,
-        (&pair.a_if, "xdp"),
-        ADDR,
-        &["--sysfs-root", sysfs.to_str().unwrap()],
-    )
-    .unwrap();
-    pair.replay_timed_from_b(&cap).unwrap();
     // The last pause runs out 34 ms after its frame; then a few polls.
-    std::thread::sleep(Duration::from_millis(500));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let doc: Value = loop {
-        let (status, body) = http_get_in(&pair.ns_a, ADDR, "/api/v1/findings").unwrap();
-        if status == 200 {
-            break serde_json::from_str(&body).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no findings answer: {status}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let (_, metrics) = http_get_in(&pair.ns_a, ADDR, "/metrics").unwrap();
-    agent.stop_ok();
-    let mut out = Vec::new();
-    for list in ["active", "recent"] {
-        out.extend(doc[list].as_array().cloned().unwrap_or_default());
-    }
-    (out, metrics)
+    rocemon_testkit::findings_lab::live_findings(
+        &pair,
+        BIN,
+        ADDR,
+        dir.path(),
+        &cap,
+        &[],
+        Duration::from_millis(500),
+    )
 }
 
 fn storms(findings: &[Value]) -> Vec<&Value> {

@@ -3,7 +3,7 @@
 //! example configuration, the Grafana dashboard and Prometheus rules, the docs, three small
 //! example captures, and `install.sh` (what `cargo xtask install` does, in plain sh).
 
-use crate::{root, setup, sh};
+use crate::{root, sh};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -77,18 +77,7 @@ fn executable(p: &Path) -> Result<()> {
 
 /// Builds the tree and the tarball; returns the tarball's path.
 pub fn dist(a: DistArgs) -> Result<PathBuf> {
-    let binary = match a.binary {
-        Some(b) => b,
-        None => {
-            setup::ensure()?;
-            let mut c = Command::new("cargo");
-            c.current_dir(root())
-                .args(["build", "--release", "-p", "rocemon"]);
-            setup::ebpf_env(&mut c);
-            sh(&mut c)?;
-            root().join("target/release/rocemon")
-        }
-    };
+    let binary = crate::install::release_binary(a.binary)?;
     if !binary.is_file() {
         bail!(
             "{} is not a file: build it first (cargo build --release -p rocemon) or leave out --binary",

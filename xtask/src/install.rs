@@ -78,19 +78,22 @@ pub fn place(binary: &Path, prefix: &Path, root_dir: &Path) -> Result<[PathBuf; 
     Ok([bin, unit, cfg])
 }
 
+/// `binary` when given, else the release binary built now (its BPF programs inside).
+pub fn release_binary(binary: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(b) = binary {
+        return Ok(b);
+    }
+    setup::ensure()?;
+    let mut c = Command::new("cargo");
+    c.current_dir(root())
+        .args(["build", "--release", "-p", "rocemon"]);
+    setup::ebpf_env(&mut c);
+    sh(&mut c)?;
+    Ok(root().join("target/release/rocemon"))
+}
+
 pub fn install(a: InstallArgs) -> Result<()> {
-    let binary = match a.binary {
-        Some(b) => b,
-        None => {
-            setup::ensure()?;
-            let mut c = Command::new("cargo");
-            c.current_dir(root())
-                .args(["build", "--release", "-p", "rocemon"]);
-            setup::ebpf_env(&mut c);
-            sh(&mut c)?;
-            root().join("target/release/rocemon")
-        }
-    };
+    let binary = release_binary(a.binary)?;
     place(&binary, &a.prefix, &a.root)?;
     if a.afxdp {
         place_afxdp_dropin(&a.root)?;

@@ -10,29 +10,13 @@ use agent_common::opcode::OpClass;
 use std::fmt::Write as _;
 
 pub(crate) use super::report_html_charts::{
-    bytes, count, duration, esc, line_chart, rate, table, table_html, with_spans, Axes,
-    SORT_SCRIPT, W,
+    bytes, count, duration, esc, line_chart, member_rows, rate, table, table_html, with_spans,
+    Axes, SORT_SCRIPT, W,
 };
 
 const COLORS: [&str; OpClass::COUNT] = [
     "#4e79a7", "#f28e2b", "#59a14f", "#76b7b2", "#9c755f", "#e15759", "#bab0ac",
 ];
-
-/// Escapes text for HTML (element content and attribute values).
-/// Table rows of an ECMP group's members: member, flows, elephants, collision.
-pub(crate) fn member_rows(members: &[crate::detect::ecmp::MemberView]) -> Vec<Vec<String>> {
-    members
-        .iter()
-        .map(|m| {
-            vec![
-                m.member.clone(),
-                m.flows.to_string(),
-                m.elephants.to_string(),
-                if m.colliding { "collision" } else { "" }.to_string(),
-            ]
-        })
-        .collect()
-}
 
 /// The page for `report` (of `inputs`), with the charts from `timeline`; findings link their
 /// runbook entries under `runbook_base` (an absolute URL: the page is read away from the

@@ -311,6 +311,21 @@ pub(crate) fn duration(s: f64) -> String {
     }
 }
 
+/// Table rows of an ECMP group's members: member, flows, elephants, collision.
+pub(crate) fn member_rows(members: &[crate::detect::ecmp::MemberView]) -> Vec<Vec<String>> {
+    members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member.clone(),
+                m.flows.to_string(),
+                m.elephants.to_string(),
+                if m.colliding { "collision" } else { "" }.to_string(),
+            ]
+        })
+        .collect()
+}
+
 pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     let escaped: Vec<Vec<String>> = rows
         .iter()

@@ -294,7 +294,7 @@ fn sflow(r: &Report, s: &mut String) {
     }
     if let Some(fab) = &f.fabric {
         for g in &fab.groups {
-            let rows = crate::export::report_html::member_rows(&g.members);
+            let rows = crate::export::report_html_charts::member_rows(&g.members);
             let _ = write!(
                 s,
                 "<p>Switch group {}: {}</p>",

@@ -207,3 +207,46 @@ pub fn analyze_frames(
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     crate::analyze_json(bin, &all, &[&p])
 }
+
+/// A live agent (XDP on the near end of `pair`, the link read as 1 Gb/s from a sysfs under
+/// `dir`, with `extra` flags) while the far end replays `cap` at its own pace; after `settle`
+/// (pauses to run out, steps to be judged, a few polls), every finding it listed (active and
+/// recent) and its metrics.
+pub fn live_findings(
+    pair: &crate::netns::VethPair,
+    bin: &str,
+    addr: &str,
+    dir: &std::path::Path,
+    cap: &std::path::Path,
+    extra: &[&str],
+    settle: std::time::Duration,
+) -> (Vec<serde_json::Value>, String) {
+    use std::time::{Duration, Instant};
+    let sysfs = dir.join("sys");
+    let net = sysfs.join("class/net").join(&pair.a_if);
+    std::fs::create_dir_all(&net).expect("sysfs of the test's own");
+    std::fs::write(net.join("speed"), "1000\n").expect("link speed");
+    let mut args = vec!["--sysfs-root", sysfs.to_str().expect("UTF-8 path")];
+    args.extend_from_slice(extra);
+    let agent = crate::netns::Agent::on_iface(&pair.ns_a, bin, (&pair.a_if, "xdp"), addr, &args)
+        .expect("a live agent");
+    pair.replay_timed_from_b(cap).expect("tcpreplay");
+    std::thread::sleep(settle);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let doc: serde_json::Value = loop {
+        let (status, body) =
+            crate::netns::http_get_in(&pair.ns_a, addr, "/api/v1/findings").expect("findings");
+        if status == 200 {
+            break serde_json::from_str(&body).expect("JSON");
+        }
+        assert!(Instant::now() < deadline, "no findings answer: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (_, metrics) = crate::netns::http_get_in(&pair.ns_a, addr, "/metrics").expect("metrics");
+    agent.stop_ok();
+    let mut out = Vec::new();
+    for list in ["active", "recent"] {
+        out.extend(doc[list].as_array().cloned().unwrap_or_default());
+    }
+    (out, metrics)
+}

@@ -13,7 +13,7 @@
 use crate::frames::{pfc, Roce};
 use crate::Rng;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// The causes a slow step can be given.
@@ -34,7 +34,75 @@ pub struct Scenario {
     pub slow: Vec<SlowTruth>,
     /// Steps of every job (slow or not) whose end is seen.
     pub steps: usize,
+    /// The findings the planted trouble calls for, by the findings' documented rules over the
+    /// generator's own counts (never a parse of its frames): (kind, what it is about: a
+    /// receiver's or a flow's source address, `priority P`, `traffic classes`).
+    pub findings: BTreeSet<(&'static str, String)>,
 }
+
+/// The finding kinds scored besides the slow steps.
+pub const FINDING_KINDS: [&str; 5] = [
+    "congestion",
+    "cnp_missing",
+    "retransmissions",
+    "lossy_roce",
+    "pfc_storm",
+];
+
+/// What the generator planted, counted as it plants it.
+#[derive(Default)]
+struct Tally {
+    /// Per receiver: RoCE packets to it (no CNP is ever sent here) and the CE-marked ones.
+    to: BTreeMap<IpAddr, (u64, u64)>,
+    roce: u64,
+    lossy: u64,
+    /// Source addresses of the data flows that lost packets, and of NAK-only flows whose
+    /// data flow lost none (each is its own incident).
+    lost: BTreeSet<String>,
+    /// A pause of the job's priority longer than the storm threshold.
+    storm: bool,
+}
+
+impl Tally {
+    fn packet(&mut self, dst: IpAddr, ce: bool, lossy: bool) {
+        let e = self.to.entry(dst).or_default();
+        e.0 += 1;
+        e.1 += u64::from(ce);
+        self.roce += 1;
+        self.lossy += u64::from(lossy);
+    }
+
+    /// The findings' rules (docs/runbook.md): congestion from 10 CE marks and 1% of a
+    /// receiver's packets; cnp_missing from 10 CE marks with no CNP back (none is ever sent
+    /// here); lossy_roce from 100 packets and 1% of the RoCE; a storm beyond 0.2 s; every
+    /// loss.
+    fn findings(&self) -> BTreeSet<(&'static str, String)> {
+        let mut out = BTreeSet::new();
+        for (host, &(packets, ce)) in &self.to {
+            if ce >= 10 && ce as f64 >= 0.01 * packets as f64 {
+                out.insert(("congestion", host.to_string()));
+            }
+            if ce >= 10 {
+                out.insert(("cnp_missing", host.to_string()));
+            }
+        }
+        for src in &self.lost {
+            out.insert(("retransmissions", src.clone()));
+        }
+        if self.lossy >= 100 && self.lossy as f64 >= 0.01 * self.roce as f64 {
+            out.insert(("lossy_roce", "traffic classes".into()));
+        }
+        if self.storm {
+            out.insert(("pfc_storm", "priority 3".into()));
+        }
+        out
+    }
+}
+
+/// A whole XOFF's pause at the diagnosis's 100 Gb/s: 65,535 quanta of 512 bit times.
+const XOFF_NS: u64 = 65_535 * 512 / 100;
+/// The storm threshold (`--pfc-storm-seconds` 0.2).
+const STORM_NS: u64 = 200 * MS;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
@@ -85,6 +153,7 @@ impl Sender {
 /// Draws scenario `seed`.
 pub fn draw(seed: u64) -> Scenario {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9) ^ 0x4791);
+    let mut tally = Tally::default();
     let jobs = 1 + rng.below(2) as usize;
     let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut slow = Vec::new();
@@ -149,6 +218,7 @@ pub fn draw(seed: u64) -> Scenario {
                         let at = t + ms * MS + h as u64 * 10_000 + k * 400_000;
                         let ce = causes.contains(&"congestion") && (ms + k) % 3 == 0;
                         let lossy = causes.contains(&"lossy_class") && (ms + k) % 2 == 0;
+                        tally.packet(s.dst, ce, lossy);
                         f.push(s.write(at, |r| {
                             if ce {
                                 r.ecn = 3;
@@ -165,6 +235,11 @@ pub fn draw(seed: u64) -> Scenario {
                 let s = &mut hosts[0];
                 let at = t + comm / 2;
                 s.psn = (s.psn + 1) & 0xFF_FFFF;
+                tally.lost.insert(s.src.to_string());
+                for _ in 0..4 {
+                    tally.packet(s.dst, false, false);
+                }
+                tally.packet(s.src, false, false);
                 f.push(s.write(at, |_| {}));
                 let mut nak = Roce::new(s.dst, s.src, s.sport, s.qp + 0x1000, 0x11);
                 nak.syndrome = 0x60;
@@ -180,6 +255,9 @@ pub fn draw(seed: u64) -> Scenario {
                 // congestion.
                 let held = if causes.len() > 1 { extra / 2 } else { extra };
                 xoffs(&mut f, JOB_PRIORITY_BIT, t + comm, t + comm + held);
+                // Paused from the first XOFF to the last one's end (they come every 200 us).
+                let last = held.saturating_sub(1) / 200_000 * 200_000;
+                tally.storm |= last + XOFF_NS > STORM_NS;
             }
             if is_slow {
                 taken.push(span);
@@ -219,6 +297,7 @@ pub fn draw(seed: u64) -> Scenario {
                 w.dscp = 0;
             }
         }
+        tally.packet(b, near, near && psn.is_multiple_of(4));
         f.push((t + 300_000, w.frame()));
         t += MS;
     }
@@ -226,6 +305,9 @@ pub fn draw(seed: u64) -> Scenario {
         let mut nak = Roce::new(b, a, 0xC900, 0x901, 0x11);
         nak.syndrome = 0x60;
         f.push((x + 5 * MS, nak.frame()));
+        tally.packet(a, false, false);
+        // The tenant's data flow loses nothing: its receiver's NAKs are their own incident.
+        tally.lost.insert(b.to_string());
         xoffs(&mut f, OTHER_PRIORITY_BIT, x, x + 30 * MS);
     }
     f.sort_by_key(|(t, _)| *t);
@@ -233,6 +315,7 @@ pub fn draw(seed: u64) -> Scenario {
         frames: f,
         slow,
         steps: steps_seen,
+        findings: tally.findings(),
     }
 }
 
@@ -274,6 +357,9 @@ pub struct Score {
     pub causes: BTreeMap<&'static str, Counts>,
     /// Matched slow steps whose planted "no cause" came out as `unexplained`.
     pub unexplained: Counts,
+    /// The findings besides the slow steps, by kind (what each is about against the truth);
+    /// `other` for any other kind said (none is planted).
+    pub findings: BTreeMap<&'static str, Counts>,
 }
 
 impl Score {
@@ -282,6 +368,9 @@ impl Score {
         self.unexplained.add(&o.unexplained);
         for (k, c) in &o.causes {
             self.causes.entry(k).or_default().add(c);
+        }
+        for (k, c) in &o.findings {
+            self.findings.entry(k).or_default().add(c);
         }
     }
 }
@@ -349,5 +438,66 @@ pub fn score(report: &Value, truth: &Scenario) -> Score {
         }
     }
     s.slow_steps.fp += used.iter().filter(|u| !**u).count() as u64;
+    s.findings = score_findings(report, truth);
     s
+}
+
+/// The first IPv4 address in `text`.
+fn first_address(text: &str) -> Option<String> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|w| w.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(str::to_string)
+}
+
+/// What the report's findings are about, as the truth names it: each incident's subject and
+/// the subjects it lists.
+fn said_findings(report: &Value) -> BTreeSet<(&'static str, String)> {
+    let mut out = BTreeSet::new();
+    for f in report["findings"].as_array().into_iter().flatten() {
+        let kind = f["kind"].as_str().unwrap_or("?");
+        if kind == "slow_step" {
+            continue;
+        }
+        let kind: &'static str = FINDING_KINDS
+            .iter()
+            .find(|k| **k == kind)
+            .copied()
+            .unwrap_or("other");
+        let mut subjects = vec![f["subject"].as_str().unwrap_or("").to_string()];
+        for l in f["evidence"]["listed"].as_array().into_iter().flatten() {
+            subjects.push(l.as_str().map_or_else(|| l.to_string(), str::to_string));
+        }
+        for subject in subjects {
+            let about = match kind {
+                "congestion" | "cnp_missing" | "retransmissions" => first_address(&subject),
+                "other" => Some(format!("{} {subject}", f["kind"].as_str().unwrap_or("?"))),
+                _ => Some(subject),
+            };
+            // An incident's own subject ("3 receivers at once") names nobody: its listed
+            // members do.
+            if let Some(a) = about {
+                out.insert((kind, a));
+            }
+        }
+    }
+    out
+}
+
+fn score_findings(report: &Value, truth: &Scenario) -> BTreeMap<&'static str, Counts> {
+    let said = said_findings(report);
+    let mut out: BTreeMap<&'static str, Counts> = FINDING_KINDS
+        .iter()
+        .map(|k| (*k, Counts::default()))
+        .collect();
+    out.insert("other", Counts::default());
+    for key in said.union(&truth.findings) {
+        let c = out.entry(key.0).or_default();
+        match (truth.findings.contains(key), said.contains(key)) {
+            (true, true) => c.tp += 1,
+            (false, true) => c.fp += 1,
+            (true, false) => c.fn_ += 1,
+            (false, false) => {}
+        }
+    }
+    out
 }
