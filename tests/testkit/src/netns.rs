@@ -302,6 +302,10 @@ pub fn run_args<'a>(iface: &'a str, addr: &'a str, poll_ms: &'a str) -> Vec<&'a 
 /// A child process (rocemon) inside a namespace, stopped with SIGTERM on drop.
 pub struct Agent {
     child: Option<std::process::Child>,
+    /// Its stderr, read as it comes (an agent that logs more than a pipe holds would block
+    /// in its write, stop serving, and never exit), and the threads reading both outputs.
+    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Agent {
@@ -313,7 +317,45 @@ impl Agent {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .context("start rocemon")?;
-        Ok(Agent { child: Some(child) })
+        let mut child = child;
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        if let Some(mut err) = child.stderr.take() {
+            let log = log.clone();
+            readers.push(std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut l) = log.lock() {
+                        l.extend_from_slice(&buf[..n]);
+                    }
+                }
+            }));
+        }
+        if let Some(mut out) = child.stdout.take() {
+            readers.push(std::thread::spawn(move || {
+                let _ = std::io::copy(&mut out, &mut std::io::sink());
+            }));
+        }
+        Ok(Agent {
+            child: Some(child),
+            log,
+            readers,
+        })
+    }
+
+    /// Waits for the output readers (the process has exited) and returns its stderr.
+    fn drained_log(&mut self) -> String {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        self.log
+            .lock()
+            .map(|l| String::from_utf8_lossy(&l).into_owned())
+            .unwrap_or_default()
     }
 
     /// rocemon as an sFlow collector in namespace `ns` only (no interface): sFlow on
@@ -461,30 +503,18 @@ impl Agent {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// What an exited agent wrote to stderr (its error names the cause), or a note that it
-    /// cannot be read.
+    /// What an exited agent wrote to stderr (its error names the cause).
     fn exited_log(&mut self) -> String {
-        use std::io::Read;
-        let mut log = String::new();
-        match self.child.as_mut().and_then(|c| c.stderr.as_mut()) {
-            Some(err) => match err.read_to_string(&mut log) {
-                Ok(_) => log,
-                Err(e) => format!("(its stderr cannot be read: {e})"),
-            },
-            None => "(its stderr was already read)".into(),
-        }
+        self.drained_log()
     }
 
     /// Sends SIGTERM and waits; returns the exit status and stderr.
     pub fn stop(mut self) -> Result<(std::process::ExitStatus, String)> {
-        let child = self.child.take().context("agent already stopped")?;
+        let mut child = self.child.take().context("agent already stopped")?;
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let out = child.wait_with_output()?;
-        Ok((
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ))
+        let status = child.wait()?;
+        Ok((status, self.drained_log()))
     }
 
     /// Stops the agent ([`Agent::stop`]) and asserts that it exited cleanly (status 0, its
@@ -502,7 +532,9 @@ impl Drop for Agent {
         if let Some(mut c) = self.child.take() {
             // SAFETY: signalling our own child; harmless if it already exited.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            // Its output is read as it comes, so the wait returns however much it logged.
             let _ = c.wait();
+            self.drained_log();
         }
     }
 }
