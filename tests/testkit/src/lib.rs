@@ -10,6 +10,8 @@
 //! - [`hostile`]: one hostile client of the HTTP endpoint (idle connections, password guesses).
 
 pub mod bpf_links;
+pub mod bpffs;
+pub mod child_output;
 pub mod dashboards;
 pub mod demo;
 pub mod e2e;

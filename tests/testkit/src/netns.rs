@@ -302,10 +302,9 @@ pub fn run_args<'a>(iface: &'a str, addr: &'a str, poll_ms: &'a str) -> Vec<&'a 
 /// A child process (rocemon) inside a namespace, stopped with SIGTERM on drop.
 pub struct Agent {
     child: Option<std::process::Child>,
-    /// Its stderr, read as it comes (an agent that logs more than a pipe holds would block
-    /// in its write, stop serving, and never exit), and the threads reading both outputs.
-    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
+    /// Its output, read as it comes (an agent that logs more than a pipe holds would block
+    /// in its write, stop serving, and never exit).
+    output: crate::child_output::ChildOutput,
 }
 
 impl Agent {
@@ -318,44 +317,16 @@ impl Agent {
             .spawn()
             .context("start rocemon")?;
         let mut child = child;
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut readers = Vec::new();
-        if let Some(mut err) = child.stderr.take() {
-            let log = log.clone();
-            readers.push(std::thread::spawn(move || {
-                use std::io::Read;
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut l) = log.lock() {
-                        l.extend_from_slice(&buf[..n]);
-                    }
-                }
-            }));
-        }
-        if let Some(mut out) = child.stdout.take() {
-            readers.push(std::thread::spawn(move || {
-                let _ = std::io::copy(&mut out, &mut std::io::sink());
-            }));
-        }
+        let output = crate::child_output::ChildOutput::read(&mut child);
         Ok(Agent {
             child: Some(child),
-            log,
-            readers,
+            output,
         })
     }
 
     /// Waits for the output readers (the process has exited) and returns its stderr.
     fn drained_log(&mut self) -> String {
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-        self.log
-            .lock()
-            .map(|l| String::from_utf8_lossy(&l).into_owned())
-            .unwrap_or_default()
+        self.output.finish()
     }
 
     /// rocemon as an sFlow collector in namespace `ns` only (no interface): sFlow on
@@ -570,29 +541,7 @@ impl Drop for LoopNs {
     }
 }
 
-/// A bpffs of a test's own, mounted in a directory and unmounted on drop (nothing touches
-/// the host's /sys/fs/bpf).
-pub struct BpfFs(pub std::path::PathBuf);
-
-impl BpfFs {
-    pub fn mount(dir: &std::path::Path) -> Result<BpfFs> {
-        std::fs::create_dir_all(dir)?;
-        run(
-            "mount",
-            &["-t", "bpf", "bpf", dir.to_str().context("path")?],
-        )?;
-        Ok(BpfFs(dir.to_path_buf()))
-    }
-    pub fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for BpfFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).output();
-    }
-}
+pub use crate::bpffs::BpfFs;
 
 /// A TCP connection to `addr` opened from inside namespace `ns` (a thread joins the namespace
 /// to connect; the socket stays in it).
