@@ -33,8 +33,9 @@ pub trait Store {
     /// Whether flows track PSNs (gaps, retransmissions; a load-time switch in the kernel).
     fn psn_on(&self) -> bool;
     /// The time of a RoCE packet of `frame_len` bytes, nanoseconds: read only for RoCE (the
-    /// kernel reads its clock here and adds the packet to the rhythm's ring).
-    fn now(&mut self, frame_len: u64) -> u64;
+    /// kernel reads its clock here and adds the packet to the rhythm's ring, in the lane of
+    /// `rec`'s source).
+    fn now(&mut self, rec: &PacketRecord, frame_len: u64) -> u64;
     /// Adds a RoCE packet to its session; false when the store is full (the sequence counts
     /// it in `session_overflow`).
     fn session(&mut self, key: SessionKey, rec: &PacketRecord, frame_len: u64) -> bool;
@@ -83,7 +84,7 @@ pub fn count<S: Store>(
             }
         }
     }
-    let now = store.now(frame_len);
+    let now = store.now(rec, frame_len);
     let psn = store.psn_on();
     store.flow(rec, hook, c, frame_len, now, psn)
 }

@@ -6,9 +6,17 @@
 //! that a zeroed slot belongs to no lap) tells a current slot from a stale one. A packet costs
 //! one array lookup and either an add or a reset of the slot; the agent reads the milliseconds
 //! since its last poll, and a slot whose lap is not the expected one held no traffic then.
-//! Memory: `RING_SLOTS` x 16 bytes per CPU per interface (64 KiB): the agent must poll at
+//! Memory: `RING_SLOTS` x 48 bytes per CPU per interface (192 KiB): the agent must poll at
 //! least every 4 s, which the poll interval's bound (60 s) does not ensure: a longer gap
 //! loses the milliseconds the ring no longer holds, and the agent counts them.
+//!
+//! **Lanes.** Beside the link's bytes, each slot splits them by source host into
+//! [`LANES`] lanes ([`lane_of`]: a hash of the source address), in units of [`LANE_UNIT`]
+//! bytes: the agent finds the training jobs sharing a link in them (hosts whose lanes keep
+//! one step are one job, `rocemon::detect::jobs`) and learns which hosts a lane holds from
+//! its flow table, through the same [`lane_of`]. A lane needs only the shape of the traffic,
+//! so 16 bits of 256-byte units (16 MB per millisecond and CPU: 128 Gbit/s on one CPU before
+//! it saturates) keep the slot at 48 bytes, where 32-bit byte counts would take 80.
 
 /// Milliseconds the ring holds (a power of two: the slot is a mask, the lap a shift).
 pub const RING_SLOTS: u32 = 4096;
@@ -18,7 +26,25 @@ const _: () = assert!(1 << RING_BITS == RING_SLOTS);
 /// Name of the per-CPU array of [`RingSlot`].
 pub const MAP_RING: &str = "RING";
 
-/// One millisecond of one CPU. `#[repr(C)]`, 16 bytes, no padding (BPF map value).
+/// Source-host lanes per slot (a power of two: the lane is a mask).
+pub const LANES: usize = 16;
+/// Bytes per lane unit (a packet counts its length rounded up to units).
+pub const LANE_UNIT: u64 = 256;
+const LANE_UNIT_BITS: u32 = 8;
+const _: () = assert!(1 << LANE_UNIT_BITS == LANE_UNIT);
+
+/// The lane of a source address (`FlowKey::src`, an IPv4 address in its first 4 bytes and
+/// zeros after): the four 32-bit words folded and multiplied by the golden ratio (Fibonacci
+/// hashing), the top bits. Hosts of one subnet that differ in their last byte spread over
+/// the lanes.
+#[inline(always)]
+pub fn lane_of(src: &[u8; 16]) -> usize {
+    let w = |i: usize| u32::from_ne_bytes([src[i], src[i + 1], src[i + 2], src[i + 3]]);
+    let folded = w(0) ^ w(4) ^ w(8) ^ w(12);
+    (folded.wrapping_mul(0x9E37_79B1) >> 28) as usize & (LANES - 1)
+}
+
+/// One millisecond of one CPU. `#[repr(C)]`, 48 bytes, no padding (BPF map value).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct RingSlot {
@@ -26,6 +52,8 @@ pub struct RingSlot {
     pub lap: u32,
     pub packets: u32,
     pub bytes: u64,
+    /// The bytes per source lane ([`lane_of`]) in [`LANE_UNIT`]s, saturating.
+    pub lanes: [u16; LANES],
 }
 
 /// The slot index of millisecond `ms`.
@@ -41,25 +69,34 @@ pub fn lap_of(ms: u64) -> u32 {
 }
 
 impl RingSlot {
-    /// Adds a packet of `bytes` at millisecond `ms` (whose slot this is): a slot of an older
-    /// lap starts over.
+    /// Adds a packet of `bytes` from source lane `lane` at millisecond `ms` (whose slot this
+    /// is): a slot of an older lap starts over.
     #[inline(always)]
-    pub fn add(&mut self, ms: u64, bytes: u64) {
+    pub fn add(&mut self, ms: u64, bytes: u64, lane: usize) {
         let lap = lap_of(ms);
-        if self.lap == lap {
-            self.packets = self.packets.wrapping_add(1);
-            self.bytes += bytes;
-        } else {
+        if self.lap != lap {
             self.lap = lap;
-            self.packets = 1;
-            self.bytes = bytes;
+            self.packets = 0;
+            self.bytes = 0;
+            self.lanes = [0; LANES];
         }
+        self.packets = self.packets.wrapping_add(1);
+        self.bytes += bytes;
+        let units = ((bytes + LANE_UNIT - 1) >> LANE_UNIT_BITS).min(u64::from(u16::MAX)) as u16;
+        let l = &mut self.lanes[lane & (LANES - 1)];
+        *l = l.saturating_add(units);
     }
 
     /// The counts of millisecond `ms`, if this slot holds it.
     #[inline(always)]
     pub fn at(&self, ms: u64) -> Option<(u64, u64)> {
         (self.lap == lap_of(ms)).then_some((u64::from(self.packets), self.bytes))
+    }
+
+    /// The lanes of millisecond `ms` (in [`LANE_UNIT`]s), if this slot holds it.
+    #[inline(always)]
+    pub fn lanes_at(&self, ms: u64) -> Option<&[u16; LANES]> {
+        (self.lap == lap_of(ms)).then_some(&self.lanes)
     }
 }
 
@@ -75,19 +112,63 @@ mod tests {
     fn a_slot_counts_its_millisecond_and_forgets_older_laps() {
         let mut s = RingSlot::default();
         assert_eq!(s.at(5), None, "a zeroed slot holds nothing, even in lap 0");
-        s.add(5, 100);
-        s.add(5, 50);
+        s.add(5, 100, 0);
+        s.add(5, 50, 0);
         assert_eq!(s.at(5), Some((2, 150)));
         let later = 5 + u64::from(RING_SLOTS);
         assert_eq!(slot_of(later), slot_of(5));
         assert_eq!(s.at(later), None, "stale: the slot is from the lap before");
-        s.add(later, 7);
+        s.add(later, 7, 0);
         assert_eq!(s.at(later), Some((1, 7)));
         assert_eq!(s.at(5), None);
+        assert_eq!(
+            s.lanes_at(later).map(|l| l[0]),
+            Some(1),
+            "the old lap's lanes are gone"
+        );
+    }
+
+    #[test]
+    fn a_packet_adds_its_units_to_its_lane_only() {
+        let mut s = RingSlot::default();
+        s.add(9, 4096 + 1, 3);
+        s.add(9, 64, 3);
+        s.add(9, 256, 12);
+        let l = s.lanes_at(9).unwrap();
+        assert_eq!(l[3], 17 + 1, "4097 B is 17 units, 64 B rounds up to one");
+        assert_eq!(l[12], 1);
+        assert_eq!(l.iter().map(|&u| u64::from(u)).sum::<u64>(), 19);
+        assert_eq!(s.lanes_at(9 + u64::from(RING_SLOTS)), None);
+    }
+
+    #[test]
+    fn a_lane_saturates_instead_of_wrapping() {
+        let mut s = RingSlot::default();
+        for _ in 0..1000 {
+            s.add(1, 64 * 1024, 0);
+        }
+        assert_eq!(s.lanes_at(1).unwrap()[0], u16::MAX);
+        assert_eq!(
+            s.at(1),
+            Some((1000, 64 * 1024 * 1000)),
+            "the link's bytes stay exact"
+        );
+    }
+
+    #[test]
+    fn the_hosts_of_a_subnet_spread_over_every_lane() {
+        let mut seen = [0u32; LANES];
+        for last in 1..=64u8 {
+            let mut src = [0u8; 16];
+            src[..4].copy_from_slice(&[10, 0, 0, last]);
+            seen[lane_of(&src)] += 1;
+        }
+        assert!(seen.iter().all(|&n| n >= 1), "{seen:?}");
+        assert!(seen.iter().all(|&n| n <= 10), "{seen:?}");
     }
 
     #[test]
     fn layout() {
-        assert_eq!(core::mem::size_of::<RingSlot>(), 16);
+        assert_eq!(core::mem::size_of::<RingSlot>(), 48);
     }
 }

@@ -201,7 +201,7 @@ pub async fn run(
                 }
             }
             _ = ring_tick.tick(), if config.switches.rhythm => {
-                let failed = drain_rings(&probes, &mut rhythm.ifaces);
+                let failed = drain_rings(&probes, &mut rhythm);
                 if !failed.is_empty() {
                     if let Ok(m) = shared.metrics.lock() {
                         ring_read_errors(&failed, &m);
@@ -275,7 +275,7 @@ fn poll(
     let mut ring_failed = Vec::new();
     let mut slow = Vec::new();
     if config.switches.rhythm {
-        ring_failed = drain_rings(probes, &mut rhythm.ifaces);
+        ring_failed = drain_rings(probes, rhythm);
         if rhythm_due {
             slow = detect_rhythms(
                 rhythm
@@ -283,6 +283,7 @@ fn poll(
                     .iter_mut()
                     .map(|(i, t)| (RhythmSource::Iface(i), t)),
             );
+            super::run_rhythm::detect_jobs(rhythm, &pipeline.flows);
         }
     }
     if let (Some(r), true) = (sflow, rhythm_due) {

@@ -2,7 +2,9 @@
 //! interface every second, the rhythm looked for every 2 s (interfaces and sFlow switch
 //! ports), slow steps logged once, and the series set.
 
+use crate::detect::live_jobs::{FlowEnds, JobSlowStep, LiveJobs};
 use crate::detect::steps::StepTracker;
+use crate::pipeline::flows::FlowTable;
 use crate::export::metrics::Metrics;
 use crate::kernel::loader::Attachment;
 use rustc_hash::FxHashMap;
@@ -13,10 +15,12 @@ pub const RING_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(
 /// How often the rhythm is looked for (a few ms of autocorrelation per source).
 const RHYTHM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The live sources' rhythms: per interface (its kernel ring), and when it was last looked for.
+/// The live sources' rhythms: per interface (its kernel ring), the jobs in each interface's
+/// source lanes, and when they were last looked for.
 #[derive(Default)]
 pub struct LiveRhythm {
     pub ifaces: FxHashMap<String, StepTracker>,
+    pub jobs: FxHashMap<String, LiveJobs>,
     detected_at: Option<Instant>,
 }
 
@@ -39,15 +43,13 @@ impl LiveRhythm {
 /// milliseconds it no longer holds are counted as lost). Milliseconds up to two ago: the one
 /// in progress may still be counted on another CPU. Returns the interfaces whose ring could
 /// not be read (for `rocemon_map_read_errors_total`; no lock is needed to read).
-pub fn drain_rings(
-    probes: &[Option<Attachment>],
-    steps: &mut FxHashMap<String, StepTracker>,
-) -> Vec<String> {
+pub fn drain_rings(probes: &[Option<Attachment>], rhythm: &mut LiveRhythm) -> Vec<String> {
     let mut failed = Vec::new();
     let to = crate::sources::maps::monotonic_ms().saturating_sub(2);
     let depth = u64::from(agent_common::ring::RING_SLOTS) - 1;
     for p in probes.iter().flatten() {
-        let t = steps.entry(p.iface.clone()).or_default();
+        let t = rhythm.ifaces.entry(p.iface.clone()).or_default();
+        let jobs = rhythm.jobs.entry(p.iface.clone()).or_default();
         let earliest = to.saturating_sub(depth);
         let from = match t.next_ms {
             Some(n) if n < earliest => {
@@ -61,7 +63,12 @@ pub fn drain_rings(
             continue;
         }
         match p.read_ring(from, to) {
-            Ok(v) => t.push(from, v.into_iter().map(|(_, bytes)| bytes)),
+            Ok(v) => {
+                for (ms, m) in (from..).zip(v.iter()) {
+                    jobs.push(ms, &m.lanes);
+                }
+                t.push(from, v.into_iter().map(|m| m.bytes));
+            }
             Err(e) => {
                 log::warn!(
                     "read {} on {}: {e:#}",
@@ -73,6 +80,37 @@ pub fn drain_rings(
         }
     }
     failed
+}
+
+/// Finds the jobs in every interface's lanes, named from the flow table as of the last poll
+/// (a second old at most: a job's hosts do not change faster); returns their new slow steps.
+/// Done before the metrics lock, as the rhythm.
+pub fn detect_jobs(rhythm: &mut LiveRhythm, table: &FlowTable) -> Vec<(String, JobSlowStep)> {
+    let mut out = Vec::new();
+    for (iface, jobs) in &mut rhythm.jobs {
+        let Some(at) = table.ifaces.iter().position(|i| i == iface) else {
+            continue;
+        };
+        let flows: Vec<FlowEnds> = table
+            .iter()
+            .filter(|e| e.iface == at)
+            .map(|e| FlowEnds {
+                ip_version: e.key.ip_version,
+                src: e.key.src,
+                dst: e.key.dst,
+                last_seen_ns: e.stats.last_seen_ns,
+            })
+            .collect();
+        for s in jobs.detect(&flows) {
+            log::warn!(
+                "slow training step of {} on {iface}: {:.3} s",
+                s.job,
+                s.step.seconds
+            );
+            out.push((iface.clone(), s));
+        }
+    }
+    out
 }
 
 /// Counts ring reads that failed.

@@ -5,7 +5,7 @@
 //! Each job's rhythm is then looked for again on the sum of its hosts' series, so that its
 //! steps and slow steps are the job's own and not the link's.
 
-use super::rhythm::{Rhythm, Series, BUCKET_NS};
+use super::rhythm::{self, Rhythm, Series, BUCKET_NS};
 
 /// Periods within this share of each other can be one job's.
 const SAME_PERIOD: f64 = 0.05;
@@ -123,6 +123,43 @@ pub fn combined(series: &[&Series]) -> Series {
         buckets,
         max: 0,
     }
+}
+
+/// A job found among several sources' series: its members (indexes into the sources) and
+/// the rhythm of their traffic together.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub members: Vec<usize>,
+    pub rhythm: Rhythm,
+}
+
+/// The training jobs among `series`, one per source (a source host offline, a source lane of
+/// the kernel's ring live): each source's rhythm, the sources grouped ([`group`]), and each
+/// group's rhythm found again on its series together, where `paused` marks the buckets of
+/// that series a silence does not end (PFC held the job). Groups whose steps are a trickle
+/// are no job. In the order of [`group`].
+pub fn find(series: &[&Series], paused: impl Fn(&Series) -> Vec<bool>) -> Vec<Found> {
+    let rhythms: Vec<Rhythm> = series.iter().map(|s| rhythm::detect(s)).collect();
+    group(&rhythms)
+        .into_iter()
+        .filter_map(|members| {
+            let together = combined(&members.iter().map(|&i| series[i]).collect::<Vec<_>>());
+            let r = rhythm::detect_paused(&together, &paused(&together));
+            (r.period_seconds.is_some() && !trickle(&r)).then_some(Found { members, rhythm: r })
+        })
+        .collect()
+}
+
+/// A rhythm of steps too small to be a training job's (the typical step carries less than
+/// [`super::steps::MIN_SLOW_STEP_BYTES`]): a host that only answers, a few NAKs or ACKs at
+/// regular times, a heartbeat. Live, such a rhythm reports no slow step.
+pub fn trickle(r: &Rhythm) -> bool {
+    let mut b: Vec<u64> = r.steps.iter().map(|s| s.bytes).collect();
+    if b.is_empty() {
+        return true;
+    }
+    b.sort_unstable();
+    b[b.len() / 2] < super::steps::MIN_SLOW_STEP_BYTES
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod incidents;
 pub mod jobs;
 pub mod live_findings;
 pub mod live_flows;
+pub mod live_jobs;
 pub mod live_pause;
 pub mod live_reaction;
 pub mod live_sample;

@@ -87,25 +87,7 @@ impl StepTracker {
     /// [`MIN_SLOW_STEP_BYTES`], the newest [`MAX_NEW_SLOW_STEPS`] of them.
     pub fn detect(&mut self) -> Vec<rhythm::Step> {
         self.rhythm = rhythm::detect(&self.series);
-        let end = self
-            .rhythm
-            .steps
-            .iter()
-            .map(|s| s.start_ns + (s.seconds * 1e9) as u64)
-            .max()
-            .unwrap_or(0);
-        let mut new = Vec::new();
-        for s in &self.rhythm.steps {
-            if s.start_ns > self.counted_until_ns {
-                let recent = s.start_ns + REPORT_WINDOW_NS >= end;
-                if s.slow && recent && s.bytes >= MIN_SLOW_STEP_BYTES {
-                    new.push(s.clone());
-                }
-                self.counted_until_ns = s.start_ns;
-            }
-        }
-        let extra = new.len().saturating_sub(MAX_NEW_SLOW_STEPS);
-        new.drain(..extra);
+        let new = new_slow_steps(&self.rhythm, &mut self.counted_until_ns);
         self.slow_steps += new.len() as u64;
         new
     }
@@ -126,6 +108,32 @@ impl StepTracker {
             step_bytes,
         })
     }
+}
+
+/// The slow steps of `r` that began after `until_ns` (which moves to the last step looked
+/// at): of the last [`REPORT_WINDOW_NS`] before its end, of at least [`MIN_SLOW_STEP_BYTES`],
+/// the newest [`MAX_NEW_SLOW_STEPS`].
+pub fn new_slow_steps(r: &Rhythm, until_ns: &mut u64) -> Vec<rhythm::Step> {
+    let end = end_of(r);
+    let mut new = Vec::new();
+    for s in &r.steps {
+        if s.start_ns > *until_ns {
+            let recent = s.start_ns + REPORT_WINDOW_NS >= end;
+            if s.slow && recent && s.bytes >= MIN_SLOW_STEP_BYTES {
+                new.push(s.clone());
+            }
+            *until_ns = s.start_ns;
+        }
+    }
+    new.drain(..new.len().saturating_sub(MAX_NEW_SLOW_STEPS));
+    new
+}
+
+/// The end of a rhythm's last step (ns).
+pub fn end_of(r: &Rhythm) -> u64 {
+    r.steps
+        .last()
+        .map_or(0, |s| s.start_ns + (s.seconds * 1e9) as u64)
 }
 
 #[cfg(test)]

@@ -371,7 +371,7 @@ impl Attachment {
 
     /// RoCE packets and bytes per millisecond, `from_ms..=to_ms` (see
     /// [`crate::sources::maps::read_ring`]).
-    pub fn read_ring(&self, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {
+    pub fn read_ring(&self, from_ms: u64, to_ms: u64) -> Result<Vec<crate::sources::maps::RingMs>> {
         crate::sources::maps::read_ring(&self.ebpf, from_ms, to_ms)
     }
 

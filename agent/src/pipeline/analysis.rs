@@ -187,7 +187,7 @@ impl Store for CaptureStore<'_> {
         true
     }
 
-    fn now(&mut self, _frame_len: u64) -> u64 {
+    fn now(&mut self, _rec: &PacketRecord, _frame_len: u64) -> u64 {
         self.ts_ns
     }
 

@@ -106,18 +106,6 @@ impl std::ops::DerefMut for TrainingView {
     }
 }
 
-/// A rhythm of steps too small to be a training job's (the typical step carries less than
-/// [`crate::detect::steps::MIN_SLOW_STEP_BYTES`]): a host that only answers, a few NAKs or
-/// ACKs at regular times, a heartbeat. Live, such a rhythm reports no slow step.
-fn trickle(r: &Rhythm) -> bool {
-    let mut b: Vec<u64> = r.steps.iter().map(|s| s.bytes).collect();
-    if b.is_empty() {
-        return true;
-    }
-    b.sort_unstable();
-    b[b.len() / 2] < crate::detect::steps::MIN_SLOW_STEP_BYTES
-}
-
 /// The last minute of a series.
 fn tail(s: &Series) -> Series {
     let b = &s.buckets;
@@ -254,23 +242,18 @@ impl Training {
     /// priority of `mask` was paused does not end a burst). `hosts` and `flows` are left for
     /// the caller, who holds the flows.
     pub fn jobs(&self, pause: &crate::detect::pause::PauseTracker, mask: u8) -> Vec<JobRhythm> {
-        use crate::detect::jobs;
         let held: Vec<(&SourceHost, Series, u64, u64)> = self
             .sources
             .iter()
             .map(|(k, (s, bytes, packets))| (k, tail(s), *bytes, *packets))
             .collect();
-        let rhythms: Vec<Rhythm> = held.iter().map(|(_, s, _, _)| rhythm::detect(s)).collect();
-        let mut out: Vec<JobRhythm> = jobs::group(&rhythms)
+        let series: Vec<&Series> = held.iter().map(|h| &h.1).collect();
+        let paused =
+            |t: &Series| pause.paused_buckets(mask, t.start_ns, rhythm::BUCKET_NS, t.buckets.len());
+        let mut out: Vec<JobRhythm> = crate::detect::jobs::find(&series, paused)
             .into_iter()
-            .map(|g| {
-                let together = jobs::combined(&g.iter().map(|&i| &held[i].1).collect::<Vec<_>>());
-                let paused = pause.paused_buckets(
-                    mask,
-                    together.start_ns,
-                    rhythm::BUCKET_NS,
-                    together.buckets.len(),
-                );
+            .map(|f| {
+                let g = &f.members;
                 let mut keys: Vec<&SourceHost> = g.iter().map(|&i| held[i].0).collect();
                 keys.sort();
                 let sources: Vec<String> = keys
@@ -286,10 +269,9 @@ impl Training {
                     packets: g.iter().map(|&i| held[i].3).sum(),
                     source_keys: keys.iter().map(|k| **k).collect(),
                     host_keys: Vec::new(),
-                    rhythm: rhythm::detect_paused(&together, &paused),
+                    rhythm: f.rhythm,
                 }
             })
-            .filter(|j| j.rhythm.period_seconds.is_some() && !trickle(&j.rhythm))
             .collect();
         out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
         out

@@ -6,7 +6,7 @@ use agent_common::cache_mode::FlushState;
 use agent_common::flow_cache::{
     key_of, CachedFlow, DIRTY, FLOW_CACHE_SLOTS, MAP_FLOW_CACHE, MAP_FLOW_FLUSHING,
 };
-use agent_common::ring::{slot_of, RingSlot, MAP_RING, RING_SLOTS};
+use agent_common::ring::{slot_of, RingSlot, LANES, MAP_RING, RING_SLOTS};
 use agent_common::{
     FlowKey, FlowKey4, FlowStats, Hook, HookCounters, HookSlot, SessionKey, SessionStats,
     MAP_COUNTERS, MAP_FLOWS, MAP_FLOWS4, MAP_FLOWS_OUT, MAP_SESSIONS,
@@ -298,25 +298,37 @@ pub fn coarse_clock_resolution_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// One millisecond of the ring, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingMs {
+    pub packets: u64,
+    pub bytes: u64,
+    /// Per source lane ([`agent_common::ring::lane_of`]), in [`agent_common::ring::LANE_UNIT`]s.
+    pub lanes: [u64; LANES],
+}
+
 /// RoCE packets and bytes per millisecond from `from_ms` to `to_ms` (inclusive) out of the
 /// ring ([`agent_common::ring`]), summed over CPUs; a slot of another lap held nothing then.
 /// At most [`RING_SLOTS`] milliseconds back from `to_ms` can be had: `from_ms` is raised to
 /// that (the caller counts what it lost).
-pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<(u64, u64)>> {
+pub fn read_ring(ebpf: &Ebpf, from_ms: u64, to_ms: u64) -> Result<Vec<RingMs>> {
     let map = ebpf.map(MAP_RING).context("RING map missing")?;
     let arr: PerCpuArray<_, RingSlot> = PerCpuArray::try_from(map)?;
     let from = from_ms.max(to_ms.saturating_sub(u64::from(RING_SLOTS) - 1));
     let mut out = Vec::with_capacity(to_ms.saturating_sub(from) as usize + 1);
     for ms in from..=to_ms {
         let values = arr.get(&slot_of(ms), 0).context("read RING")?;
-        let (mut p, mut b) = (0, 0);
+        let mut m = RingMs::default();
         for v in values.iter() {
             if let Some((vp, vb)) = v.at(ms) {
-                p += vp;
-                b += vb;
+                m.packets += vp;
+                m.bytes += vb;
+                for (sum, &u) in m.lanes.iter_mut().zip(v.lanes.iter()) {
+                    *sum += u64::from(u);
+                }
             }
         }
-        out.push((p, b));
+        out.push(m);
     }
     Ok(out)
 }

@@ -190,7 +190,7 @@ impl Store for TallyStore<'_> {
         self.switches.psn_tracking
     }
 
-    fn now(&mut self, _frame_len: u64) -> u64 {
+    fn now(&mut self, _rec: &PacketRecord, _frame_len: u64) -> u64 {
         self.now_ns
     }
 
