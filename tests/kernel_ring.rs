@@ -95,9 +95,9 @@ fn batches_land_in_their_milliseconds(switches: loader::Switches, now: fn() -> u
     for (i, (from, to)) in batches.iter().enumerate() {
         let (mut p, mut b) = (0, 0);
         for ms in *from..=*to {
-            let (vp, vb) = ring[(ms - (start - 5)) as usize];
-            p += vp;
-            b += vb;
+            let m = ring[(ms - (start - 5)) as usize];
+            p += m.packets;
+            b += m.bytes;
         }
         assert_eq!(
             (p, b),
@@ -105,11 +105,32 @@ fn batches_land_in_their_milliseconds(switches: loader::Switches, now: fn() -> u
             "batch {i} ran in ms {from}..={to}"
         );
     }
-    let total: (u64, u64) = ring.iter().fold((0, 0), |a, (p, b)| (a.0 + p, a.1 + b));
+    let total: (u64, u64) = ring
+        .iter()
+        .fold((0, 0), |a, m| (a.0 + m.packets, a.1 + m.bytes));
     assert_eq!(
         total,
         (2 * frames.len() as u64, 2 * bytes),
         "nothing outside the batches' milliseconds"
+    );
+    // Each frame's bytes are in its source's lane, rounded up to lane units (the frames'
+    // sources worked out by agent-common's parser, their lanes by `lane_of`).
+    let mut want = [0u64; agent_common::ring::LANES];
+    for d in &frames {
+        let src = parse(&SliceReader(d), LinkType::Ethernet).unwrap().src;
+        want[agent_common::ring::lane_of(&src)] +=
+            2 * (d.len() as u64).div_ceil(agent_common::ring::LANE_UNIT);
+    }
+    let mut got = [0u64; agent_common::ring::LANES];
+    for m in &ring {
+        for (g, l) in got.iter_mut().zip(m.lanes.iter()) {
+            *g += l;
+        }
+    }
+    assert_eq!(got, want, "the lanes");
+    assert!(
+        want.iter().filter(|&&u| u > 0).count() >= 2,
+        "sources in two lanes at least: {want:?}"
     );
     // The counter block agrees: every RoCE frame's bytes are in the ring.
     let k = loader::read_counters(&ebpf).unwrap();
@@ -139,7 +160,7 @@ fn switched_off_rhythm_leaves_the_ring_empty() {
     }
     let end = rocemon::sources::maps::monotonic_ms();
     let ring = loader::read_ring(&ebpf, start - 1, end + 1).unwrap();
-    assert!(ring.iter().all(|&(p, b)| p == 0 && b == 0));
+    assert!(ring.iter().all(|m| m.packets == 0 && m.bytes == 0));
     let k = loader::read_counters(&ebpf).unwrap();
     assert_eq!(
         k[Hook::Xdp as usize].roce_bytes(),

@@ -386,6 +386,39 @@ fn two_jobs_on_one_link_are_two_jobs() {
     assert_eq!(t["period_seconds"], lead["period_seconds"], "{t:#}");
 }
 
+/// Each job's RDMA messages are its own flows', as tshark decodes the frames its sources sent.
+#[test]
+fn each_job_s_messages_equal_tshark_s_of_its_sources() {
+    require_tshark();
+    let dir = TempDir::new("rocemon-training-job-messages").unwrap();
+    let p = two_jobs(dir.path());
+    let t = analyze(&p)["training"].clone();
+    let j = jobs(&t);
+    assert_eq!(j.len(), 2, "{t:#}");
+    for src in ["10.78.0.1", "10.78.0.3"] {
+        let job = j
+            .iter()
+            .find(|x| x["sources"] == serde_json::json!([src]))
+            .unwrap_or_else(|| panic!("a job of {src}: {j:#?}"));
+        let want = training::tshark_messages_of(&p, &format!("ip.src == {src}")).unwrap();
+        for op in ["rdma_write", "rdma_read", "send"] {
+            let m = job["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["op"] == op)
+                .unwrap_or_else(|| panic!("{op}: {job:#}"));
+            let (n, bytes) = want.total(op);
+            assert!(n > 0, "{src} {op}");
+            assert_eq!(
+                (m["messages"].as_u64(), m["bytes"].as_u64()),
+                (Some(n), Some(bytes)),
+                "{src} {op}"
+            );
+        }
+    }
+}
+
 /// The text table lists each job under the leading rhythm.
 #[test]
 fn the_table_lists_each_job() {

@@ -185,3 +185,223 @@ fn the_rhythm_and_messages_live_on_xdp() {
 fn the_rhythm_and_messages_live_on_tc() {
     live("rctrt", &["tc-ingress"]);
 }
+
+/// The first address of 10.79.0.0/24 from `from` on whose ring lane none of `taken` holds.
+fn in_a_lane_of_its_own(from: u8, taken: &mut Vec<usize>) -> String {
+    for last in from..=254u8 {
+        let a = std::net::Ipv4Addr::new(10, 79, 0, last);
+        let mut src = [0u8; 16];
+        src[..4].copy_from_slice(&a.octets());
+        let lane = agent_common::ring::lane_of(&src);
+        if !taken.contains(&lane) {
+            taken.push(lane);
+            return a.to_string();
+        }
+    }
+    panic!("no free lane");
+}
+
+/// Steady RoCE from `src`: a 1 KiB WRITE ONLY every millisecond for `ms`.
+fn steady_frames(src: &str, dst: &str, ms: u64) -> Vec<(u64, Vec<u8>)> {
+    (0..ms)
+        .map(|k| {
+            let mut r = rocemon_testkit::frames::Roce::new(
+                src.parse().unwrap(),
+                dst.parse().unwrap(),
+                0xC300,
+                0x31,
+                0x0A,
+            );
+            r.payload = 1024;
+            r.dma_len = 1024;
+            r.psn = k as u32 & 0xFF_FFFF;
+            (1_764_547_200_000_000_000 + k * 1_000_000, r.frame())
+        })
+        .collect()
+}
+
+/// Two training jobs and a steady tenant on one link, live: job A (two hosts, 100 ms steps,
+/// one slow) and job B (two hosts, 170 ms steps, out of A's phase) are two jobs in
+/// `/api/v1/training` and in the job series, named by their lowest source host, each with
+/// its own period and slow steps; the steady tenant is in neither. The sources sit in
+/// distinct ring lanes (the lane of a host is a hash: a shared lane is the unit tests' case).
+fn two_jobs(prefix: &str, hooks: &[&str]) {
+    if !rocemon_testkit::netns::can_run_e2e() {
+        return;
+    }
+    require_tshark();
+    let _one = PACED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lanes = Vec::new();
+    let a = [
+        in_a_lane_of_its_own(1, &mut lanes),
+        in_a_lane_of_its_own(1, &mut lanes),
+    ];
+    let b = [
+        in_a_lane_of_its_own(1, &mut lanes),
+        in_a_lane_of_its_own(1, &mut lanes),
+    ];
+    let tenant = in_a_lane_of_its_own(1, &mut lanes);
+    let job_a = Job {
+        slow_at: Some(35),
+        ..Job::steady(50)
+    };
+    let job_b = Job {
+        period_ms: 170,
+        comm_ms: 30,
+        ..Job::steady(30)
+    };
+    let mut frames = Vec::new();
+    for src in &a {
+        frames.extend(training::frames(job_a, src, "10.79.1.1", 0));
+    }
+    for src in &b {
+        let shifted = training::frames(job_b, src, "10.79.1.2", 0);
+        frames.extend(shifted.into_iter().map(|(t, f)| (t + 40_000_000, f)));
+    }
+    frames.extend(steady_frames(&tenant, "10.79.1.3", 5_200));
+    frames.sort_by_key(|(t, _)| *t);
+    // The frames as a capture, for tshark's messages of each job's sources.
+    let dir = TempDir::new("rocemon-training-jobs-live").unwrap();
+    let pcap = rocemon_testkit::fixtures::whole(
+        "jobs",
+        rocemon_testkit::fixtures::Format::PcapNanos,
+        frames.clone(),
+        false,
+    )
+    .write(dir.path())
+    .unwrap();
+    let pair = VethPair::new(prefix).unwrap();
+    let addr = "127.0.0.1:9443";
+    let mut args = run_args(&pair.a_if, addr, "200");
+    for h in hooks {
+        args.extend(["--hooks", h]);
+    }
+    let mut agent = Agent::start(&pair.ns_a, BIN, &args).unwrap();
+    agent.wait_ready(&pair.ns_a, addr).unwrap();
+    rocemon_testkit::sender::send_paced(&pair.ns_b, &pair.b_if, frames).unwrap();
+    let (id_a, id_b) = (format!("job-{}", lowest(&a)), format!("job-{}", lowest(&b)));
+    let job = |id: &str| [("iface", pair.a_if.clone()), ("job", id.to_string())];
+    let body = agent
+        .wait_metrics(&pair.ns_a, addr, Duration::from_secs(30), |m| {
+            let l = job(&id_a);
+            let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            metric_value(m, "rocemon_training_jobs", &[("iface", pair.a_if.as_str())]) == Some(2.0)
+                && metric_value(m, "rocemon_training_job_slow_steps_total", &l).unwrap_or(0.0)
+                    >= 1.0
+        })
+        .unwrap();
+    for (id, period, slow) in [(&id_a, 0.1, 1.0), (&id_b, 0.17, 0.0)] {
+        let l = job(id);
+        let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let p = metric_value(&body, "rocemon_training_job_step_period_seconds", &l)
+            .unwrap_or_else(|| panic!("no period for {id}\n{body}"));
+        assert!((p - period).abs() < 0.006, "{id}: period {p}");
+        assert_eq!(
+            metric_value(&body, "rocemon_training_job_slow_steps_total", &l),
+            Some(slow),
+            "{id}"
+        );
+        assert_eq!(
+            metric_value(&body, "rocemon_training_job_hosts", &l),
+            Some(3.0),
+            "{id}: two sources and their destination"
+        );
+    }
+    let (status, doc) = http_get_in(&pair.ns_a, addr, "/api/v1/training").unwrap();
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    let i = doc["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["iface"] == pair.a_if.as_str())
+        .unwrap_or_else(|| panic!("{doc}"));
+    let jobs = i["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{i:#}");
+    for (id, members) in [(&id_a, &a), (&id_b, &b)] {
+        let j = jobs
+            .iter()
+            .find(|j| j["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id}: {i:#}"));
+        let mut want: Vec<&str> = members.iter().map(|s| s.as_str()).collect();
+        want.sort_by_key(|s| s.parse::<std::net::Ipv4Addr>().unwrap());
+        assert_eq!(j["sources"], serde_json::json!(want), "{j:#}");
+        assert!(
+            !j["hosts"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from(tenant.as_str())),
+            "the steady tenant is in no job: {j:#}"
+        );
+    }
+    // Each job's messages are its sources' as tshark decodes them (the job is named from
+    // the flow table of the poll before: a few polls may pass until the last messages are
+    // in it).
+    let want: Vec<Value> = [&a, &b]
+        .iter()
+        .map(|m| {
+            let f = format!("ip.src == {} || ip.src == {}", m[0], m[1]);
+            let t = training::tshark_messages_of(&pcap, &f).unwrap();
+            serde_json::json!(["rdma_write", "rdma_read", "send"]
+                .iter()
+                .map(|op| {
+                    let (n, bytes) = t.total(op);
+                    serde_json::json!({"op": op, "messages": n, "bytes": bytes})
+                })
+                .collect::<Vec<_>>())
+        })
+        .collect();
+    let messages = |id: &str| -> Value {
+        let (_, doc) = http_get_in(&pair.ns_a, addr, "/api/v1/training").unwrap();
+        let doc: Value = serde_json::from_str(&doc).unwrap();
+        doc["interfaces"]
+            .as_array()
+            .and_then(|v| v.iter().find(|i| i["iface"] == pair.a_if.as_str()))
+            .and_then(|i| i["jobs"].as_array())
+            .and_then(|j| j.iter().find(|j| j["id"] == id))
+            .map_or(Value::Null, |j| j["messages"].clone())
+    };
+    for (id, want) in [(&id_a, &want[0]), (&id_b, &want[1])] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut got = messages(id);
+        while &got != want && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+            got = messages(id);
+        }
+        assert_eq!(&got, want, "{id}: messages against tshark");
+    }
+    // `rocemon top` lists both jobs under the interface.
+    let top = pair
+        .exec(
+            &pair.ns_a,
+            BIN,
+            &["top", "--addr", addr, "--iterations", "1"],
+        )
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    for id in [&id_a, &id_b] {
+        assert!(
+            screen.contains(&format!("  {id}: 2 sources, 3 hosts, step period ")),
+            "{id}: {screen}"
+        );
+    }
+    agent.stop_ok();
+}
+
+/// The lowest of some IPv4 addresses.
+fn lowest(v: &[String]) -> String {
+    v.iter()
+        .min_by_key(|s| s.parse::<std::net::Ipv4Addr>().unwrap())
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn two_jobs_and_a_steady_tenant_on_one_link_are_two_jobs_live_on_xdp() {
+    two_jobs("rctjx", &["xdp"]);
+}
+
+#[test]
+fn two_jobs_and_a_steady_tenant_on_one_link_are_two_jobs_live_on_tc() {
+    two_jobs("rctjt", &["tc-ingress"]);
+}

@@ -44,7 +44,7 @@
 //!   its views over time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and
 //!   message sizes).
 //! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
-//!   training rhythm (`rhythm`, `steps`), pause time ([`detect::pause`]), CE/CNP pairing and
+//!   training rhythm (`rhythm`, `steps`) and the jobs in it (`jobs`, `live_jobs`), pause time ([`detect::pause`]), CE/CNP pairing and
 //!   the senders' answer ([`detect::cnp_response`]; live: [`detect::live_reaction`]), why a
 //!   step was slow ([`detect::slow_steps`]), and the findings that say what it all means
 //!   ([`detect::findings`]; live, over a window: [`detect::live_findings`]).

@@ -309,9 +309,7 @@ fn poll(
         return;
     };
     ring_read_errors(&ring_failed, &m);
-    for (i, t) in &rhythm.ifaces {
-        m.set_training(RhythmSource::Iface(i), t);
-    }
+    super::run_rhythm::set_metrics(rhythm, &mut m);
     let now_mono = crate::sources::maps::monotonic_ns();
     for (i, p) in probes.iter_mut().enumerate() {
         // An interface that is gone has no probe: nothing to read until it is back.
@@ -418,11 +416,7 @@ fn poll(
         &flow_maps,
         &view.findings.active,
     );
-    let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
-    ifaces.sort_by(|a, b| a.0.cmp(b.0));
-    for (iface, t) in ifaces {
-        view.training.add(iface, t);
-    }
+    view.training = super::run_rhythm::training_doc(rhythm);
     if let Some(r) = sflow {
         if let Ok(c) = r.collector.lock() {
             for ((a, i), t) in c.rhythms.iter() {

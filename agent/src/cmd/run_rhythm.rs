@@ -4,9 +4,9 @@
 
 use crate::detect::live_jobs::{FlowEnds, JobSlowStep, LiveJobs};
 use crate::detect::steps::StepTracker;
-use crate::pipeline::flows::FlowTable;
 use crate::export::metrics::Metrics;
 use crate::kernel::loader::Attachment;
+use crate::pipeline::flows::FlowTable;
 use rustc_hash::FxHashMap;
 use std::time::Instant;
 
@@ -99,6 +99,7 @@ pub fn detect_jobs(rhythm: &mut LiveRhythm, table: &FlowTable) -> Vec<(String, J
                 src: e.key.src,
                 dst: e.key.dst,
                 last_seen_ns: e.stats.last_seen_ns,
+                stats: &e.stats,
             })
             .collect();
         for s in jobs.detect(&flows) {
@@ -111,6 +112,28 @@ pub fn detect_jobs(rhythm: &mut LiveRhythm, table: &FlowTable) -> Vec<(String, J
         }
     }
     out
+}
+
+/// The rhythm's and the jobs' series of every interface.
+pub fn set_metrics(rhythm: &LiveRhythm, m: &mut Metrics) {
+    for (i, t) in &rhythm.ifaces {
+        m.set_training(crate::export::metrics::RhythmSource::Iface(i), t);
+    }
+    for (i, j) in &rhythm.jobs {
+        m.set_training_jobs(i, &j.jobs);
+    }
+}
+
+/// `/api/v1/training`: every interface's rhythm and jobs, by name.
+pub fn training_doc(rhythm: &LiveRhythm) -> crate::export::api::TrainingDoc {
+    let mut doc = crate::export::api::TrainingDoc::default();
+    let mut ifaces: Vec<_> = rhythm.ifaces.iter().collect();
+    ifaces.sort_by(|a, b| a.0.cmp(b.0));
+    for (iface, t) in ifaces {
+        let jobs = rhythm.jobs.get(iface).map_or(&[][..], |j| &j.jobs);
+        doc.add(iface, t, jobs);
+    }
+    doc
 }
 
 /// Counts ring reads that failed.

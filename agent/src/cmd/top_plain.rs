@@ -146,26 +146,49 @@ pub fn render_ecmp(s: &mut String, ecmp: &Value, hi: &str, lo: &str) {
     let _ = writeln!(s, "\nshared 5-tuples: {shared}");
 }
 
-/// The training rhythm of each interface that has one, and its slow steps.
+/// The training rhythm of each interface that has one, and its slow steps; under it, each
+/// job found on the interface (two jobs interleaved may leave the link without a rhythm of
+/// its own: the jobs are listed all the same).
 pub fn render_training(s: &mut String, doc: &Value, hi: &str, lo: &str) {
+    let slow_note = |v: &Value| {
+        let slow = n(v);
+        if slow > 0.0 {
+            format!("  {hi}{slow} slow steps{lo}")
+        } else {
+            String::new()
+        }
+    };
     for i in doc["interfaces"].as_array().into_iter().flatten() {
-        let Some(p) = i["period_seconds"].as_f64() else {
-            continue;
-        };
-        let slow = n(&i["slow_steps"]);
-        let _ = writeln!(
-            s,
-            "\nTRAINING {}: step period {:.1} ms, communication {:.0}% of a step, {} per step{}",
-            i["iface"].as_str().unwrap_or("?"),
-            p * 1e3,
-            n(&i["duty_ratio"]) * 100.0,
-            human_bytes(n(&i["step_bytes"])),
-            if slow > 0.0 {
-                format!("  {hi}{slow} slow steps{lo}")
-            } else {
-                String::new()
+        let iface = i["iface"].as_str().unwrap_or("?");
+        let jobs = i["jobs"].as_array().map_or(&[][..], |j| j.as_slice());
+        match i["period_seconds"].as_f64() {
+            Some(p) => {
+                let _ = writeln!(
+                    s,
+                    "\nTRAINING {iface}: step period {:.1} ms, communication {:.0}% of a step, {} per step{}",
+                    p * 1e3,
+                    n(&i["duty_ratio"]) * 100.0,
+                    human_bytes(n(&i["step_bytes"])),
+                    slow_note(&i["slow_steps"])
+                );
             }
-        );
+            None if !jobs.is_empty() => {
+                let _ = writeln!(s, "\nTRAINING {iface}: no rhythm of the whole link");
+            }
+            None => continue,
+        }
+        for j in jobs {
+            let _ = writeln!(
+                s,
+                "  {}: {} sources, {} hosts, step period {:.1} ms, communication {:.0}%{}",
+                j["id"].as_str().unwrap_or("?"),
+                j["sources"].as_array().map_or(0, |a| a.len()),
+                j["hosts"].as_array().map_or(0, |a| a.len()),
+                n(&j["period_seconds"]) * 1e3,
+                n(&j["duty_ratio"]) * 100.0,
+                slow_note(&j["slow_steps"])
+            );
+        }
     }
 }
 
@@ -399,5 +422,36 @@ mod tests {
         );
         assert!(s.contains("1 slow steps"), "{s}");
         assert!(!s.contains("eth1"), "no rhythm, no line: {s}");
+    }
+
+    #[test]
+    fn renders_each_job_under_its_interface() {
+        let job = |id: &str, p: f64, slow: u64| {
+            serde_json::json!({"id": id, "sources": ["10.0.0.1", "10.0.0.2"],
+                "hosts": ["10.0.0.1", "10.0.0.2", "10.0.1.1"], "period_seconds": p,
+                "duty_ratio": 0.25, "slow_steps": slow})
+        };
+        let training = serde_json::json!({"interfaces": [
+            {"iface": "eth0", "period_seconds": null, "duty_ratio": null, "step_bytes": null,
+             "slow_steps": 0, "jobs": [job("job-10.0.0.1", 0.1, 2), job("job-10.0.0.5", 0.17, 0)]}]});
+        let d = Docs {
+            training,
+            ..Docs::default()
+        };
+        let s = render(&d, false);
+        assert!(
+            s.contains("TRAINING eth0: no rhythm of the whole link"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  job-10.0.0.1: 2 sources, 3 hosts, step period 100.0 ms, communication 25%  2 slow steps"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "  job-10.0.0.5: 2 sources, 3 hosts, step period 170.0 ms, communication 25%\n"
+            ),
+            "{s}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! steps and slow steps are the job's own and not the link's.
 
 use super::rhythm::{self, Rhythm, Series, BUCKET_NS};
+use agent_common::message::MsgOp;
 
 /// Periods within this share of each other can be one job's.
 const SAME_PERIOD: f64 = 0.05;
@@ -122,6 +123,43 @@ pub fn combined(series: &[&Series]) -> Series {
         start_ns: start,
         buckets,
         max: 0,
+    }
+}
+
+/// A job's RDMA messages of one operation (its flows' together).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct OpMessages {
+    pub op: &'static str,
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// The messages of a job's flows added up (the flows' own counts: WRITE and READ by their
+/// RETH length, SEND by their payloads, `agent_common::message`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MessageSum {
+    messages: [u64; MsgOp::COUNT],
+    bytes: [u64; MsgOp::COUNT],
+}
+
+impl MessageSum {
+    pub fn add(&mut self, s: &agent_common::FlowStats) {
+        for i in 0..MsgOp::COUNT {
+            self.messages[i] += s.messages[i];
+            self.bytes[i] += s.message_bytes[i];
+        }
+    }
+
+    /// By operation, every operation listed.
+    pub fn report(&self) -> Vec<OpMessages> {
+        MsgOp::ALL
+            .iter()
+            .map(|&op| OpMessages {
+                op: op.name(),
+                messages: self.messages[op as usize],
+                bytes: self.bytes[op as usize],
+            })
+            .collect()
     }
 }
 

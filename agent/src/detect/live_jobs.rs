@@ -26,13 +26,14 @@ const FORGET_NS: u64 = 120_000_000_000;
 const SHOWN_STEPS: usize = 16;
 
 /// A flow as the job finder needs it: its source and destination (version and address bytes,
-/// as in `FlowKey`) and when it was last seen (the ring's clock, ns).
+/// as in `FlowKey`), when it was last seen (the ring's clock, ns) and its messages.
 #[derive(Clone, Copy, Debug)]
-pub struct FlowEnds {
+pub struct FlowEnds<'a> {
     pub ip_version: u8,
     pub src: [u8; 16],
     pub dst: [u8; 16],
     pub last_seen_ns: u64,
+    pub stats: &'a agent_common::FlowStats,
 }
 
 /// One job found live on an interface.
@@ -47,6 +48,8 @@ pub struct LiveJob {
     pub hosts: Vec<String>,
     /// Recent RoCE flows from its sources.
     pub flows: usize,
+    /// The RDMA messages of those flows (since each was first seen).
+    pub messages: Vec<jobs::OpMessages>,
     /// The ring's lanes it was found in.
     pub lanes: Vec<usize>,
     pub period_seconds: Option<f64>,
@@ -109,7 +112,7 @@ impl LiveJobs {
     /// Finds the jobs in the lanes, names them from `flows` (this interface's), and returns
     /// the slow steps not counted before (as [`super::steps::StepTracker::detect`]: of the
     /// last 20 s, of a training step's size, the newest 20).
-    pub fn detect(&mut self, flows: &[FlowEnds]) -> Vec<JobSlowStep> {
+    pub fn detect(&mut self, flows: &[FlowEnds<'_>]) -> Vec<JobSlowStep> {
         let held: Vec<usize> = (0..LANES)
             .filter(|&l| !self.lanes[l].buckets.is_empty())
             .collect();
@@ -144,16 +147,18 @@ impl LiveJobs {
 
 /// A job from its lanes and rhythm: the sources of the flows in its lanes seen since its
 /// first step, and their destinations.
-fn describe(lanes: &[usize], r: &Rhythm, flows: &[FlowEnds], since_ns: u64) -> LiveJob {
+fn describe(lanes: &[usize], r: &Rhythm, flows: &[FlowEnds<'_>], since_ns: u64) -> LiveJob {
     let addr = |v: u8, a: &[u8; 16]| agent_common::flow_key::addr(v, a);
     let mut sources: BTreeSet<IpAddr> = BTreeSet::new();
     let mut hosts: BTreeSet<IpAddr> = BTreeSet::new();
     let mut n = 0;
+    let mut messages = jobs::MessageSum::default();
     for f in flows {
         if f.last_seen_ns < since_ns || !lanes.contains(&lane_of(&f.src)) {
             continue;
         }
         n += 1;
+        messages.add(f.stats);
         sources.insert(addr(f.ip_version, &f.src));
         hosts.insert(addr(f.ip_version, &f.src));
         hosts.insert(addr(f.ip_version, &f.dst));
@@ -170,6 +175,7 @@ fn describe(lanes: &[usize], r: &Rhythm, flows: &[FlowEnds], since_ns: u64) -> L
         sources: sources.iter().map(|a| a.to_string()).collect(),
         hosts: hosts.iter().map(|a| a.to_string()).collect(),
         flows: n,
+        messages: messages.report(),
         lanes: lanes.to_vec(),
         period_seconds: r.period_seconds,
         duty_ratio: r.duty_ratio,

@@ -27,13 +27,24 @@ fn hosts_in_distinct_lanes(n: usize) -> Vec<([u8; 16], usize)> {
     out
 }
 
+/// A flow's counts: 3 RDMA WRITEs of 4 KiB and a SEND of 1 KiB.
+static STATS: std::sync::LazyLock<agent_common::FlowStats> = std::sync::LazyLock::new(|| {
+    let mut s = agent_common::FlowStats::default();
+    s.messages[0] = 3;
+    s.message_bytes[0] = 3 * 4096;
+    s.messages[2] = 1;
+    s.message_bytes[2] = 1024;
+    s
+});
+
 /// A flow from `src` to 10.9.1.1, seen at `at_ms`.
-fn flow(src: [u8; 16], at_ms: u64) -> FlowEnds {
+fn flow(src: [u8; 16], at_ms: u64) -> FlowEnds<'static> {
     FlowEnds {
         ip_version: 4,
         src,
         dst: v4([10, 9, 1, 1]),
         last_seen_ns: at_ms * MS,
+        stats: &STATS,
     }
 }
 
@@ -119,6 +130,17 @@ fn two_jobs_and_a_steady_tenant_on_one_link_are_two_jobs_named_by_their_hosts() 
         assert!(x.hosts.contains(&"10.9.1.1".to_string()), "{x:?}");
         assert_eq!(x.flows, 2);
         assert_eq!(x.slow_steps, 0);
+        let m = |op: &str| {
+            let m = x.messages.iter().find(|m| m.op == op).unwrap();
+            (m.messages, m.bytes)
+        };
+        assert_eq!(
+            m("rdma_write"),
+            (6, 6 * 4096),
+            "its two flows' messages added"
+        );
+        assert_eq!(m("rdma_read"), (0, 0));
+        assert_eq!(m("send"), (2, 2048));
     }
 }
 

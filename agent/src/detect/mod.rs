@@ -1,7 +1,8 @@
 //! Detectors over the flow table: elephants, ECMP (observed, predicted, entropy), and the
 //! switch hash models the predicted view uses. PSN/NAK health is counted per packet in
 //! `agent-common::psn` (kernel and analyze alike) and only reported from here. [`rhythm`]: the
-//! training job's step rhythm from RoCE bytes over time.
+//! training job's step rhythm from RoCE bytes over time; [`jobs`]: the jobs among several
+//! sources' rhythms (a capture's source hosts; live, the ring's source lanes: [`live_jobs`]).
 pub mod cnp_response;
 pub mod ecmp;
 pub mod elephant;

@@ -235,10 +235,20 @@ pub struct IfaceRhythm {
     pub lost_seconds: f64,
     /// The last steps (at most 16).
     pub steps: Vec<crate::detect::rhythm::Step>,
+    /// The training jobs found in the interface's traffic (by their source hosts' rhythm),
+    /// most hosts first.
+    pub jobs: Vec<crate::detect::live_jobs::LiveJob>,
 }
 
 impl TrainingDoc {
-    pub fn add(&mut self, iface: &str, t: &crate::detect::steps::StepTracker) {
+    pub fn add(
+        &mut self,
+        iface: &str,
+        t: &crate::detect::steps::StepTracker,
+        jobs: &[crate::detect::live_jobs::LiveJob],
+    ) {
+        let mut jobs = jobs.to_vec();
+        jobs.sort_by(|a, b| b.hosts.len().cmp(&a.hosts.len()).then(a.id.cmp(&b.id)));
         let s = t.summary();
         let st = &t.rhythm.steps;
         self.interfaces.push(IfaceRhythm {
@@ -249,6 +259,7 @@ impl TrainingDoc {
             slow_steps: t.slow_steps,
             lost_seconds: t.lost_ms as f64 / 1e3,
             steps: st[st.len().saturating_sub(16)..].to_vec(),
+            jobs,
         });
     }
 }

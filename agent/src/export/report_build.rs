@@ -170,12 +170,15 @@ fn training_view(
     for j in &mut jobs {
         let mut hosts: std::collections::BTreeSet<(u8, [u8; 16])> =
             j.source_keys.iter().copied().collect();
+        let mut messages = crate::detect::jobs::MessageSum::default();
         for e in a.pipeline.flows.iter() {
             if j.source_keys.contains(&(e.key.ip_version, e.key.src)) {
                 j.flows += 1;
+                messages.add(&e.stats);
                 hosts.insert((e.key.ip_version, e.key.dst));
             }
         }
+        j.messages = messages.report();
         j.host_keys = hosts.into_iter().collect();
         let mut names: Vec<String> = j
             .host_keys

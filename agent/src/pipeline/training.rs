@@ -74,6 +74,8 @@ pub struct JobRhythm {
     pub bytes: u64,
     /// RoCE packets its sources sent.
     pub packets: u64,
+    /// The RDMA messages of its flows, by operation (filled with `hosts`).
+    pub messages: Vec<crate::detect::jobs::OpMessages>,
     #[serde(skip)]
     pub source_keys: Vec<SourceHost>,
     /// Sources and their destinations (filled with `hosts`).
@@ -267,6 +269,7 @@ impl Training {
                     flows: 0,
                     bytes: g.iter().map(|&i| held[i].2).sum(),
                     packets: g.iter().map(|&i| held[i].3).sum(),
+                    messages: Vec::new(),
                     source_keys: keys.iter().map(|k| **k).collect(),
                     host_keys: Vec::new(),
                     rhythm: f.rhythm,

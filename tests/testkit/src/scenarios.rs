@@ -61,6 +61,8 @@ struct Tally {
     lost: BTreeSet<String>,
     /// A pause of the job's priority longer than the storm threshold.
     storm: bool,
+    /// An unrelated storm: the tenant's priority paused longer than the threshold.
+    other_storm: bool,
 }
 
 impl Tally {
@@ -94,6 +96,9 @@ impl Tally {
         }
         if self.storm {
             out.insert(("pfc_storm", "priority 3".into()));
+        }
+        if self.other_storm {
+            out.insert(("pfc_storm", "priority 5".into()));
         }
         out
     }
@@ -309,6 +314,16 @@ pub fn draw(seed: u64) -> Scenario {
         // The tenant's data flow loses nothing: its receiver's NAKs are their own incident.
         tally.lost.insert(b.to_string());
         xoffs(&mut f, OTHER_PRIORITY_BIT, x, x + 30 * MS);
+    }
+    // One scenario in four: a storm of the tenant's priority (300 ms of XOFFs) during the
+    // last slow step, or at a random time: its own finding, never a cause of the job's step.
+    if rng.below(4) == 0 {
+        let at = slow
+            .last()
+            .map_or(T0 + rng.below((end_all - T0) / MS) * MS, |s| s.start_ns)
+            + 5 * MS;
+        xoffs(&mut f, OTHER_PRIORITY_BIT, at, at + 300 * MS);
+        tally.other_storm = true;
     }
     f.sort_by_key(|(t, _)| *t);
     Scenario {

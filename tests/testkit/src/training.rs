@@ -161,7 +161,7 @@ pub fn steady(seconds: u64) -> Fixture {
 }
 
 /// RDMA messages as tshark decodes a capture, rebuilt from its fields (SEND FIRST..LAST summed
-/// per destination QP): the oracle of the message counts, sizes and histogram.
+/// per connection: source, destination and QP): the oracle of the message counts, sizes and histogram.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TsharkMessages {
     /// (op, bucket upper bound: 1 KiB x 4^i) -> messages.
@@ -181,19 +181,30 @@ impl TsharkMessages {
 }
 
 pub fn tshark_messages(pcap: &Path) -> Result<TsharkMessages> {
-    let out = Command::new("tshark")
-        .args(["-n", "-r"])
-        .arg(pcap)
+    tshark_messages_of(pcap, "")
+}
+
+/// The same over the frames a display filter keeps (`ip.src == 10.0.0.1`; empty: every frame).
+pub fn tshark_messages_of(pcap: &Path, filter: &str) -> Result<TsharkMessages> {
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r"]).arg(pcap);
+    if !filter.is_empty() {
+        cmd.args(["-Y", filter]);
+    }
+    let out = cmd
         .args(["-T", "fields", "-E", "separator=/t"])
         .args(["-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp"])
         .args(["-e", "infiniband.reth.dmalen", "-e", "data.len"])
+        .args(["-e", "ip.src", "-e", "ip.dst"])
         .output()
         .context("run tshark")?;
     if !out.status.success() {
         bail!("tshark: {}", String::from_utf8_lossy(&out.stderr));
     }
     let mut m = TsharkMessages::default();
-    let mut partial: BTreeMap<u64, u64> = BTreeMap::new();
+    // A SEND in progress per connection (source, destination, QP): two senders to one QP
+    // number interleave their packets.
+    let mut partial: BTreeMap<(String, String, u64), u64> = BTreeMap::new();
     let le = |size: u64| {
         let mut b = 1024;
         while b < size {
@@ -211,20 +222,25 @@ pub fn tshark_messages(pcap: &Path) -> Result<TsharkMessages> {
         let op: u8 = c[0].parse()?;
         let qp = u64::from_str_radix(c[1].trim_start_matches("0x"), 16)?;
         let n = |s: &str| s.parse::<u64>().unwrap_or(0);
+        let conn = (
+            c.get(4).unwrap_or(&"").to_string(),
+            c.get(5).unwrap_or(&"").to_string(),
+            qp,
+        );
         let done = match op {
             0x06 | 0x0A | 0x0B => Some(("rdma_write", n(c[2]))),
             0x0C => Some(("rdma_read", n(c[2]))),
             0x00 => {
-                partial.insert(qp, n(c[3]));
+                partial.insert(conn, n(c[3]));
                 None
             }
             0x01 => {
-                if let Some(p) = partial.get_mut(&qp) {
+                if let Some(p) = partial.get_mut(&conn) {
                     *p += n(c[3]);
                 }
                 None
             }
-            0x02 | 0x03 => partial.remove(&qp).map(|p| ("send", p + n(c[3]))),
+            0x02 | 0x03 => partial.remove(&conn).map(|p| ("send", p + n(c[3]))),
             0x04 | 0x05 => Some(("send", n(c[3]))),
             _ => None,
         };

@@ -143,6 +143,8 @@ pub struct Metrics {
     training_step_bytes: GaugeVec,
     training_slow_steps: IntCounterVec,
     training_lost: prometheus::CounterVec,
+    /// The jobs found live per interface ([`training::JobSeries`]).
+    training_jobs: training::JobSeries,
     pub message_bytes: histogram::CountedHistogram,
     /// Link speed per interface, bits per second (pause quanta to seconds); absent: unknown.
     link_speed_bps: HashMap<String, u64>,
@@ -314,6 +316,7 @@ impl Metrics {
             training_step_bytes: gauge(&r, "rocemon_training_step_bytes", "RoCE bytes per step, mean over the recent steps (sFlow ports: sampled bytes, not scaled).", RHYTHM)?,
             training_slow_steps: counter(&r, "rocemon_training_slow_steps_total", "Steps that ran more than 1.5 times the median of the recent steps.", RHYTHM)?,
             training_lost: float_counter(&r, "rocemon_training_series_lost_seconds_total", "Time of the per-millisecond RoCE series the agent read too late (the kernel ring holds 4.096 s): the rhythm has gaps there.", &["iface"])?,
+            training_jobs: training::JobSeries::new(&r)?,
             message_bytes,
             packets: counter(&r, "rocemon_packets_total", "RoCEv2 packets by BTH opcode.", &with("opcode"))?,
             bytes: counter(&r, "rocemon_bytes_total", "RoCEv2 wire bytes by BTH opcode.", &with("opcode"))?,
