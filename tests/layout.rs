@@ -131,3 +131,41 @@ fn nothing_outside_agent_common_runs_the_counting_steps() {
         found.join("\n")
     );
 }
+
+/// The live agent's wiring stays readable: no function in `cmd/run/` is over 80 lines (a
+/// longer one is split by what its parts do).
+#[test]
+fn no_function_of_the_live_wiring_is_over_80_lines() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd/run");
+    let mut long = Vec::new();
+    for e in std::fs::read_dir(&dir).expect("cmd/run") {
+        let p = e.expect("entry").path();
+        let text = std::fs::read_to_string(&p).expect("source");
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let t = l.trim_start();
+            let is_fn = [
+                "fn ",
+                "pub fn ",
+                "async fn ",
+                "pub async fn ",
+                "pub(crate) fn ",
+                "pub(super) fn ",
+            ]
+            .iter()
+            .any(|p| t.starts_with(p));
+            if !is_fn {
+                continue;
+            }
+            let indent = &l[..l.len() - t.len()];
+            let close = format!("{indent}}}");
+            let Some(end) = lines[i..].iter().position(|x| *x == close) else {
+                continue;
+            };
+            if end + 1 > 80 {
+                long.push(format!("{}:{} ({} lines)", p.display(), i + 1, end + 1));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 80 lines: {long:?}");
+}

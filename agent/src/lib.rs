@@ -15,9 +15,9 @@
 //!                                 training
 //!   sources::afxdp, tally
 //!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
-//!          cmd/: start + run (run_links, run_rhythm, run_reload, run_findings, run_ipfix),
+//!          cmd/: start + run/ (links, rhythm, reload, flows, findings, ipfix),
 //!                analyze,
-//!                top (top_rows, top_tui, top_plain), rdma, admin (detach, reload,
+//!                top/ (rows, tui, plain), rdma, admin (detach, reload,
 //!                check-config) wire them; main.rs only parses and dispatches
 //! ```
 //!
@@ -54,8 +54,8 @@
 //!   own; the records themselves come from the pipeline's stage
 //!   [`pipeline::flow_records`]).
 //! - [`cmd`]: `rocemon run` ([`cmd::run`]: it takes its shutdown as a future so tests drive
-//!   it; [`cmd::run_links`], [`cmd::run_rhythm`], [`cmd::run_reload`], [`cmd::run_findings`],
-//!   [`cmd::run_ipfix`]),
+//!   it; [`cmd::run::links`], [`cmd::run::rhythm`], [`cmd::run::reload`], [`cmd::run::findings`],
+//!   [`cmd::run::ipfix`]),
 //!   started as a process by [`cmd::start`] (signals, runtime, logging), `rocemon analyze`
 //!   ([`cmd::analyze`]), `rocemon top` ([`cmd::top`]), `rocemon rdma` ([`cmd::rdma`]),
 //!   `detach`, `reload` and `check-config` ([`cmd::admin`]).

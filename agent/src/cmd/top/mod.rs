@@ -2,14 +2,18 @@
 //! the active findings, top flows by rate (elephants highlighted), ECMP groups with their
 //! collisions, shared 5-tuples, the lossless fabric (PFC, PAUSE, lossy RoCE, the NIC's pause
 //! counters), the switches (sFlow) and the training rhythm. A terminal UI on a terminal
-//! ([`super::top_tui`]); plain text with `--once` or into a pipe ([`super::top_plain`]). It
+//! ([`tui`]); plain text with `--once` or into a pipe ([`plain`]). It
 //! speaks https (trusting `--ca-file`) and basic auth when the agent's web configuration asks.
 
-use super::top_plain::render;
-use super::top_rows::Docs;
+pub mod plain;
+pub mod rows;
+pub mod tui;
+
 use crate::config::cli::TopArgs;
 use crate::error::UsageError;
 use anyhow::{Context, Result};
+use plain::render;
+use rows::Docs;
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -22,7 +26,7 @@ fn get(agent: &ureq::Agent, url: &str, auth: Option<&str>) -> Result<Value> {
     match req.call() {
         Ok(r) => r
             .into_json()
-            .map(super::top_rows::sanitized)
+            .map(rows::sanitized)
             .with_context(|| format!("{url} did not return JSON")),
         Err(ureq::Error::Status(401, _)) => Err(UsageError::BadConfig(format!(
             "{url} wants credentials: pass --user and --password-file (or ROCEMON_PASSWORD)"
@@ -154,7 +158,7 @@ pub fn run(args: TopArgs) -> Result<()> {
     let interval = Duration::from_secs_f64(args.interval.max(0.1));
     if !args.once && std::io::stdout().is_terminal() {
         let limit = args.limit;
-        return super::top_tui::run(move || fetch(&c, limit), interval, first, &args.addr);
+        return tui::run(move || fetch(&c, limit), interval, first, &args.addr);
     }
     let iterations = if args.once { 1 } else { args.iterations };
     let mut docs = first;

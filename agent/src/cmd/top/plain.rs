@@ -1,7 +1,7 @@
 //! `rocemon top`'s plain text: one screen as lines, for `--once`, pipes and scripts (the
-//! terminal UI, [`super::top_tui`], draws the same documents).
+//! terminal UI, [`super::tui`], draws the same documents).
 
-use super::top_rows::{
+use super::rows::{
     age, counts_line, finding_lines, flow_rows, n, rates_line, verdict_line, Docs, Sort, COLUMN_KEY,
 };
 use crate::detect::findings::bits_per_second;

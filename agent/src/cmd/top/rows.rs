@@ -1,6 +1,6 @@
 //! What `rocemon top` shows, read once from the agent's API documents, for both of its
-//! outputs (the plain text of `--once` and pipes, [`super::top_plain`]; the terminal UI,
-//! [`super::top_tui`]): the header's totals, the flow rows and their sort orders.
+//! outputs (the plain text of `--once` and pipes, [`super::plain`]; the terminal UI,
+//! [`super::tui`]): the header's totals, the flow rows and their sort orders.
 
 use crate::detect::findings::bits_per_second;
 use serde_json::Value;

@@ -4,8 +4,8 @@
 //! column, and the keys on the last line. The agent is read in a thread of its own, so the
 //! keys answer at once however slow the agent is.
 
-use super::top_plain as plain;
-use super::top_rows::{
+use super::plain;
+use super::rows::{
     counts_line, finding_lines, flow_rows, rates_line, verdict_line, Docs, FlowRow, Sort,
     COLUMN_KEY,
 };

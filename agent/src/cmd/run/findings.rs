@@ -73,7 +73,7 @@ pub fn union_paused(
 pub fn update(
     findings: &mut LiveFindings,
     samples: Vec<(String, Sample, u64)>,
-    slow: Vec<super::run_rhythm::NewSlowStep>,
+    slow: Vec<super::rhythm::NewSlowStep>,
     flow_maps: &[(String, Fill)],
     config: &Config,
     (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
@@ -91,7 +91,37 @@ pub fn update(
             s.map_or(0, |(_, _, b)| *b),
         ));
     }
-    let elephants = views
+    // Where a collision can slow a job's step: only worked out when there is a slow step.
+    let colliding_ifaces = if slow.is_empty() {
+        Vec::new()
+    } else {
+        colliding_ifaces(config, views, report)
+    };
+    let (opened, closed) = findings.poll(&Poll {
+        now_s,
+        ifaces,
+        elephants: elephants(views),
+        collisions: collisions(report),
+        colliding_ifaces,
+        storm_s: config.pfc_storm_s,
+        shared_5tuples: (
+            report.shared_5tuple_groups,
+            report.shared_5tuples.first().map(|t| t.describe()),
+        ),
+        slow_steps: slow_steps(slow, now_s),
+        flows: flow_totals(table),
+        job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),
+        flow_maps: map_figures(flow_maps),
+    });
+    log_opened(&opened);
+    log_closed(&closed);
+    m.set_findings(findings);
+    findings.view(now_s)
+}
+
+/// The elephants by their flow's name, with their rates.
+fn elephants(views: &[FlowView]) -> Vec<(String, f64)> {
+    views
         .iter()
         .filter(|v| v.elephant)
         .map(|v| {
@@ -109,8 +139,13 @@ pub fn update(
                 v.rate_bytes,
             )
         })
-        .collect();
-    let collisions = report
+        .collect()
+}
+
+/// The colliding members of the observed groups and predicted paths: (group, member,
+/// elephants on it).
+fn collisions(report: &EcmpReport) -> Vec<(String, String, usize)> {
+    report
         .groups
         .iter()
         .chain(report.predicted.iter())
@@ -120,33 +155,35 @@ pub fn update(
                 .filter(|m| m.colliding)
                 .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
         })
-        .collect();
-    // Where a collision can slow a job's step: its own link's colliding members (observed
-    // groups name interfaces) or predicted paths its flows share with that link's elephants.
-    // Only worked out when there is a slow step to explain.
-    let colliding_ifaces: Vec<String> = if slow.is_empty() {
-        Vec::new()
-    } else {
-        config
-            .ifaces
-            .iter()
-            .enumerate()
-            .filter(|(i, name)| {
-                report
-                    .groups
-                    .iter()
-                    .any(|g| g.members.iter().any(|m| m.colliding && m.member == **name))
-                    || config.ecmp.hash.as_ref().is_some_and(|model| {
-                        crate::detect::ecmp::job_shares_a_colliding_path(views, *i, model)
-                    })
-            })
-            .map(|(_, name)| name.clone())
-            .collect()
-    };
-    // The rings' times are the kernel's monotonic clock: to Unix time by the offset now.
+        .collect()
+}
+
+/// The interfaces where a collision can slow a job's step: its own link's colliding members
+/// (observed groups name interfaces) or predicted paths its flows share with that link's
+/// elephants.
+fn colliding_ifaces(config: &Config, views: &[FlowView], report: &EcmpReport) -> Vec<String> {
+    config
+        .ifaces
+        .iter()
+        .enumerate()
+        .filter(|(i, name)| {
+            report
+                .groups
+                .iter()
+                .any(|g| g.members.iter().any(|m| m.colliding && m.member == **name))
+                || config.ecmp.hash.as_ref().is_some_and(|model| {
+                    crate::detect::ecmp::job_shares_a_colliding_path(views, *i, model)
+                })
+        })
+        .map(|(_, name)| name.clone())
+        .collect()
+}
+
+/// The new slow steps in Unix time (the rings' times are the kernel's monotonic clock: to
+/// Unix time by the offset now).
+fn slow_steps(slow: Vec<super::rhythm::NewSlowStep>, now_s: f64) -> Vec<LiveSlowStep> {
     let mono_s = crate::sources::maps::monotonic_ms() as f64 / 1e3;
-    let slow_steps = slow
-        .into_iter()
+    slow.into_iter()
         .map(|n| LiveSlowStep {
             iface: n.source,
             index: n.index,
@@ -154,54 +191,48 @@ pub fn update(
             seconds: n.step.seconds,
             period_s: n.period_s,
         })
-        .collect();
-    let (opened, closed) = findings.poll(&Poll {
-        now_s,
-        ifaces,
-        elephants,
-        collisions,
-        colliding_ifaces,
-        storm_s: config.pfc_storm_s,
-        shared_5tuples: (
-            report.shared_5tuple_groups,
-            report.shared_5tuples.first().map(|t| t.describe()),
-        ),
-        slow_steps,
-        flows: table
-            .iter()
-            .map(|e| crate::detect::live_flows::FlowTotals {
-                key: e.key,
-                packets: e.stats.packets,
-                bytes: e.stats.bytes,
-                cnps: e.stats.cnp,
-                ce: e.stats.ecn_ce,
-                psn_gaps: e.stats.psn_gaps,
-                retransmits: e.stats.retransmits,
-                naks: e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks,
-            })
-            .collect(),
-        job_priorities: crate::detect::slow_steps::job_priorities(&config.switches.classes),
-        flow_maps: flow_maps
-            .iter()
-            .map(|(iface, fill)| {
-                (
-                    iface.as_str(),
-                    fill.iter()
-                        .map(|f| crate::detect::live_findings::MapFigures {
-                            map: f.map,
-                            entries: f.entries,
-                            capacity: f.capacity,
-                            pushed_out: f.pushed_out,
-                        })
-                        .collect(),
-                )
-            })
-            .collect(),
-    });
-    log_opened(&opened);
-    log_closed(&closed);
-    m.set_findings(findings);
-    findings.view(now_s)
+        .collect()
+}
+
+/// Every flow's totals, for the per-receiver and per-flow findings.
+fn flow_totals(
+    table: &crate::pipeline::flows::FlowTable,
+) -> Vec<crate::detect::live_flows::FlowTotals> {
+    table
+        .iter()
+        .map(|e| crate::detect::live_flows::FlowTotals {
+            key: e.key,
+            packets: e.stats.packets,
+            bytes: e.stats.bytes,
+            cnps: e.stats.cnp,
+            ce: e.stats.ecn_ce,
+            psn_gaps: e.stats.psn_gaps,
+            retransmits: e.stats.retransmits,
+            naks: e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks,
+        })
+        .collect()
+}
+
+/// Each interface's flow maps as the flow-pressure finding reads them.
+fn map_figures(
+    flow_maps: &[(String, Fill)],
+) -> Vec<(&str, Vec<crate::detect::live_findings::MapFigures>)> {
+    flow_maps
+        .iter()
+        .map(|(iface, fill)| {
+            (
+                iface.as_str(),
+                fill.iter()
+                    .map(|f| crate::detect::live_findings::MapFigures {
+                        map: f.map,
+                        entries: f.entries,
+                        capacity: f.capacity,
+                        pushed_out: f.pushed_out,
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// A kind with more findings than this opening (or closing) in one poll gets one log line
