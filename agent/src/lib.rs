@@ -6,8 +6,8 @@
 //! kernel/ + sources/ --------> pipeline/ -------> detect/ ---------> export/
 //!   loader, attach, pins,       stages (the       elephant, ecmp,     metrics/ (the one catalog),
 //!   liveness (programs)           Pipeline run    hash, rhythm,       http + conns + api,
-//!   sources::maps (counters,      and analyze     steps, pause,       report, report_findings,
-//!     flows, the ring),           drive), flows,  cnp_response,       report_html*,
+//!   sources::maps (counters,      and analyze     steps, pause,       report/ (build,
+//!     flows, the ring),           drive), flows,  cnp_response,       findings, html*),
 //!     prog_run (the flush)        flow_records    findings,           ipfix/ (flow records)
 //!   sources::capture, input     analysis +        live_findings
 //!                                 flow_side,

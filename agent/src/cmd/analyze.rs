@@ -360,10 +360,10 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         x.finish();
         report_ipfix(&collectors);
     }
-    let mut report = crate::export::report_build::build(&a);
+    let mut report = crate::export::report::build::build(&a);
     report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
-        let page = crate::export::report_html::render(
+        let page = crate::export::report::html::render(
             &report,
             &a.timeline,
             &report.inputs,
@@ -385,7 +385,7 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
             quiet_on_closed_stdout(written)?;
         }
         OutputFormat::Table => {
-            let text = crate::export::report_table::table(&report, args.top);
+            let text = crate::export::report::table::table(&report, args.top);
             quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
         }
     }
@@ -501,7 +501,7 @@ mod tests {
                     ..AnalyzeOptions::default()
                 };
                 let a = analyze_file(&path, opts, |_| {}).unwrap();
-                serde_json::to_string(&crate::export::report_build::build(&a)).unwrap()
+                serde_json::to_string(&crate::export::report::build::build(&a)).unwrap()
             };
             assert_eq!(report(true), report(false), "{}", fx.name);
         }

@@ -40,12 +40,12 @@ pub struct LosslessHook {
     pub iface: String,
     pub hook: &'static str,
     pub direction: &'static str,
-    pub pfc: crate::export::report_lossless::Pfc,
-    pub pause: crate::export::report_lossless::Pause,
-    pub dscp: Vec<crate::export::report_lossless::ClassCount>,
-    pub pcp: Vec<crate::export::report_lossless::ClassCount>,
-    pub cnp_classes: crate::export::report_lossless::CnpClasses,
-    pub lossy: crate::export::report_lossless::Lossy,
+    pub pfc: crate::export::report::lossless::Pfc,
+    pub pause: crate::export::report::lossless::Pause,
+    pub dscp: Vec<crate::export::report::lossless::ClassCount>,
+    pub pcp: Vec<crate::export::report::lossless::ClassCount>,
+    pub cnp_classes: crate::export::report::lossless::CnpClasses,
+    pub lossy: crate::export::report::lossless::Lossy,
 }
 
 /// The NIC's own PFC counters of one interface (DCB or ethtool); absent for devices without.
@@ -78,7 +78,7 @@ impl LosslessDoc {
         link_speed_bps: u64,
         classes: &agent_common::TrafficClasses,
     ) {
-        use crate::export::report_lossless as l;
+        use crate::export::report::lossless as l;
         self.hooks.push(LosslessHook {
             iface: iface.to_string(),
             hook: hook.name(),

@@ -130,7 +130,7 @@ fn elephants(views: &[FlowView]) -> Vec<(String, f64)> {
                 agent_common::flow_key::addr(v.key.ip_version, &v.key.dst),
             );
             (
-                crate::export::report_findings::flow_name(
+                crate::export::report::findings::flow_name(
                     &src.to_string(),
                     &dst.to_string(),
                     v.key.sport,

@@ -1,8 +1,8 @@
 //! The HTML report's sections for the lossless fabric, the training rhythm and RDMA message
 //! sizes, and the switches' view (sFlow): only what the capture has.
 
+use crate::export::report::html_charts::{count, line_chart, table};
 use crate::export::report::{human_bytes, Report};
-use crate::export::report_html_charts::{count, line_chart, table};
 use std::fmt::Write as _;
 
 fn kpi(k: &str, v: String) -> Vec<String> {
@@ -39,7 +39,7 @@ fn training(r: &Report, s: &mut String) {
                 x.start_ns.saturating_sub(r.first_ts_ns) as f64 / 1e9
             });
             s.push_str(&line_chart(
-                &super::report_html_charts::Axes {
+                &super::html_charts::Axes {
                     title: "Step durations",
                     unit: "ms",
                     dt: p,
@@ -242,7 +242,7 @@ fn lossless(r: &Report, s: &mut String) {
     let _ = write!(
         s,
         "<p>Lossy RoCE (outside {}): {} packets, {}; CNPs out of class: {}.</p>",
-        crate::export::report_html_charts::esc(&l.expected),
+        crate::export::report::html_charts::esc(&l.expected),
         l.packets,
         human_bytes(l.bytes as f64),
         l.cnp_out_of_class
@@ -294,11 +294,11 @@ fn sflow(r: &Report, s: &mut String) {
     }
     if let Some(fab) = &f.fabric {
         for g in &fab.groups {
-            let rows = crate::export::report_html_charts::member_rows(&g.members);
+            let rows = crate::export::report::html_charts::member_rows(&g.members);
             let _ = write!(
                 s,
                 "<p>Switch group {}: {}</p>",
-                crate::export::report_html_charts::esc(&g.name),
+                crate::export::report::html_charts::esc(&g.name),
                 if g.collision { "COLLISION" } else { "balanced" }
             );
             s.push_str(&table(&["uplink", "flows", "elephants", ""], &rows));

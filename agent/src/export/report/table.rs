@@ -1,8 +1,8 @@
 //! `analyze`'s text table: the findings first, then totals, opcodes, ECN, CNPs, parse
 //! outcomes and the top flows.
 
-use super::report::{human_bytes, thousands as t, Opcode, Report};
-use crate::export::report_lossless as lossless;
+use super::{human_bytes, thousands as t, Opcode, Report};
+use crate::export::report::lossless;
 use std::fmt::Write as _;
 
 fn pct(n: u64, d: u64) -> String {
@@ -17,7 +17,7 @@ fn pct(n: u64, d: u64) -> String {
 pub fn table(r: &Report, top: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Verdict     {}", r.verdict);
-    super::report_findings::table(&mut s, &r.findings);
+    super::findings::table(&mut s, &r.findings);
     let _ = writeln!(
         s,
         "Frames      {:>12}   {} over {:.3} s",
@@ -88,7 +88,7 @@ pub fn table(r: &Report, top: usize) -> String {
         }
     }
     lossless::table(&mut s, &r.pfc, &r.pause, &r.roce.dscp, &r.roce.lossy);
-    crate::export::report_training::table(&mut s, &r.training, &r.roce.messages);
+    crate::export::report::training::table(&mut s, &r.training, &r.roce.messages);
     let other: u64 = r.not_roce.values().sum();
     let bad: u64 = r.malformed.values().sum();
     let tail = if r.truncated_tail {

@@ -2,7 +2,7 @@
 //! CE/CNP pairing) through the detectors of [`crate::detect::findings`]. Times are seconds
 //! from the capture's first frame.
 
-use super::report::Report;
+use super::Report;
 use crate::detect::findings::{self as f, Finding};
 use crate::detect::recovery;
 use crate::pipeline::analysis::Analysis;
@@ -207,11 +207,11 @@ pub fn findings(a: &Analysis, r: &Report) -> Vec<Finding> {
         whole,
     ));
 
-    out.extend(super::report_training::slow_step_findings(r, origin));
+    out.extend(super::training::slow_step_findings(r, origin));
     crate::detect::incidents::incidents(out)
 }
 
-fn naks(fl: &super::report::Flow) -> u64 {
+fn naks(fl: &super::Flow) -> u64 {
     fl.naks.values().sum::<u64>() + fl.rnr_naks
 }
 

@@ -9,7 +9,7 @@ use crate::pipeline::timeline::{Bucket, Timeline};
 use agent_common::opcode::OpClass;
 use std::fmt::Write as _;
 
-pub(crate) use super::report_html_charts::{
+pub(crate) use super::html_charts::{
     bytes, count, duration, esc, line_chart, member_rows, rate, table, table_html, with_spans,
     Axes, SORT_SCRIPT, W,
 };
@@ -58,8 +58,8 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
         esc(&inputs.join(", ")),
         crate::detect::findings::duration(r.duration_seconds)
     );
-    super::report_html_findings::cards(r, &mut s);
-    super::report_html_findings::findings(&mut s, &r.findings, runbook_base);
+    super::html_findings::cards(r, &mut s);
+    super::html_findings::findings(&mut s, &r.findings, runbook_base);
     s.push_str("<h2>Totals</h2>");
     let kpi = |k: &str, v: String| vec![k.to_string(), v];
     let mut totals = vec![
@@ -317,7 +317,7 @@ table{{display:block;max-width:100%;overflow-x:auto}}svg{{max-width:100%;height:
     s.push_str("<p>UDP source ports per host pair (fewest first):</p>");
     s.push_str(&table(&["host pair", "source ports", "flows"], &rows));
 
-    crate::export::report_html_views::sections(r, &mut s);
+    crate::export::report::html_views::sections(r, &mut s);
     // Health and outcomes.
     s.push_str("<h2>PSN and NAK health</h2>");
     let mut rows = vec![

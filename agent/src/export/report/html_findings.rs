@@ -3,8 +3,8 @@
 //! evidence written as text with units and an absolute link to its runbook entry.
 
 use crate::detect::findings::{bits_per_second, Finding, Severity};
+use crate::export::report::html_charts::{count, esc};
 use crate::export::report::Report;
-use crate::export::report_html_charts::{count, esc};
 use serde_json::Value;
 use std::fmt::Write as _;
 

@@ -187,7 +187,7 @@ impl OnColliding {
 
 /// One finding per slow step, with its causes.
 pub fn slow_step_findings(
-    r: &super::report::Report,
+    r: &super::Report,
     origin_ns: u64,
 ) -> Vec<crate::detect::findings::Finding> {
     let Some(period) = r.training.period_seconds else {

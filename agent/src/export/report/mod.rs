@@ -1,8 +1,20 @@
-//! `rocemon analyze` output: one JSON object, or a readable table.
+//! `rocemon analyze` output: the report's model here; [`build`] makes it from an analysis
+//! (with its [`findings`] and [`training`] answers), and the sinks write it: JSON (serde), a
+//! readable table ([`table`]), an HTML page ([`html`] with [`html_charts`],
+//! [`html_findings`], [`html_views`]); [`lossless`] is the lossless fabric's section.
+
+pub mod build;
+pub mod findings;
+pub mod html;
+pub mod html_charts;
+pub mod html_findings;
+pub mod html_views;
+pub mod lossless;
+pub mod table;
+pub mod training;
 
 use crate::detect::ecmp::EcmpReport;
 use crate::export::named::Named;
-use crate::export::report_lossless as lossless;
 use crate::pipeline::analysis::ElephantPeriod;
 use crate::pipeline::flows::FlowEntry;
 use agent_common::message::MsgOp;

@@ -2,8 +2,8 @@
 //! the lossless and training views, then the slow steps explained and the findings (which
 //! read the report built so far).
 
-use super::report::*;
-use crate::export::report_lossless as lossless;
+use super::*;
+use crate::export::report::lossless;
 use crate::pipeline::analysis::Analysis;
 use crate::pipeline::flows::FlowEntry;
 use agent_common::{opcode, Outcome, OutcomeKind};
@@ -148,8 +148,8 @@ pub fn build(a: &Analysis) -> Report {
     for p in r.pfc.priorities.iter_mut() {
         p.paused_seconds = Some(a.pause.paused_seconds(usize::from(p.priority)));
     }
-    super::report_training::explain_slow_steps(a, &mut r.training);
-    r.findings = super::report_findings::findings(a, &r);
+    super::training::explain_slow_steps(a, &mut r.training);
+    r.findings = super::findings::findings(a, &r);
     r.verdict = crate::detect::incidents::verdict(
         &r.findings,
         r.training
