@@ -24,6 +24,7 @@ use crate::headers::ext::{AETH_LEN, DETH_LEN, RETH_LEN};
 use crate::headers::ipv4::{self, Ipv4Header};
 use crate::headers::ipv6::{self, Ipv6Header};
 use crate::headers::mac_control::{self, MacControl};
+use crate::headers::udp::ROCEV2_UDP_PORT;
 use crate::headers::udp::{self, UdpHeader};
 use crate::headers::{be24, be32};
 use crate::info::{Aeth, Deth, Parsed, L3, NO_PCP};
@@ -31,7 +32,6 @@ use crate::opcode::ext_layout;
 use crate::outcome::Outcome;
 use crate::reader::PacketReader;
 use crate::record::PacketRecord;
-use crate::ROCEV2_UDP_PORT;
 
 /// The answer of the fast path: `None` means "ask the general parser".
 pub type FastResult = Option<Parsed>;

@@ -48,10 +48,10 @@ impl Hook {
     /// The kernel program that counts at this hook.
     pub const fn program(self) -> &'static str {
         match self {
-            Hook::Xdp => crate::PROG_XDP,
-            Hook::TcIngress => crate::PROG_TC_INGRESS,
-            Hook::TcEgress => crate::PROG_TC_EGRESS,
-            Hook::AfXdp => crate::PROG_AFXDP,
+            Hook::Xdp => crate::contract::programs::PROG_XDP,
+            Hook::TcIngress => crate::contract::programs::PROG_TC_INGRESS,
+            Hook::TcEgress => crate::contract::programs::PROG_TC_EGRESS,
+            Hook::AfXdp => crate::contract::programs::PROG_AFXDP,
         }
     }
 
@@ -59,10 +59,26 @@ impl Hook {
     /// tail-calls the slot as a constant; the loader fills it.
     pub const fn slow_path(self) -> (&'static str, u32, &'static str) {
         match self {
-            Hook::Xdp => (crate::MAP_XDP_SLOW, 0, crate::PROG_XDP_SLOW),
-            Hook::AfXdp => (crate::MAP_XDP_SLOW, 1, crate::PROG_AFXDP_SLOW),
-            Hook::TcIngress => (crate::MAP_TC_SLOW, 0, crate::PROG_TC_INGRESS_SLOW),
-            Hook::TcEgress => (crate::MAP_TC_SLOW, 1, crate::PROG_TC_EGRESS_SLOW),
+            Hook::Xdp => (
+                crate::contract::maps::MAP_XDP_SLOW,
+                0,
+                crate::contract::programs::PROG_XDP_SLOW,
+            ),
+            Hook::AfXdp => (
+                crate::contract::maps::MAP_XDP_SLOW,
+                1,
+                crate::contract::programs::PROG_AFXDP_SLOW,
+            ),
+            Hook::TcIngress => (
+                crate::contract::maps::MAP_TC_SLOW,
+                0,
+                crate::contract::programs::PROG_TC_INGRESS_SLOW,
+            ),
+            Hook::TcEgress => (
+                crate::contract::maps::MAP_TC_SLOW,
+                1,
+                crate::contract::programs::PROG_TC_EGRESS_SLOW,
+            ),
         }
     }
 

@@ -9,10 +9,10 @@ use crate::headers::ethernet::{self, is_vlan};
 use crate::headers::ipv4::{self, Ipv4Header};
 use crate::headers::ipv6::{self, Ipv6Header};
 use crate::headers::mac_control::{self, MacControl};
+use crate::headers::udp::ROCEV2_UDP_PORT;
 use crate::headers::udp::{self, UdpHeader};
 use crate::headers::{be16, sll};
 use crate::reader::PacketReader;
-use crate::ROCEV2_UDP_PORT;
 
 pub(crate) use crate::info::{Addrs, L3, NO_PCP};
 pub use crate::info::{Aeth, Deth, Parsed, RoceInfo};

@@ -1,5 +1,8 @@
 //! UDP header (RFC 768).
 
+/// The IANA-assigned UDP destination port of RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+
 pub const LEN: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
