@@ -169,3 +169,68 @@ fn no_function_of_the_live_wiring_is_over_80_lines() {
     }
     assert!(long.is_empty(), "functions over 80 lines: {long:?}");
 }
+
+/// One per-packet vocabulary: what a packet says (CE, a NAK and its code, lossy RoCE, a CNP)
+/// is decided in `agent-common/src/facts.rs` (and the CNP in its opcode), and every other
+/// source file asks there. Read by meaning: the rules' own expressions (comparing the ECN
+/// codepoint to 3, reading the AETH syndrome's kind, checking a class, comparing an opcode
+/// to 0x81) found anywhere else are a second copy.
+#[test]
+fn the_per_packet_rules_are_written_once() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // (what the rule decides, a piece of its expression).
+    let rules: [(&str, &str); 9] = [
+        ("CE", "ecn() == 3"),
+        ("CE", "ecn() & 3 == 3"),
+        ("CE", ".ecn == 3"),
+        ("NAK", "ack_syndrome("),
+        ("NAK", "nak_slot("),
+        ("NAK", "is_rnr_nak("),
+        ("lossy", "roce_in_class("),
+        ("CNP", "== 0x81"),
+        ("CNP", "OPCODE_CNP"),
+    ];
+    // Where the rules are defined: the facts, and the primitives they are made of.
+    let home = [
+        "agent-common/src/facts.rs",
+        "agent-common/src/psn.rs",
+        "agent-common/src/classes.rs",
+        "agent-common/src/opcode.rs",
+        "agent-common/src/record.rs",
+        "agent-common/src/info.rs",
+    ];
+    let mut found = Vec::new();
+    let mut dirs: Vec<_> = ["agent/src", "agent-common/src", "agent-ebpf/src"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.expect("entry").path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
+            if !name.ends_with(".rs")
+                || name.ends_with("_tests.rs")
+                || name == "tests.rs"
+                || home.iter().any(|h| rel.ends_with(h))
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).expect("read");
+            for (i, line) in rocemon_testkit::layers::non_test_lines(&text)
+                .iter()
+                .enumerate()
+            {
+                let code = line.split("//").next().unwrap_or("");
+                for (what, piece) in rules.iter().filter(|(_, piece)| code.contains(piece)) {
+                    found.push(format!("{rel}:{}: the {what} rule again ({piece})", i + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}

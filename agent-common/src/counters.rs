@@ -7,12 +7,13 @@
 use crate::cache_mode::CacheUse;
 use crate::classes::TrafficClasses;
 use crate::clock::ClockCache;
+use crate::facts::Nak;
 use crate::flow::FlowEvent;
 use crate::headers::mac_control::{MacControl, OPCODE_PAUSE, OPCODE_PFC, PRIORITIES};
 pub use crate::hook::Hook;
 use crate::message::{bucket, MsgOp, MSG_BUCKET_SLOTS};
 use crate::outcome::Outcome;
-use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, NAK_SLOTS};
+use crate::psn::NAK_SLOTS;
 use crate::record::PacketRecord;
 
 /// Slots reserved for outcomes (more than [`Outcome::COUNT`], so the index can be masked).
@@ -246,7 +247,7 @@ impl HookCounters {
             if !classes.cnp_in_class(dscp as u8) {
                 self.cnp_out_of_class += 1;
             }
-        } else if !classes.roce_in_class(dscp as u8, pcp) {
+        } else if p.is_lossy(classes) {
             self.lossy_roce_packets += 1;
             self.lossy_roce_bytes += frame_len;
         }
@@ -257,12 +258,10 @@ impl HookCounters {
         if p.fecn() {
             self.fecn_packets += 1;
         }
-        if let Some(s) = ack_syndrome(p) {
-            if let Some(slot) = nak_slot(s) {
-                self.naks[slot % NAK_SLOTS] += 1;
-            } else if is_rnr_nak(s) {
-                self.rnr_naks += 1;
-            }
+        match p.nak() {
+            Some(Nak::Code(slot)) => self.naks[slot % NAK_SLOTS] += 1,
+            Some(Nak::Rnr) => self.rnr_naks += 1,
+            None => {}
         }
     }
 

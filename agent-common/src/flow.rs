@@ -1,9 +1,10 @@
 //! Flow keys and per-flow statistics, and the one function that updates them.
 
+use crate::facts::Nak;
 pub use crate::flow_key::FlowKey;
 use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
-use crate::psn::{ack_syndrome, is_rnr_nak, nak_slot, PsnEvent, PsnTrack, NAK_SLOTS};
+use crate::psn::{PsnEvent, PsnTrack, NAK_SLOTS};
 use crate::record::PacketRecord;
 use crate::sum::add_all;
 
@@ -89,7 +90,7 @@ impl FlowStats {
         self.packets += 1;
         self.bytes += frame_len;
         let (opcode, psn) = (p.opcode(), p.psn());
-        if p.ecn() == 3 {
+        if p.is_ce() {
             self.ecn_ce += 1;
         }
         if p.is_cnp() {
@@ -103,12 +104,10 @@ impl FlowStats {
         self.last_psn = psn;
         self.last_opcode = opcode;
         self.dscp = p.dscp();
-        if let Some(s) = ack_syndrome(p) {
-            if let Some(slot) = nak_slot(s) {
-                self.naks[slot % NAK_SLOTS] += 1;
-            } else if is_rnr_nak(s) {
-                self.rnr_naks += 1;
-            }
+        match p.nak() {
+            Some(Nak::Code(slot)) => self.naks[slot % NAK_SLOTS] += 1,
+            Some(Nak::Rnr) => self.rnr_naks += 1,
+            None => {}
         }
         let m = message::observe(p, &mut self.send_progress);
         if m.op != 0 {

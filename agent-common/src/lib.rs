@@ -7,7 +7,8 @@
 //! Modules import each other one way (tested: `tests/layers.rs`), from the leaves up:
 //! - leaves: [`contract`] (the kernel object's map, program and switch names), [`outcome`], [`hook`], [`flow_key`], [`classes`], [`ring`], [`clock`], [`cache_mode`],
 //!   [`headers`], [`reader`]; [`pause_ring`] (over [`headers`]); then [`opcode`]; [`info`] (the parse result); [`record`]; the parsers
-//!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`flow`], [`session`]; [`flow_cache`];
+//!   [`fast`] and [`parse`]; [`psn`], [`message`]; [`facts`] (what a packet says: CE, NAK,
+//!   lossy; decided once); [`flow`], [`session`]; [`flow_cache`];
 //!   [`counters`] on top.
 //!
 //! - [`reader`]: the packet-reader trait (bounds-checked constant-size reads) and the
@@ -51,6 +52,7 @@ pub mod clock;
 pub mod contract;
 pub mod count;
 pub mod counters;
+pub mod facts;
 pub mod fast;
 pub mod flow;
 pub mod flow_cache;

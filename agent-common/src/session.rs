@@ -89,7 +89,7 @@ impl SessionStats {
     /// A packet's CE (bit 0) and CNP (bit 1) flags, as [`SessionStats::add`] takes them.
     #[inline(always)]
     pub fn flags(p: &PacketRecord) -> u64 {
-        u64::from(p.ecn() & 3 == 3) | (u64::from(p.is_cnp()) << 1)
+        u64::from(p.is_ce()) | (u64::from(p.is_cnp()) << 1)
     }
 
     /// Counts one packet from its flags (no branches: cheap for the verifier).

@@ -278,7 +278,7 @@ impl CnpResponse {
                 }
             }
         }
-        if rec.ecn() == 3 {
+        if rec.is_ce() {
             let full = self.max_conns > 0 && self.conns.len() >= self.max_conns;
             if full && !self.conns.contains_key(&k) {
                 self.untracked_ce += 1;

@@ -342,14 +342,12 @@ fn trouble(
     ev: &agent_common::flow::FlowEvent,
     classes: &agent_common::TrafficClasses,
 ) -> crate::pipeline::training::Trouble {
-    let nak = agent_common::psn::ack_syndrome(info).is_some_and(|s| {
-        agent_common::psn::nak_slot(s).is_some() || agent_common::psn::is_rnr_nak(s)
-    });
+    let nak = info.nak().is_some();
     let recovery = u64::from(ev.psn.gap) + u64::from(ev.psn.retransmit) + u64::from(nak);
     crate::pipeline::training::Trouble {
         packets: 1,
-        ce: u64::from(info.ecn() == 3),
+        ce: u64::from(info.is_ce()),
         recoveries: recovery,
-        lossy: u64::from(!info.is_cnp() && !classes.roce_in_class(info.dscp() & 63, info.pcp())),
+        lossy: u64::from(info.is_lossy(classes)),
     }
 }

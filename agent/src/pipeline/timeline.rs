@@ -64,7 +64,7 @@ impl Timeline {
         let b = &mut self.buckets[i];
         b.bytes_by_class[class(info.opcode()) as usize % OpClass::COUNT] += len;
         b.packets += 1;
-        if info.ecn() == 3 {
+        if info.is_ce() {
             b.ce += 1;
         }
         if info.is_cnp() {
