@@ -31,7 +31,7 @@ pub(crate) fn scale_bench() -> Result<Value> {
     let mut table = FlowTable::new(vec!["bench0".into()]);
     let mut metrics = Metrics::new()?;
     metrics.set_attached("bench0", Hook::Xdp, "native");
-    let cfg = rocemon::detect::elephant::ElephantConfig::default();
+    let cfg = rocemon::config::elephant::ElephantConfig::default();
     let mut poll_s = Vec::new();
     let mut read_s = Vec::new();
     let mut render_s = Vec::new();
@@ -50,7 +50,7 @@ pub(crate) fn scale_bench() -> Result<Value> {
         let report = rocemon::detect::ecmp::analyze(
             &table.views(),
             &table.ifaces,
-            &rocemon::detect::ecmp::EcmpConfig::default(),
+            &rocemon::config::ecmp::EcmpConfig::default(),
         );
         metrics.observe_counters("bench0", Hook::Xdp, &counters[0]);
         metrics.set_flows(&table, 20);

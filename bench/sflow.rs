@@ -124,7 +124,7 @@ const FABRIC_DATAGRAMS: usize = 200_000;
 /// second as a live agent's poll does: what one core costs per datagram when the tables hold
 /// a fabric, not 16 switches.
 fn fabric_scale() -> Result<Value> {
-    use rocemon::detect::elephant::ElephantConfig;
+    use rocemon::config::elephant::ElephantConfig;
     use rocemon::sflow::collector::Limits;
     use rocemon::sflow::fabric::{Fabric, UplinkGroup};
     let groups: Vec<UplinkGroup> = (0..2u8)

@@ -1,6 +1,10 @@
 //! Raw command-line flags (clap). They are turned into one validated [`crate::config::Config`]
 //! by `config/`; nothing else reads them.
 
+/// The runbook's default home (the HTML report's links and the alert rules' default base):
+/// the project's repository.
+pub const RUNBOOK_URL: &str = "https://github.com/rocemon/rocemon/blob/main/docs/runbook.md";
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -184,7 +188,7 @@ pub struct RunArgs {
     pub capture: Option<CaptureArg>,
     /// AF_XDP socket mode: auto tries zero-copy and falls back to copy (default: auto).
     #[arg(long, value_enum)]
-    pub afxdp_mode: Option<crate::sources::afxdp::BindMode>,
+    pub afxdp_mode: Option<super::afxdp::BindMode>,
     /// Do not pin maps and links: the programs detach and the counts end when rocemon exits.
     #[arg(long)]
     pub no_pin: bool,
@@ -282,7 +286,7 @@ pub struct AnalyzeArgs {
     pub html: Option<PathBuf>,
     /// Where the HTML report's findings link their runbook entries: your copy of
     /// docs/runbook.md (a wiki, an internal mirror); each link adds `#kind`.
-    #[arg(long, value_name = "URL", default_value = crate::detect::findings::RUNBOOK_URL)]
+    #[arg(long, value_name = "URL", default_value = RUNBOOK_URL)]
     pub runbook_url: String,
     /// Never show a progress bar.
     #[arg(long)]
@@ -323,4 +327,4 @@ pub struct AnalyzeArgs {
 }
 
 /// Defaults shared by flags and code (they live with the analysis they configure).
-pub use crate::pipeline::analysis::defaults as rocemon_defaults;
+pub use super::analyze::defaults as rocemon_defaults;

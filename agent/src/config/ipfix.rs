@@ -11,6 +11,9 @@
 //! queue_records = 262144           # records waiting for the exporter at most
 //! ```
 
+/// Seconds between two records of a flow that goes on (the convention of flow exporters).
+pub const DEFAULT_ACTIVE_TIMEOUT_S: u64 = 60;
+
 use super::{bad, UsageError};
 use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -166,7 +169,7 @@ pub fn ipfix_settings(
     let (active, name) = match (active_timeout_flag, s.active_timeout_seconds) {
         (Some(v), _) => (v, "--ipfix-active-timeout-seconds"),
         (None, Some(v)) => (v, "ipfix.active_timeout_seconds"),
-        (None, None) => (crate::pipeline::flow_records::DEFAULT_ACTIVE_TIMEOUT_S, ""),
+        (None, None) => (DEFAULT_ACTIVE_TIMEOUT_S, ""),
     };
     if !(1..=86_400).contains(&active) {
         return Err(bad(format!(

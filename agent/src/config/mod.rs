@@ -6,29 +6,35 @@ pub use crate::config::cli::CaptureArg;
 /// Where pins go unless configured otherwise.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rocemon";
 use crate::config::cli::{RunArgs, XdpModeArg};
+use crate::config::ecmp::EcmpConfig;
+use crate::config::elephant::ElephantConfig;
 pub use crate::config::logging::LogFormat;
 pub use crate::config::web::{WebSection, WebSettings};
-use crate::detect::ecmp::EcmpConfig;
-use crate::detect::elephant::ElephantConfig;
 use crate::error::UsageError;
-pub use crate::sources::afxdp::{AfxdpOptions, BindMode};
-pub use crate::sources::rdma::RdmaConfig;
+pub use afxdp::{AfxdpOptions, BindMode};
 use agent_common::Hook;
+pub use rdma::RdmaConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+pub mod afxdp;
+pub mod analyze;
 pub mod classes;
 pub mod cli;
+pub mod ecmp;
+pub mod elephant;
 pub mod ipfix;
 pub mod logging;
 mod memory;
-mod sflow;
+pub mod rdma;
+pub mod sflow;
+pub mod switches;
 use sflow::sflow_settings;
 pub use sflow::{sflow_groups, sflow_limits};
 mod summary;
-mod thresholds;
+pub mod thresholds;
 pub mod units;
 pub use thresholds::{pfc_storm_seconds, DEFAULT_PFC_STORM_S};
 pub mod web;
@@ -107,7 +113,7 @@ pub struct SflowSection {
     pub listen: Option<String>,
     pub receive_buffer_bytes: Option<usize>,
     /// ECMP groups of switch uplinks (the fabric view).
-    pub groups: Option<Vec<crate::sflow::fabric::UplinkGroup>>,
+    pub groups: Option<Vec<sflow::UplinkGroup>>,
     /// Agent networks whose datagrams are read (default: any), e.g. ["10.0.0.0/8"].
     pub agents: Option<Vec<String>>,
     /// Table bounds (agents, switch ports, flows) and how long an idle entry is kept.
@@ -157,11 +163,11 @@ pub struct Config {
     /// Turn on the kernel's BPF run-time statistics while the agent runs.
     pub program_stats: bool,
     /// The kernel programs' load-time switches (PSN tracking, session counters).
-    pub switches: crate::sources::tally::Switches,
+    pub switches: switches::Switches,
     /// The sFlow receiver, when configured.
-    pub sflow: Option<crate::sflow::receiver::SflowSettings>,
+    pub sflow: Option<sflow::SflowSettings>,
     /// ECMP groups of switch uplinks, for the sFlow fabric view.
-    pub sflow_groups: Vec<crate::sflow::fabric::UplinkGroup>,
+    pub sflow_groups: Vec<sflow::UplinkGroup>,
     /// The IPFIX exporter, when a collector is configured.
     pub ipfix: Option<ipfix::IpfixSettings>,
     pub web: WebSettings,
@@ -210,22 +216,6 @@ pub fn parse_hook(s: &str) -> Result<Hook, UsageError> {
 }
 
 impl Config {
-    /// The pipeline's settings for a live agent: flows bounded by the stores (the kernel
-    /// maps), no elephant history (the journal has each start and end).
-    pub fn pipeline(&self) -> crate::pipeline::stages::Settings {
-        crate::pipeline::stages::Settings {
-            elephant: self.elephant.clone(),
-            ecmp: self.ecmp.clone(),
-            rate_window_s: self.rate_window_s,
-            max_flows: None,
-            hold_pushed_out: (self.flow_maps.ipv4 as usize) + (self.flow_maps.ipv6 as usize),
-            sflow_groups: self.sflow_groups.clone(),
-            history: crate::pipeline::stages::History::Off,
-            // The exporter's sink exists once the agent runs: `run` sets it.
-            records: None,
-        }
-    }
-
     /// Reads the file named by `--config` (if any) and applies the flags over it.
     pub fn from_args(args: &RunArgs) -> Result<Config, UsageError> {
         let file = match &args.config {
@@ -453,14 +443,14 @@ impl Config {
             program_stats: !args.no_program_stats && file.program_stats.unwrap_or(true),
             sflow,
             sflow_groups,
-            switches: crate::sources::tally::Switches {
+            switches: switches::Switches {
                 psn_tracking: !args.no_psn_tracking && file.psn_tracking.unwrap_or(true),
                 session_counters: !args.no_session_counters
                     && file.session_counters.unwrap_or(true),
                 classes,
                 rhythm: !args.no_rhythm && file.rhythm.unwrap_or(true),
                 flow_cache: !args.no_flow_cache && file.flow_cache.unwrap_or(true),
-                ..crate::sources::tally::Switches::default()
+                ..switches::Switches::default()
             },
             pin_dir: args
                 .pin_dir
@@ -519,7 +509,7 @@ fn afxdp_options(
     [batch, coalesce_us, busy_poll_us]: [Option<u32>; 3],
 ) -> Result<Option<AfxdpOptions>, UsageError> {
     let keys = [
-        ("afxdp_batch", batch, 1, crate::sources::afxdp::MAX_BATCH),
+        ("afxdp_batch", batch, 1, afxdp::MAX_BATCH),
         ("afxdp_coalesce_us", coalesce_us, 0, 10_000),
         ("afxdp_busy_poll_us", busy_poll_us, 0, 10_000),
     ];
@@ -550,7 +540,7 @@ fn afxdp_options(
 pub fn detectors(file: &FileConfig) -> Result<(f64, ElephantConfig, EcmpConfig), UsageError> {
     let rate_window = file
         .rate_window_seconds
-        .unwrap_or(crate::pipeline::flows::RATE_TAU_SECONDS);
+        .unwrap_or(thresholds::RATE_TAU_SECONDS);
     if !(0.01..=3600.0).contains(&rate_window) {
         return Err(bad(format!(
             "rate_window_seconds {rate_window} is out of range; use 0.01 to 3600"

@@ -2,21 +2,170 @@
 //! view's groups, and the collector's bounds and allow-list.
 
 use super::{bad, FileConfig, SflowSection, UsageError};
+use serde::Deserialize;
+use std::net::IpAddr;
 use std::net::SocketAddr;
+
+/// The IANA port of sFlow.
+pub const SFLOW_PORT: u16 = 6343;
+
+/// Flows held at most by default (a fabric has many; see [`Limits`]).
+pub const MAX_FLOWS: usize = 65_536;
+/// Ports held at most by default: a fabric of 500 switches of 64 ports, both directions
+/// (about 130 bytes each with its index; a smaller bound refuses a big fabric's ports one by one, each
+/// refusal after a search for an entry to push out).
+pub const MAX_PORTS: usize = 65_536;
+/// Agents (address, sub-agent) held at most by default: 500 switches with a few sub-agents.
+pub const MAX_AGENTS: usize = 2_048;
+/// An entry not updated for this long expires: sFlow agents export counters every 20-30 s
+/// and flow samples as they come, so four export intervals without a word is a gone port,
+/// flow or switch.
+pub const DEFAULT_IDLE_TIMEOUT_NS: u64 = 120_000_000_000;
+/// How much the collector holds, whom it listens to and whom it protects (`[sflow]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Agent networks whose datagrams are read (empty: any); the others are counted in
+    /// `denied_datagrams` and dropped.
+    pub allow: Vec<Network>,
+    pub max_agents: usize,
+    pub max_ports: usize,
+    pub max_flows: usize,
+    pub idle_timeout_ns: u64,
+    /// The configured groups' agents and uplinks: never pushed out, never expired.
+    pub protected: Vec<(IpAddr, Vec<u32>)>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            allow: Vec::new(),
+            max_agents: MAX_AGENTS,
+            max_ports: MAX_PORTS,
+            max_flows: MAX_FLOWS,
+            idle_timeout_ns: DEFAULT_IDLE_TIMEOUT_NS,
+            protected: Vec::new(),
+        }
+    }
+}
+
+/// An address range: `10.0.0.0/8`, `2001:db8::/32`, or one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Network {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Network {
+    pub fn contains(&self, a: IpAddr) -> bool {
+        match (self.addr, a) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Network, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an address or network; use e.g. \"10.0.0.0/8\""))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
+        };
+        Ok(Network { addr, prefix })
+    }
+}
+
+/// The validated `[sflow]` settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SflowSettings {
+    pub listen: SocketAddr,
+    /// The socket's receive buffer (SO_RCVBUF; the kernel doubles it for its bookkeeping).
+    pub receive_buffer_bytes: usize,
+    /// The collector's bounds, allow-list and protected groups.
+    pub limits: Limits,
+}
+
+/// Default receive buffer: 32 MiB, about 14,000 datagrams of 1,400 bytes (70 ms at 200,000
+/// datagrams per second: what a poll's share of the same core can take away). Kernel memory,
+/// used only while datagrams wait.
+pub const DEFAULT_RECEIVE_BUFFER: usize = 32 << 20;
+/// `[[sflow.groups]]`: one switch's ECMP uplinks.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkGroup {
+    pub name: String,
+    /// The switch's sFlow agent address.
+    pub agent: IpAddr,
+    /// The uplinks' ifIndex values.
+    pub uplinks: Vec<u32>,
+}
+
+impl UplinkGroup {
+    /// The member name of an uplink: "AGENT/IFINDEX".
+    pub fn member(&self, if_index: u32) -> String {
+        format!("{}/{}", self.agent, if_index)
+    }
+}
+
+/// Checks the groups; the message names the key and the fix.
+pub fn validate(groups: &[UplinkGroup]) -> Result<(), String> {
+    let mut names = std::collections::BTreeSet::new();
+    for g in groups {
+        if !names.insert(&g.name) {
+            return Err(format!(
+                "sflow group '{}' is defined twice; give each group one name",
+                g.name
+            ));
+        }
+        let distinct: std::collections::BTreeSet<_> = g.uplinks.iter().collect();
+        if distinct.len() < 2 {
+            return Err(format!(
+                "sflow group '{}' needs at least two distinct uplinks (uplinks = [1, 2])",
+                g.name
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// The sFlow receiver from the flag (over the file); `None` when neither asks for one.
 pub(super) fn sflow_settings(
     flag: Option<&str>,
     file: Option<&SflowSection>,
-    limits: crate::sflow::collector::Limits,
-) -> Result<Option<crate::sflow::receiver::SflowSettings>, UsageError> {
+    limits: Limits,
+) -> Result<Option<SflowSettings>, UsageError> {
     let Some(text) = flag.or(file.and_then(|f| f.listen.as_deref())) else {
         return Ok(None);
     };
     let listen: SocketAddr = match text.parse::<SocketAddr>() {
         Ok(a) => a,
         Err(_) => match text.parse::<std::net::IpAddr>() {
-            Ok(ip) => SocketAddr::new(ip, crate::sflow::SFLOW_PORT),
+            Ok(ip) => SocketAddr::new(ip, SFLOW_PORT),
             Err(_) => {
                 return Err(bad(format!(
                     "sFlow listen address {} is not IP or IP:PORT; use e.g. 0.0.0.0 (port 6343) or [::]:6343",
@@ -27,13 +176,13 @@ pub(super) fn sflow_settings(
     };
     let receive_buffer_bytes = file
         .and_then(|f| f.receive_buffer_bytes)
-        .unwrap_or(crate::sflow::receiver::DEFAULT_RECEIVE_BUFFER);
+        .unwrap_or(DEFAULT_RECEIVE_BUFFER);
     if !(65_536..=1 << 30).contains(&receive_buffer_bytes) {
         return Err(bad(format!(
             "sflow.receive_buffer_bytes {receive_buffer_bytes} is out of range; use 65536 to 1073741824"
         )));
     }
-    Ok(Some(crate::sflow::receiver::SflowSettings {
+    Ok(Some(SflowSettings {
         listen,
         receive_buffer_bytes,
         limits,
@@ -42,11 +191,7 @@ pub(super) fn sflow_settings(
 
 /// The collector's bounds and allow-list from `[sflow]` (shared by `run` and `analyze`); the
 /// groups' agents and uplinks are protected.
-pub fn sflow_limits(
-    file: &FileConfig,
-    groups: &[crate::sflow::fabric::UplinkGroup],
-) -> Result<crate::sflow::collector::Limits, UsageError> {
-    use crate::sflow::collector::{Limits, Network};
+pub fn sflow_limits(file: &FileConfig, groups: &[UplinkGroup]) -> Result<Limits, UsageError> {
     let mut l = Limits::default();
     let Some(f) = file.sflow.as_ref() else {
         l.protected = groups
@@ -99,14 +244,12 @@ pub fn sflow_limits(
 }
 
 /// The `[[sflow.groups]]` of a file (shared by `run` and `analyze`), validated.
-pub fn sflow_groups(
-    file: &FileConfig,
-) -> Result<Vec<crate::sflow::fabric::UplinkGroup>, UsageError> {
+pub fn sflow_groups(file: &FileConfig) -> Result<Vec<UplinkGroup>, UsageError> {
     let groups = file
         .sflow
         .as_ref()
         .and_then(|s| s.groups.clone())
         .unwrap_or_default();
-    crate::sflow::fabric::validate(&groups).map_err(bad)?;
+    validate(&groups).map_err(bad)?;
     Ok(groups)
 }

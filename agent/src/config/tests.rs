@@ -120,7 +120,7 @@ fn a_small_ipv6_map_costs_less_memory() {
 #[test]
 fn kernel_switches_default_on_and_follow_file_then_flags() {
     let c = Config::merge(FileConfig::default(), &args(&["a"])).unwrap();
-    assert_eq!(c.switches, crate::sources::tally::Switches::default());
+    assert_eq!(c.switches, super::switches::Switches::default());
     assert!(c.switches.psn_tracking && c.switches.session_counters);
     let file: FileConfig = toml::from_str("psn_tracking = false").unwrap();
     let c = Config::merge(file, &args(&["a"])).unwrap();

@@ -18,4 +18,9 @@ pub fn pfc_storm_seconds(flag: Option<f64>, file: Option<f64>) -> Result<f64, Us
 }
 
 /// The PFC storm threshold's default, seconds.
-pub const DEFAULT_PFC_STORM_S: f64 = crate::detect::pause::DEFAULT_STORM_NS as f64 / 1e9;
+pub const DEFAULT_PFC_STORM_S: f64 = DEFAULT_PFC_STORM_NS as f64 / 1e9;
+/// The same in nanoseconds: a priority paused continuously this long is a storm.
+pub const DEFAULT_PFC_STORM_NS: u64 = 200_000_000;
+
+/// Default time constant of the exponentially weighted flow rates, in seconds.
+pub const RATE_TAU_SECONDS: f64 = 2.0;

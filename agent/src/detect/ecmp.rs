@@ -10,75 +10,15 @@
 //! elephants while another member of the same group carries none.
 
 use super::hash::{FlowFields, HashModel};
+use crate::config::ecmp::EcmpConfig;
 use agent_common::flow_key::addr;
 use agent_common::opcode::is_connection_management;
 use agent_common::{FlowKey, ROCEV2_UDP_PORT};
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use serde::Serialize;
 
 /// How many shared 5-tuples and host pairs the report lists (all are counted).
 pub const MAX_LISTED: usize = 1000;
-
-/// A named group of interfaces that are the uplinks of one ECMP group.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupConfig {
-    pub name: String,
-    pub interfaces: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EcmpConfig {
-    #[serde(default)]
-    pub groups: Vec<GroupConfig>,
-    /// The switch hash model for predicted paths.
-    #[serde(default)]
-    pub hash: Option<HashModel>,
-}
-
-impl EcmpConfig {
-    pub fn validate(&self, ifaces: Option<&[String]>) -> Result<(), String> {
-        let mut names = BTreeSet::new();
-        for g in &self.groups {
-            if !names.insert(&g.name) {
-                return Err(format!(
-                    "ecmp group '{}' is defined twice; give each group one name",
-                    g.name
-                ));
-            }
-            if g.interfaces.len() < 2 {
-                return Err(format!(
-                    "ecmp group '{}' needs at least two interfaces (its uplinks)",
-                    g.name
-                ));
-            }
-            if let Some(all) = ifaces {
-                for i in &g.interfaces {
-                    if !all.contains(i) {
-                        return Err(format!(
-                            "ecmp group '{}' names interface '{i}', which is not watched; add it to interfaces (or --iface)",
-                            g.name
-                        ));
-                    }
-                }
-            }
-        }
-        if let Some(h) = &self.hash {
-            if h.paths == 0 || h.paths > 4096 {
-                return Err(format!(
-                    "ecmp.hash.paths {} is out of range; use 1 to 4096",
-                    h.paths
-                ));
-            }
-            if h.fields.is_empty() {
-                return Err("ecmp.hash.fields is empty; list e.g. [\"src_ip\", \"dst_ip\", \"protocol\", \"src_port\", \"dst_port\"]".into());
-            }
-        }
-        Ok(())
-    }
-}
 
 /// What the detectors need to know of a flow.
 #[derive(Clone, Copy, Debug)]
@@ -335,6 +275,7 @@ pub fn analyze(flows: &[FlowView], ifaces: &[String], cfg: &EcmpConfig) -> EcmpR
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ecmp::GroupConfig;
     use crate::detect::hash::{default_fields, HashFn};
 
     fn flow(iface: usize, sport: u16, qp: u32, rate: f64, elephant: bool) -> FlowView {

@@ -45,7 +45,7 @@ pub const KINDS: [&str; 12] = [
 
 /// The runbook's default home (the HTML report's links and the alert rules' default base):
 /// the project's repository.
-pub const RUNBOOK_URL: &str = "https://github.com/rocemon/rocemon/blob/main/docs/runbook.md";
+pub const RUNBOOK_URL: &str = crate::config::cli::RUNBOOK_URL;
 
 /// The runbook entry of a kind (relative to the repository).
 pub fn runbook(kind: &str) -> String {

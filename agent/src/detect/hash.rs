@@ -5,27 +5,7 @@
 //! These models are common building blocks; configure the one that matches your switches, and
 //! treat predicted paths as a model, not an observation.
 
-use serde::{Deserialize, Serialize};
-
-/// The hash function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HashFn {
-    /// CRC-16/ARC: polynomial 0x8005, reflected, init 0 (check 0xBB3D).
-    Crc16_8005,
-    /// CRC-16/BUYPASS (UMTS): polynomial 0x8005, not reflected, init 0 (check 0xFEE8).
-    Crc16_8005Msb,
-    /// CRC-16/XMODEM: polynomial 0x1021, not reflected, init 0 (check 0x31C3).
-    Crc16_1021,
-    /// CRC-16/CCITT-FALSE: polynomial 0x1021, init 0xFFFF (check 0x29B1).
-    Crc16_1021Ffff,
-    /// CRC-32 (IEEE 802.3), upper 16 bits (check 0xCBF43926 -> 0xCBF4).
-    Crc32Upper,
-    /// CRC-32 (IEEE 802.3), lower 16 bits (-> 0x3926).
-    Crc32Lower,
-    /// XOR of the 16-bit big-endian words of the key.
-    XorFold,
-}
+pub use crate::config::ecmp::{default_fields, Field, HashFn, HashModel};
 
 impl HashFn {
     /// The 16-bit hash of `data`; `seed`, when given, replaces the initial value (CRCs) or is
@@ -100,19 +80,6 @@ fn crc32(init: u32, data: &[u8]) -> u32 {
     !crc
 }
 
-/// A header field the switch hashes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Field {
-    SrcIp,
-    DstIp,
-    Protocol,
-    SrcPort,
-    DstPort,
-    /// The BTH destination QP (enhanced ECMP, as Meta deployed it).
-    DestQp,
-}
-
 /// Where a flow goes: the fields a switch hashes.
 #[derive(Clone, Copy, Debug)]
 pub struct FlowFields<'a> {
@@ -121,28 +88,6 @@ pub struct FlowFields<'a> {
     pub sport: u16,
     pub dport: u16,
     pub dest_qp: u32,
-}
-
-/// A configured switch hash: function, seed, fields (in order) and the number of paths.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct HashModel {
-    pub function: HashFn,
-    #[serde(default)]
-    pub seed: Option<u32>,
-    #[serde(default = "default_fields")]
-    pub fields: Vec<Field>,
-    pub paths: u32,
-}
-
-pub fn default_fields() -> Vec<Field> {
-    vec![
-        Field::SrcIp,
-        Field::DstIp,
-        Field::Protocol,
-        Field::SrcPort,
-        Field::DstPort,
-    ]
 }
 
 impl HashModel {

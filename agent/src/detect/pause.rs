@@ -14,8 +14,8 @@ const OPCODE_PFC: u16 = 0x0101;
 /// 802.3x PAUSE's opcode (every priority at once).
 const OPCODE_PAUSE: u16 = 0x0001;
 
-/// The default storm threshold: a priority paused continuously this long.
-pub const DEFAULT_STORM_NS: u64 = 200_000_000;
+/// The default storm threshold: a priority paused continuously this long (the setting's).
+pub const DEFAULT_STORM_NS: u64 = crate::config::thresholds::DEFAULT_PFC_STORM_NS;
 
 /// A continuous pause of one priority.
 #[derive(Clone, Debug, PartialEq, Serialize)]

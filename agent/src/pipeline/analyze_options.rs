@@ -1,18 +1,11 @@
 //! What `analyze` runs with besides the frames (the flags and configuration file, validated):
 //! shared by the parsing side ([`super::analysis`]) and the flow side ([`super::flow_side`]).
 
-use crate::detect::ecmp::EcmpConfig;
-use crate::detect::elephant::ElephantConfig;
+use crate::config::ecmp::EcmpConfig;
+use crate::config::elephant::ElephantConfig;
 use agent_common::TrafficClasses;
 
-/// Defaults of `analyze`'s options (the flags show them).
-pub mod defaults {
-    /// `analyze --max-flows`: about 120 MB of flow table.
-    pub const MAX_FLOWS: usize = 262_144;
-    /// `analyze --link-speed`: 100 Gb/s, the common RoCE back-end port.
-    pub const LINK_SPEED_GBPS: f64 = 100.0;
-    pub const LINK_SPEED_BPS: u64 = 100_000_000_000;
-}
+pub use crate::config::analyze::defaults;
 
 /// What `analyze` runs besides counting.
 #[derive(Clone, Debug)]
@@ -48,11 +41,11 @@ impl Default for AnalyzeOptions {
             elephant: ElephantConfig::default(),
             ecmp: EcmpConfig::default(),
             tick_s: 1.0,
-            rate_window_s: crate::pipeline::flows::RATE_TAU_SECONDS,
+            rate_window_s: crate::config::thresholds::RATE_TAU_SECONDS,
             max_flows: defaults::MAX_FLOWS,
             classes: TrafficClasses::DEFAULT,
             link_speed_bps: defaults::LINK_SPEED_BPS,
-            pfc_storm_ns: crate::detect::pause::DEFAULT_STORM_NS,
+            pfc_storm_ns: crate::config::thresholds::DEFAULT_PFC_STORM_NS,
             sflow_groups: Vec::new(),
             sflow_limits: Default::default(),
             parallel: true,

@@ -25,8 +25,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-/// Seconds between two records of a flow that goes on (the convention of flow exporters).
-pub const DEFAULT_ACTIVE_TIMEOUT_S: u64 = 60;
+/// Seconds between two records of a flow that goes on (the setting's default).
+pub const DEFAULT_ACTIVE_TIMEOUT_S: u64 = crate::config::ipfix::DEFAULT_ACTIVE_TIMEOUT_S;
 
 /// One flow record: a flow's counts since its previous record.
 #[derive(Clone, Debug, PartialEq)]

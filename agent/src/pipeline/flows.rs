@@ -2,8 +2,9 @@
 //! per-flow totals), `analyze` feeds it packets through `FlowStats::record`; both give flows
 //! with totals and a smoothed rate, and the same top-K selection.
 
+use crate::config::elephant::ElephantConfig;
 use crate::detect::ecmp::FlowView;
-use crate::detect::elephant::{ElephantConfig, ElephantState};
+use crate::detect::elephant::ElephantState;
 use crate::pipeline::flow_counts::{EndReason, ExportMark, FlowCounts};
 use crate::pipeline::flow_lives::{self, Lives};
 use agent_common::{FlowKey, FlowStats};
@@ -13,8 +14,8 @@ use std::net::IpAddr;
 mod slots;
 use slots::FlowSlots;
 
-/// Default time constant of the exponentially weighted rate, in seconds.
-pub const RATE_TAU_SECONDS: f64 = 2.0;
+/// Default time constant of the exponentially weighted rate, in seconds (the setting's).
+pub const RATE_TAU_SECONDS: f64 = crate::config::thresholds::RATE_TAU_SECONDS;
 
 /// Applies the decay of the ticks a quiet flow skipped, up to table clock `to`.
 fn decay(e: &mut FlowEntry, to: f64, tau: f64) {

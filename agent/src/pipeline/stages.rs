@@ -16,8 +16,10 @@
 //! its clock (poll intervals, capture time) and its source-specific views (a capture's
 //! timeline and pause frames; a host's counter blocks and rings).
 
-use crate::detect::ecmp::{self, EcmpConfig, EcmpReport, FlowView};
-use crate::detect::elephant::{ElephantConfig, Transition};
+use crate::config::ecmp::EcmpConfig;
+use crate::config::elephant::ElephantConfig;
+use crate::detect::ecmp::{self, EcmpReport, FlowView};
+use crate::detect::elephant::Transition;
 use crate::pipeline::flow_counts::EndReason;
 use crate::pipeline::flow_records::{RecordSettings, Recorder};
 use crate::pipeline::flows::{ElephantEvent, FlowTable};
@@ -80,6 +82,24 @@ pub struct Settings {
     /// Flow records for a flow collector (IPFIX), when asked for: taken by
     /// [`Pipeline::new`] into the stage.
     pub records: Option<RecordSettings>,
+}
+
+impl Settings {
+    /// The pipeline's settings for a live agent: flows bounded by the stores (the kernel
+    /// maps), no elephant history (the journal has each start and end).
+    pub fn live(config: &crate::config::Config) -> Settings {
+        Settings {
+            elephant: config.elephant.clone(),
+            ecmp: config.ecmp.clone(),
+            rate_window_s: config.rate_window_s,
+            max_flows: None,
+            hold_pushed_out: (config.flow_maps.ipv4 as usize) + (config.flow_maps.ipv6 as usize),
+            sflow_groups: config.sflow_groups.clone(),
+            history: History::Off,
+            // The exporter's sink exists once the agent runs: `run` sets it.
+            records: None,
+        }
+    }
 }
 
 /// The pipeline's state: what the exporters read after each round.

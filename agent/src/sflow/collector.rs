@@ -6,58 +6,22 @@
 use super::decode::{self, IfCounters, Malformed, Port, Sample};
 use super::sequence::SequenceState;
 use super::table::{Absorb, Table};
+pub use crate::config::sflow::{
+    Limits, Network, DEFAULT_IDLE_TIMEOUT_NS, MAX_AGENTS, MAX_FLOWS, MAX_PORTS,
+};
 use crate::detect::steps::StepTracker;
 use agent_common::{parse_record, FlowKey, Hook, LinkType, SliceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Flows held at most by default (a fabric has many; see [`Limits`]).
-pub const MAX_FLOWS: usize = 65_536;
-/// Ports held at most by default: a fabric of 500 switches of 64 ports, both directions
-/// (about 130 bytes each with its index; a smaller bound refuses a big fabric's ports one by one, each
-/// refusal after a search for an entry to push out).
-pub const MAX_PORTS: usize = 65_536;
-/// Agents (address, sub-agent) held at most by default: 500 switches with a few sub-agents.
-pub const MAX_AGENTS: usize = 2_048;
 /// Switch ports whose rhythm is followed (480 KB each: the last minute in 1 ms buckets).
 pub const MAX_RHYTHM_PORTS: usize = 64;
-/// An entry not updated for this long expires: sFlow agents export counters every 20-30 s
-/// and flow samples as they come, so four export intervals without a word is a gone port,
-/// flow or switch.
-pub const DEFAULT_IDLE_TIMEOUT_NS: u64 = 120_000_000_000;
 /// The longest frame a sample may claim: a GSO frame of 64 KiB and its headers. A longer one
 /// (or a sampling rate of 0) is implausible: counted, never estimated from.
 pub const MAX_FRAME_LENGTH: u32 = 65_535 + 512;
 /// An estimate from fewer samples than this says so (`few_samples`).
 pub const FEW_SAMPLES: u64 = 30;
-
-/// How much the collector holds, whom it listens to and whom it protects (`[sflow]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Agent networks whose datagrams are read (empty: any); the others are counted in
-    /// `denied_datagrams` and dropped.
-    pub allow: Vec<Network>,
-    pub max_agents: usize,
-    pub max_ports: usize,
-    pub max_flows: usize,
-    pub idle_timeout_ns: u64,
-    /// The configured groups' agents and uplinks: never pushed out, never expired.
-    pub protected: Vec<(IpAddr, Vec<u32>)>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            allow: Vec::new(),
-            max_agents: MAX_AGENTS,
-            max_ports: MAX_PORTS,
-            max_flows: MAX_FLOWS,
-            idle_timeout_ns: DEFAULT_IDLE_TIMEOUT_NS,
-            protected: Vec::new(),
-        }
-    }
-}
 
 impl Limits {
     fn allows(&self, a: IpAddr) -> bool {
@@ -72,58 +36,6 @@ impl Limits {
         self.protected
             .iter()
             .any(|(p, ports)| *p == a && ports.contains(&if_index))
-    }
-}
-
-/// An address range: `10.0.0.0/8`, `2001:db8::/32`, or one address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Network {
-    pub addr: IpAddr,
-    pub prefix: u8,
-}
-
-impl Network {
-    pub fn contains(&self, a: IpAddr) -> bool {
-        match (self.addr, a) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl std::str::FromStr for Network {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Network, String> {
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?} is not an address or network; use e.g. \"10.0.0.0/8\""))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => max,
-            Some(p) => p
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
-        };
-        Ok(Network { addr, prefix })
     }
 }
 

@@ -5,51 +5,14 @@
 //! another uplink of its group carries none.
 
 use super::collector::{Collector, Direction, PortKey};
+use crate::config::elephant::ElephantConfig;
+pub use crate::config::sflow::{validate, UplinkGroup};
 use crate::detect::ecmp::{group_view, GroupView, MemberView};
-use crate::detect::elephant::{ElephantConfig, ElephantState};
+use crate::detect::elephant::ElephantState;
 use agent_common::FlowKey;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-
-/// `[[sflow.groups]]`: one switch's ECMP uplinks.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UplinkGroup {
-    pub name: String,
-    /// The switch's sFlow agent address.
-    pub agent: IpAddr,
-    /// The uplinks' ifIndex values.
-    pub uplinks: Vec<u32>,
-}
-
-impl UplinkGroup {
-    /// The member name of an uplink: "AGENT/IFINDEX".
-    pub fn member(&self, if_index: u32) -> String {
-        format!("{}/{}", self.agent, if_index)
-    }
-}
-
-/// Checks the groups; the message names the key and the fix.
-pub fn validate(groups: &[UplinkGroup]) -> Result<(), String> {
-    let mut names = std::collections::BTreeSet::new();
-    for g in groups {
-        if !names.insert(&g.name) {
-            return Err(format!(
-                "sflow group '{}' is defined twice; give each group one name",
-                g.name
-            ));
-        }
-        let distinct: std::collections::BTreeSet<_> = g.uplinks.iter().collect();
-        if distinct.len() < 2 {
-            return Err(format!(
-                "sflow group '{}' needs at least two distinct uplinks (uplinks = [1, 2])",
-                g.name
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// The first and last flow keys (for a range over one port's flows): every byte 0, every
 /// byte 0xFF.

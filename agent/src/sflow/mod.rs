@@ -18,5 +18,4 @@ pub mod report;
 pub mod sequence;
 pub mod table;
 
-/// The IANA port of sFlow.
-pub const SFLOW_PORT: u16 = 6343;
+pub use crate::config::sflow::SFLOW_PORT;

@@ -8,6 +8,7 @@
 //! every second then cost CPU, never datagrams.
 
 use super::collector::Collector;
+pub use crate::config::sflow::{SflowSettings, DEFAULT_RECEIVE_BUFFER};
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -15,20 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
-/// The validated `[sflow]` settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SflowSettings {
-    pub listen: SocketAddr,
-    /// The socket's receive buffer (SO_RCVBUF; the kernel doubles it for its bookkeeping).
-    pub receive_buffer_bytes: usize,
-    /// The collector's bounds, allow-list and protected groups.
-    pub limits: super::collector::Limits,
-}
-
-/// Default receive buffer: 32 MiB, about 14,000 datagrams of 1,400 bytes (70 ms at 200,000
-/// datagrams per second: what a poll's share of the same core can take away). Kernel memory,
-/// used only while datagrams wait.
-pub const DEFAULT_RECEIVE_BUFFER: usize = 32 << 20;
 /// Datagrams read per system call at most.
 pub const BATCH: usize = 32;
 /// The most a UDP datagram carries: no datagram is cut.

@@ -14,6 +14,7 @@
 //! mmaps and the ring protocol, so this file holds only the policy.
 
 use super::tally::{Switches, Tally};
+pub use crate::config::afxdp::{AfxdpOptions, BindMode, MAX_BATCH};
 use crate::error::UsageError;
 use agent_common::{
     parse_record, FlowKey, FlowStats, Hook, HookCounters, LinkType, SessionKey, SessionStats,
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use xdpilone::{DeviceQueue, IfInfo, RingRx, Socket, SocketConfig, Umem, UmemConfig, User};
 
 /// Frames per queue (UMEM chunks, fill and receive ring entries): 8 MiB of 4 KiB chunks.
-const FRAMES: u32 = 2048;
+const FRAMES: u32 = MAX_BATCH;
 const FRAME_SIZE: u32 = 4096;
 /// `sockaddr_xdp` flag: multi-buffer frames arrive as several descriptors (Linux 6.6+).
 const XDP_USE_SG: u16 = 1 << 4;
@@ -40,48 +41,6 @@ const XDP_PKT_CONTD: u32 = 1 << 0;
 /// Bytes of a multi-buffer frame's first buffer kept for the parser: every header it reads
 /// starts within `MAX_READ_OFFSET`.
 const HEAD: usize = agent_common::reader::MAX_READ_OFFSET + 128;
-
-/// How the sockets bind: zero-copy needs driver support; copy works everywhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum BindMode {
-    Auto,
-    Copy,
-    #[value(name = "zerocopy")]
-    #[serde(rename = "zerocopy")]
-    ZeroCopy,
-}
-
-/// How the sockets are bound and read. The defaults come from the live benchmark
-/// (`cargo xtask bench`, AF_XDP rows: batch sizes, pauses and busy polling measured side by
-/// side on a veth).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AfxdpOptions {
-    pub mode: BindMode,
-    /// Descriptors taken from the receive ring per pass (at most the ring's [`FRAMES`]).
-    pub batch: u32,
-    /// How long the receive loop lets frames gather when its ring runs empty, before it
-    /// waits for them (0: wait at once).
-    pub coalesce_us: u32,
-    /// Busy polling (`SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL` of this many microseconds, a
-    /// budget of `batch`): the receive loop drives the driver's receive queue itself instead
-    /// of waiting for its interrupt (0: off).
-    pub busy_poll_us: u32,
-}
-
-impl Default for AfxdpOptions {
-    fn default() -> Self {
-        AfxdpOptions {
-            mode: BindMode::Auto,
-            batch: 64,
-            coalesce_us: 200,
-            busy_poll_us: 0,
-        }
-    }
-}
-
-/// Receive ring entries (and UMEM frames) per queue: the largest batch.
-pub const MAX_BATCH: u32 = FRAMES;
 
 /// One queue's figures, cumulative since the socket opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

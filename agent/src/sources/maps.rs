@@ -284,19 +284,7 @@ pub fn monotonic_to_unix_ns() -> u64 {
     unix.saturating_sub(monotonic_ns())
 }
 
-/// The resolution of the kernel's coarse monotonic clock (`bpf_ktime_get_coarse_ns` reads the
-/// same clock): one tick, 1 ms at HZ=1000, 4 ms at HZ=250. `u64::MAX` if unknown.
-pub fn coarse_clock_resolution_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write into.
-    if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
-        return u64::MAX;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::config::switches::coarse_clock_resolution_ns;
 
 /// One millisecond of the ring, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

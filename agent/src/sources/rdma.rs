@@ -7,6 +7,7 @@
 //!   `rdma -j res show cm_id`, from which each connection's UDP source port follows by the
 //!   drivers' formula ([`udp_sport`]), so the predicted ECMP model covers these hosts too.
 
+use crate::config::rdma::RdmaConfig;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -223,6 +224,32 @@ impl RdmaView {
     }
 }
 
+/// Reads the host's RC connections: from the recorded files when given (a missing file is an
+/// error naming it), else from `rdma res` (absent tool or no RDMA devices: none).
+pub fn load_connections(
+    qp_json: Option<&Path>,
+    cm_id_json: Option<&Path>,
+) -> Result<Vec<Connection>, crate::error::UsageError> {
+    use crate::error::UsageError;
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| UsageError::BadConfig(format!("cannot read {}: {e}", p.display())))
+    };
+    let qp = match qp_json {
+        Some(p) => Some(read(p)?),
+        None => rdma_res("qp"),
+    };
+    let cm = match cm_id_json {
+        Some(p) => Some(read(p)?),
+        None => rdma_res("cm_id"),
+    };
+    match &qp {
+        Some(q) => connections(q, cm.as_deref())
+            .map_err(|e| UsageError::BadConfig(format!("cannot parse `rdma -j res` output: {e}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,60 +389,5 @@ mod tests {
             "no RDMA device: no error, no series"
         );
         let _ = std::fs::remove_dir_all(&root);
-    }
-}
-
-/// Where the live agent (and `rocemon rdma`) reads the host's queue pairs from.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RdmaConfig {
-    /// Read the host's RC connections (`rdma res`) into the predicted ECMP view; default true.
-    #[serde(default)]
-    pub connections: Option<bool>,
-    /// Recorded `rdma -j res show qp` output to read instead of running `rdma`.
-    #[serde(default)]
-    pub qp_json: Option<std::path::PathBuf>,
-    /// Recorded `rdma -j res show cm_id` output.
-    #[serde(default)]
-    pub cm_id_json: Option<std::path::PathBuf>,
-    /// Count every RC connection as an elephant in the predicted view (their rates are not
-    /// visible when the NIC bypasses the kernel; on training hosts each RC connection of a
-    /// collective carries bulk data). Default true.
-    #[serde(default)]
-    pub assume_elephants: Option<bool>,
-}
-
-impl RdmaConfig {
-    pub fn enabled(&self) -> bool {
-        self.connections.unwrap_or(true)
-    }
-    pub fn elephants(&self) -> bool {
-        self.assume_elephants.unwrap_or(true)
-    }
-}
-
-/// Reads the host's RC connections: from the recorded files when given (a missing file is an
-/// error naming it), else from `rdma res` (absent tool or no RDMA devices: none).
-pub fn load_connections(
-    qp_json: Option<&Path>,
-    cm_id_json: Option<&Path>,
-) -> Result<Vec<Connection>, crate::error::UsageError> {
-    use crate::error::UsageError;
-    let read = |p: &Path| {
-        std::fs::read_to_string(p)
-            .map_err(|e| UsageError::BadConfig(format!("cannot read {}: {e}", p.display())))
-    };
-    let qp = match qp_json {
-        Some(p) => Some(read(p)?),
-        None => rdma_res("qp"),
-    };
-    let cm = match cm_id_json {
-        Some(p) => Some(read(p)?),
-        None => rdma_res("cm_id"),
-    };
-    match &qp {
-        Some(q) => connections(q, cm.as_deref())
-            .map_err(|e| UsageError::BadConfig(format!("cannot parse `rdma -j res` output: {e}"))),
-        None => Ok(Vec::new()),
     }
 }

@@ -3,6 +3,7 @@
 //! kernel's as its store. Used by the AF_XDP capture source and as the host side of the
 //! kernel differential tests.
 
+pub use crate::config::switches::Switches;
 use agent_common::count::{count, flow_step, Store};
 use agent_common::{
     FlowKey, FlowStats, Hook, HookCounters, PacketRecord, SessionKey, SessionStats, TrafficClasses,
@@ -10,41 +11,6 @@ use agent_common::{
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-
-/// The load-time settings of the kernel programs, which the userspace counting of the AF_XDP
-/// capture follows too: what the switches leave out is pruned by the verifier (and skipped
-/// here); the traffic classes decide what counts as lossy RoCE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Switches {
-    /// PSN gaps and retransmissions per flow.
-    pub psn_tracking: bool,
-    /// Per mirror-session / tunnel counters.
-    pub session_counters: bool,
-    /// The classes RoCE and CNPs are expected in.
-    pub classes: TrafficClasses,
-    /// Kernel only: RoCE bytes per millisecond in the ring the training rhythm is found in
-    /// ([`agent_common::ring`]).
-    pub rhythm: bool,
-    /// Kernel only: the ring on the coarse clock ([`agent_common::SWITCH_RING_COARSE`]); by
-    /// default where the host's tick is at most a millisecond.
-    pub coarse_ring_clock: bool,
-    /// Kernel only: the per-CPU flow cache in front of the flow maps
-    /// ([`agent_common::flow_cache`]); counts are the same with it and without.
-    pub flow_cache: bool,
-}
-
-impl Default for Switches {
-    fn default() -> Self {
-        Switches {
-            psn_tracking: true,
-            session_counters: true,
-            classes: TrafficClasses::DEFAULT,
-            rhythm: true,
-            coarse_ring_clock: crate::sources::maps::coarse_clock_resolution_ns() <= 1_000_000,
-            flow_cache: true,
-        }
-    }
-}
 
 /// Flows held at most per family, as the kernel's two flow maps (FLOWS4, FLOWS) bound them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -84,7 +84,7 @@ impl Live {
             metrics: Arc::new(Mutex::new(metrics)),
             api: Arc::new(Mutex::new(ApiView::default())),
         };
-        let mut settings = config.pipeline();
+        let mut settings = crate::pipeline::stages::Settings::live(&config);
         let exporter = ipfix::start(&config, &shared, &mut settings)?;
         let pipeline = Pipeline::new(config.ifaces.clone(), settings);
         let mut live = Live {

@@ -51,7 +51,7 @@ pub fn apply_reload(config: &mut Config, new: Config, pipeline: &mut Pipeline) {
     if let Some(l) = config.log_level {
         log::set_max_level(l);
     }
-    pipeline.set(config.pipeline());
+    pipeline.set(crate::pipeline::stages::Settings::live(config));
     log::info!(
         "configuration reloaded: {}",
         changes(&before, &config.summary())
