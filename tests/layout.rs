@@ -234,3 +234,13 @@ fn the_per_packet_rules_are_written_once() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// The settings are a bottom room: `config/` owns every config-file section and its checks,
+/// and imports no other room (each room reads its section from there).
+#[test]
+fn the_settings_import_no_other_room() {
+    let g = layers::graph(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let deps = g.get("config").expect("config in the graph");
+    let rooms: Vec<&String> = deps.iter().filter(|d| d.as_str() != "error").collect();
+    assert!(rooms.is_empty(), "config imports {rooms:?}");
+}
