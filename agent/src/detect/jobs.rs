@@ -177,7 +177,16 @@ pub struct Found {
 /// that series a silence does not end (PFC held the job). Groups whose steps are a trickle
 /// are no job. In the order of [`group`].
 pub fn find(series: &[&Series], paused: impl Fn(&Series) -> Vec<bool>) -> Vec<Found> {
-    let rhythms: Vec<Rhythm> = series.iter().map(|s| rhythm::detect(s)).collect();
+    let rhythms: Vec<Rhythm> = series
+        .iter()
+        .map(|s| {
+            if steady(s) {
+                Rhythm::default()
+            } else {
+                rhythm::detect(s)
+            }
+        })
+        .collect();
     group(&rhythms)
         .into_iter()
         .filter_map(|members| {
@@ -186,6 +195,21 @@ pub fn find(series: &[&Series], paused: impl Fn(&Series) -> Vec<bool>) -> Vec<Fo
             (r.period_seconds.is_some() && !trickle(&r)).then_some(Found { members, rhythm: r })
         })
         .collect()
+}
+
+/// The share of a source's bytes in its quiet milliseconds above which it is a steady
+/// sender, not a job's host.
+const MAX_QUIET_SHARE: f64 = 0.5;
+
+/// Whether a source sends mostly between bursts: a job's host is silent between its bursts
+/// (it computes), a steady tenant is not, even where a queue or a busy sender held its
+/// packets back during the job's bursts and let them go right after (the catch-up looks like
+/// a burst of its own, on the job's period, and would join the job or make one).
+fn steady(s: &Series) -> bool {
+    let (quiet, _) = rhythm::quiet_level(&s.buckets);
+    let total: u64 = s.buckets.iter().sum();
+    let in_quiet: u64 = s.buckets.iter().filter(|&&b| b <= quiet).sum();
+    total > 0 && in_quiet as f64 > MAX_QUIET_SHARE * total as f64
 }
 
 /// A rhythm of steps too small to be a training job's (the typical step carries less than
@@ -234,6 +258,38 @@ mod tests {
             detect(&host(100, 1, 50)),
         ];
         assert_eq!(group(&r), vec![vec![0, 2]]);
+    }
+
+    /// A steady tenant held back during the job's bursts and let go after them (a busy
+    /// sender, a queue behind the bursts): silent with the bursts, a catch-up after each.
+    fn held_back(period_ms: u64, burst_ms: u64, ms: u64) -> Series {
+        let mut s = Series::new(1 << 22);
+        for k in 0..ms {
+            let at = k % period_ms;
+            let units = if at < burst_ms {
+                0
+            } else if at < burst_ms + 5 {
+                5 * 1024
+            } else {
+                1024
+            };
+            if units > 0 {
+                s.add(1_000_000_000 + k * BUCKET_NS, units);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn a_steady_tenant_held_back_by_the_bursts_is_in_no_job() {
+        let (a, b, t) = (
+            host(100, 0, 50),
+            host(100, 1, 50),
+            held_back(100, 20, 5_000),
+        );
+        let found = find(&[&a, &t, &b], |_| Vec::new());
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].members, vec![0, 2]);
     }
 
     #[test]

@@ -221,3 +221,33 @@ fn steady_lanes_alone_are_no_job() {
     j.detect(&[]);
     assert!(j.jobs.is_empty(), "{:?}", j.jobs);
 }
+
+/// A steady tenant whose packets a busy sender (or a queue behind the job's bursts) held
+/// back during each burst and let go right after: its lane falls silent with the job's
+/// bursts and catches up after them. It keeps no step of its own and is in no job.
+#[test]
+fn a_steady_tenant_held_back_during_the_bursts_is_in_no_job() {
+    let h = hosts_in_distinct_lanes(3);
+    let mut j = LiveJobs::default();
+    let (period, burst) = (100u64, 20u64);
+    for t in 0..6_000u64 {
+        let mut lanes = [0u64; LANES];
+        let at = t % period;
+        if at < burst {
+            lanes[h[0].1] += BURST;
+            lanes[h[1].1] += BURST;
+        } else if at < burst + 5 {
+            // The 20 ms held back, sent in the next 5.
+            lanes[h[2].1] += 4 * 5;
+        } else {
+            lanes[h[2].1] += 4;
+        }
+        j.push(t, &lanes);
+    }
+    let flows: Vec<FlowEnds> = h.iter().map(|&(a, _)| flow(a, 5_900)).collect();
+    j.detect(&flows);
+    assert_eq!(j.jobs.len(), 1, "{:#?}", j.jobs);
+    let tenant = agent_common::flow_key::addr(4, &h[2].0).to_string();
+    assert!(!j.jobs[0].sources.contains(&tenant), "{:#?}", j.jobs[0]);
+    assert_eq!(j.jobs[0].sources.len(), 2);
+}

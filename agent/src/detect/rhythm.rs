@@ -235,7 +235,7 @@ const COARSE_BUCKETS: usize = 6_000;
 /// is silent (ACKs and NAKs between bursts are no burst).
 ///
 /// Returns the level, and the value the top thousandth of the buckets is clipped to.
-fn quiet_level(x: &[u64]) -> (u64, u64) {
+pub fn quiet_level(x: &[u64]) -> (u64, u64) {
     if x.is_empty() {
         return (0, 0);
     }
