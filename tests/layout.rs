@@ -25,21 +25,10 @@ fn the_rooms_import_each_other_one_way() {
 fn no_rust_file_is_over_600_lines() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut long = Vec::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = e.expect("directory entry").path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if p.is_dir() {
-                if !name.starts_with('.') && name != "target" {
-                    dirs.push(p);
-                }
-            } else if name.ends_with(".rs") {
-                let lines = std::fs::read_to_string(&p).map_or(0, |s| s.lines().count());
-                if lines > 600 {
-                    long.push(format!("{} ({lines} lines)", p.display()));
-                }
-            }
+    for (p, text) in rust_sources(&root, &[""]) {
+        let lines = text.lines().count();
+        if lines > 600 {
+            long.push(format!("{} ({lines} lines)", p.display()));
         }
     }
     assert!(long.is_empty(), "over 600 lines: {long:?}");
@@ -94,34 +83,20 @@ fn nothing_outside_agent_common_runs_the_counting_steps() {
         "stats.record(",
     ];
     let mut found = Vec::new();
-    let mut dirs: Vec<_> = ["agent/src", "agent-ebpf/src", "fuzz", "xtask/src"]
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = e.expect("entry").path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if p.is_dir() {
-                if name != "target" && !name.starts_with('.') {
-                    dirs.push(p);
-                }
+    for (p, text) in rust_sources(&root, &["agent/src", "agent-ebpf/src", "fuzz", "xtask/src"]) {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with("_tests.rs") || name == "tests.rs" {
+            continue;
+        }
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            if line.trim_start().starts_with("//") {
                 continue;
             }
-            if !name.ends_with(".rs") || name.ends_with("_tests.rs") || name == "tests.rs" {
-                continue;
-            }
-            let text = std::fs::read_to_string(&p).expect("read");
-            for (i, line) in text.lines().enumerate() {
-                if line.trim_start().starts_with("#[cfg(test)]") {
-                    break;
-                }
-                if line.trim_start().starts_with("//") {
-                    continue;
-                }
-                for s in steps.iter().filter(|s| line.contains(*s)) {
-                    found.push(format!("{}:{}: {s}", p.display(), i + 1));
-                }
+            for s in steps.iter().filter(|s| line.contains(*s)) {
+                found.push(format!("{}:{}: {s}", p.display(), i + 1));
             }
         }
     }
@@ -200,35 +175,22 @@ fn the_per_packet_rules_are_written_once() {
         "agent-common/src/info.rs",
     ];
     let mut found = Vec::new();
-    let mut dirs: Vec<_> = ["agent/src", "agent-common/src", "agent-ebpf/src"]
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = e.expect("entry").path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if p.is_dir() {
-                dirs.push(p);
-                continue;
-            }
-            let rel = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
-            if !name.ends_with(".rs")
-                || name.ends_with("_tests.rs")
-                || name == "tests.rs"
-                || home.iter().any(|h| rel.ends_with(h))
-            {
-                continue;
-            }
-            let text = std::fs::read_to_string(&p).expect("read");
-            for (i, line) in rocemon_testkit::layers::non_test_lines(&text)
-                .iter()
-                .enumerate()
-            {
-                let code = line.split("//").next().unwrap_or("");
-                for (what, piece) in rules.iter().filter(|(_, piece)| code.contains(piece)) {
-                    found.push(format!("{rel}:{}: the {what} rule again ({piece})", i + 1));
-                }
+    for (p, text) in rust_sources(&root, &["agent/src", "agent-common/src", "agent-ebpf/src"]) {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let rel = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
+        if name.ends_with("_tests.rs")
+            || name == "tests.rs"
+            || home.iter().any(|h| rel.ends_with(h))
+        {
+            continue;
+        }
+        for (i, line) in rocemon_testkit::layers::non_test_lines(&text)
+            .iter()
+            .enumerate()
+        {
+            let code = line.split("//").next().unwrap_or("");
+            for (what, piece) in rules.iter().filter(|(_, piece)| code.contains(piece)) {
+                found.push(format!("{rel}:{}: the {what} rule again ({piece})", i + 1));
             }
         }
     }
@@ -243,4 +205,26 @@ fn the_settings_import_no_other_room() {
     let deps = g.get("config").expect("config in the graph");
     let rooms: Vec<&String> = deps.iter().filter(|d| d.as_str() != "error").collect();
     assert!(rooms.is_empty(), "config imports {rooms:?}");
+}
+
+/// Every Rust source file under `dirs` (of the workspace root), skipping `target` and hidden
+/// folders, each with its text.
+fn rust_sources(root: &std::path::Path, dirs: &[&str]) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut todo: Vec<_> = dirs.iter().map(|d| root.join(d)).collect();
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.expect("entry").path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if p.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    todo.push(p);
+                }
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&p).expect("read");
+                out.push((p, text));
+            }
+        }
+    }
+    out
 }

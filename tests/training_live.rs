@@ -16,6 +16,20 @@ const ADDR: &str = "127.0.0.1:9442";
 /// machine's two CPUs stretch steps that the test must not see as slow.
 static PACED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The agent's `/api/v1/training` entry of the pair's interface.
+fn training_of(pair: &VethPair, addr: &str) -> Value {
+    let (status, doc) = http_get_in(&pair.ns_a, addr, "/api/v1/training").unwrap();
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    doc["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["iface"] == pair.a_if.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{doc}"))
+}
+
 fn live(prefix: &str, hooks: &[&str]) {
     if !rocemon_testkit::netns::can_run_e2e() {
         return;
@@ -121,15 +135,7 @@ fn live(prefix: &str, hooks: &[&str]) {
     }
     assert_eq!(got, want.flows, "per-flow messages vs tshark");
     // The rhythm in the JSON API and in `rocemon top`.
-    let (status, doc) = http_get_in(&pair.ns_a, ADDR, "/api/v1/training").unwrap();
-    assert_eq!(status, 200);
-    let doc: Value = serde_json::from_str(&doc).unwrap();
-    let i = doc["interfaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["iface"] == pair.a_if.as_str())
-        .unwrap_or_else(|| panic!("{doc}"));
+    let i = training_of(&pair, ADDR);
     assert!(
         (i["period_seconds"].as_f64().unwrap() - 0.1).abs() < 0.005,
         "{i}"
@@ -307,15 +313,7 @@ fn two_jobs(prefix: &str, hooks: &[&str]) {
             "{id}: two sources and their destination"
         );
     }
-    let (status, doc) = http_get_in(&pair.ns_a, addr, "/api/v1/training").unwrap();
-    assert_eq!(status, 200);
-    let doc: Value = serde_json::from_str(&doc).unwrap();
-    let i = doc["interfaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["iface"] == pair.a_if.as_str())
-        .unwrap_or_else(|| panic!("{doc}"));
+    let i = training_of(&pair, addr);
     let jobs = i["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2, "{i:#}");
     for (id, members) in [(&id_a, &a), (&id_b, &b)] {
