@@ -11,7 +11,7 @@
 
 use super::jobs;
 use super::rhythm::{Rhythm, Series, Step, BUCKET_NS};
-use super::steps::{end_of, new_slow_steps};
+use super::steps::{end_of, new_slow_steps, recent_step_bytes, recent_steps};
 use agent_common::ring::{lane_of, LANES, LANE_UNIT};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -22,8 +22,6 @@ use std::net::IpAddr;
 const WINDOW_BUCKETS: usize = 60_000;
 /// Jobs no longer found are forgotten (their slow-step count with them) after this long.
 const FORGET_NS: u64 = 120_000_000_000;
-/// The steps a job shows (the newest).
-const SHOWN_STEPS: usize = 16;
 
 /// A flow as the job finder needs it: its source and destination (version and address bytes,
 /// as in `FlowKey`), when it was last seen (the ring's clock, ns) and its messages.
@@ -167,9 +165,6 @@ fn describe(lanes: &[usize], r: &Rhythm, flows: &[FlowEnds<'_>], since_ns: u64) 
         Some(a) => format!("job-{a}"),
         None => format!("job-lane-{}", lanes.first().copied().unwrap_or(0)),
     };
-    let recent = &r.steps[r.steps.len().saturating_sub(SHOWN_STEPS)..];
-    let step_bytes = (!recent.is_empty())
-        .then(|| recent.iter().map(|s| s.bytes as f64).sum::<f64>() / recent.len() as f64);
     LiveJob {
         id,
         sources: sources.iter().map(|a| a.to_string()).collect(),
@@ -179,9 +174,9 @@ fn describe(lanes: &[usize], r: &Rhythm, flows: &[FlowEnds<'_>], since_ns: u64) 
         lanes: lanes.to_vec(),
         period_seconds: r.period_seconds,
         duty_ratio: r.duty_ratio,
-        step_bytes: r.period_seconds.and(step_bytes),
+        step_bytes: r.period_seconds.and(recent_step_bytes(r)),
         slow_steps: 0,
-        steps: recent.to_vec(),
+        steps: recent_steps(r).to_vec(),
     }
 }
 

@@ -96,12 +96,7 @@ impl StepTracker {
     pub fn summary(&self) -> Option<StepSummary> {
         let r = &self.rhythm;
         let (period_seconds, duty_ratio) = (r.period_seconds?, r.duty_ratio?);
-        let recent = &r.steps[r.steps.len().saturating_sub(RECENT_STEPS)..];
-        let step_bytes = if recent.is_empty() {
-            0.0
-        } else {
-            recent.iter().map(|s| s.bytes as f64).sum::<f64>() / recent.len() as f64
-        };
+        let step_bytes = recent_step_bytes(r).unwrap_or(0.0);
         Some(StepSummary {
             period_seconds,
             duty_ratio,
@@ -127,6 +122,18 @@ pub fn new_slow_steps(r: &Rhythm, until_ns: &mut u64) -> Vec<rhythm::Step> {
     }
     new.drain(..new.len().saturating_sub(MAX_NEW_SLOW_STEPS));
     new
+}
+
+/// The mean RoCE bytes of a rhythm's recent steps (the last [`RECENT_STEPS`]), if it has any.
+pub fn recent_step_bytes(r: &Rhythm) -> Option<f64> {
+    let recent = recent_steps(r);
+    (!recent.is_empty())
+        .then(|| recent.iter().map(|s| s.bytes as f64).sum::<f64>() / recent.len() as f64)
+}
+
+/// A rhythm's recent steps: the last [`RECENT_STEPS`].
+pub fn recent_steps(r: &Rhythm) -> &[rhythm::Step] {
+    &r.steps[r.steps.len().saturating_sub(RECENT_STEPS)..]
 }
 
 /// The end of a rhythm's last step (ns).
