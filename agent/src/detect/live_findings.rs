@@ -5,41 +5,31 @@
 //! not held for a whole window (one log line), so that a condition that comes and goes
 //! within seconds is one finding, not a flapping series. Times are Unix seconds.
 
-use super::findings::{self as f, Finding};
+pub use super::engine::held::{FindingsView, RECENT_PER_KIND};
+use super::engine::window::{self as w, Window};
+use super::engine::{judge, Held};
+use super::findings::Finding;
 pub use super::live_sample::Sample;
+use super::pause::{PauseRun, PauseTracker};
 use agent_common::headers::mac_control::PRIORITIES;
-use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The window the counters' conditions are judged over, seconds.
 pub const WINDOW_S: f64 = 10.0;
-/// Closed findings kept for `/api/v1/findings`, per kind: one kind that floods cannot push
-/// the others out.
-pub const RECENT_PER_KIND: usize = 50;
 pub use super::findings::{MORE_SUBJECT, OPEN_PER_KIND};
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Active {
-    #[serde(flatten)]
-    pub finding: Finding,
-    /// Still holding at the last poll.
-    pub active: bool,
-}
 
 /// The engine's state between polls.
 #[derive(Debug, Default)]
 pub struct LiveFindings {
     /// Per interface: (Unix time, totals) over the last window.
     history: BTreeMap<String, VecDeque<(f64, Sample)>>,
-    /// Per (interface, priority): since when every poll was fully paused.
-    paused_since: BTreeMap<(String, usize), f64>,
-    /// Open findings by (kind, subject), with when their condition last held.
-    open: BTreeMap<(&'static str, String), (Finding, f64)>,
-    recent: BTreeMap<&'static str, VecDeque<Finding>>,
-    /// Findings opened so far, by kind.
-    pub opened: BTreeMap<&'static str, u64>,
+    /// Per interface: the pauses the counters show (a poll interval paused throughout is one
+    /// pause over it), in Unix ns: where the pause time is the NIC's counter or the quanta.
+    counted_pause: BTreeMap<String, PauseTracker>,
+    /// The findings open, and the recently closed.
+    pub held: Held,
     /// Findings of events (a slow step), held active for a window after they were found.
-    events: Vec<(Finding, f64)>,
+    events: Vec<(w::SlowStep, f64)>,
     /// The senders' reaction to CNPs.
     reaction: super::live_reaction::LiveReaction,
     /// Congestion, missing CNPs and loss per receiver and flow, as a capture's.
@@ -102,13 +92,16 @@ pub struct MapFigures {
 impl LiveFindings {
     /// One poll: returns what opened and what closed (for the log).
     pub fn poll(&mut self, p: &Poll<'_>) -> (Vec<Finding>, Vec<Finding>) {
-        let mut now: Vec<Finding> = Vec::new();
-        let span = (p.now_s - WINDOW_S, p.now_s);
+        let mut win = Window {
+            span: (p.now_s - WINDOW_S, p.now_s),
+            storm_s: p.storm_s,
+            ..Window::default()
+        };
         let mut totals = super::live_totals::Totals::default();
         for (iface, sample, speed) in &p.ifaces {
             let Some(s) = sample else {
                 self.history.remove(*iface);
-                now.push(f::link_down(iface, p.now_s));
+                win.links_down.push(iface);
                 continue;
             };
             let h = self.history.entry(iface.to_string()).or_default();
@@ -124,36 +117,16 @@ impl LiveFindings {
                 continue;
             }
             let d = s.minus(&base);
-            now.extend(
-                f::lossy_roce(d.lossy, d.roce, "the configured classes", span)
-                    .map(|x| x.retitle(format!("interface {iface}"))),
-            );
-            // A priority paused for (nearly) all of every poll since some time.
+            win.lossy.push(w::Lossy {
+                lossy: d.lossy,
+                roce: d.roce,
+                expected: "the configured classes".into(),
+                place: Some(iface.to_string()),
+            });
             if let Some((tp, ps)) = prev {
-                let dt = p.now_s - tp;
-                let name = iface.to_string();
-                let delta = s.minus(&ps);
-                totals.add(&delta, dt, *speed);
-                for prio in 0..PRIORITIES {
-                    let key = (name.clone(), prio);
-                    if dt > 0.0 && delta.paused_seconds(prio, *speed) >= 0.9 * dt {
-                        let since = *self.paused_since.entry(key).or_insert(tp);
-                        if p.now_s - since > p.storm_s {
-                            now.push(
-                                f::pfc_storm(&f::Storm {
-                                    priority: prio as u8,
-                                    span: (since, p.now_s),
-                                    xoff_frames: 0,
-                                    mac: None,
-                                    threshold_s: p.storm_s,
-                                })
-                                .retitle(format!("priority {prio} on {iface}")),
-                            );
-                        }
-                    } else {
-                        self.paused_since.remove(&key);
-                    }
-                }
+                totals.add(&s.minus(&ps), p.now_s - tp, *speed);
+                win.storms
+                    .extend(self.storms(iface, (tp, &ps), s, *speed, p));
             }
         }
         for (iface, maps) in &p.flow_maps {
@@ -163,54 +136,125 @@ impl LiveFindings {
                 h.pop_front();
             }
             let pushed: u64 = h.iter().map(|(_, n)| n).sum();
-            let fill: Vec<(&str, u64, u64)> = maps
+            let fill = maps
                 .iter()
                 .map(|m| (m.map, m.entries, m.capacity))
                 .collect();
-            now.extend(f::flow_table_full(iface, pushed, &fill, span));
+            win.flow_maps.push(w::FlowMaps {
+                iface,
+                pushed_out: pushed,
+                fill,
+            });
         }
-        now.extend(self.flow_trouble.poll(p.now_s, &p.flows, WINDOW_S));
+        self.flow_trouble.poll(p.now_s, &p.flows, WINDOW_S);
         self.reaction.poll(p.now_s, &p.flows);
-        for (k, j) in &self.reaction.judged {
-            if p.now_s - j.at_s > WINDOW_S || j.bursts == 0 {
-                continue;
-            }
-            let (src, dst) = (
-                agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
-                agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
-            );
-            let name = format!("Flow {}", f::flow_name(&src, &dst, k.sport, k.dest_qp));
-            now.extend(f::cnp_ignored(&f::Unreacting {
-                flow: &name,
-                sender: &src,
-                bursts: j.bursts,
-                ignored: j.ignored,
-                ratio: j.ratio_sum / j.bursts as f64,
-                rate_before_bytes_per_second: j.rate_before,
-                span,
-            }));
-        }
+        win.reactions = self.reactions(p.now_s);
         for s in &p.slow_steps {
             let x = self.slow_step(s, p);
             self.events.push((x, p.now_s + WINDOW_S));
         }
         self.events.retain(|(_, until)| *until > p.now_s);
-        now.extend(self.events.iter().map(|(x, _)| x.clone()));
-        for (flow, rate) in &p.elephants {
-            now.push(f::elephant_now(flow, *rate, p.now_s));
-        }
-        for (g, m, n) in &p.collisions {
-            now.push(f::ecmp_collision(g, m, *n, (p.now_s, p.now_s)));
-        }
-        now.extend(f::shared_5tuple(
-            p.shared_5tuples.0,
-            p.shared_5tuples.1.as_deref(),
-            (p.now_s, p.now_s),
-        ));
-        let settled = self.settle(now, p.now_s);
-        totals.findings_active = self.open.len();
+        win.slow_steps = self.events.iter().map(|(x, _)| x.clone()).collect();
+        win.elephants = p
+            .elephants
+            .iter()
+            .map(|(flow, rate)| w::Elephant {
+                flow: flow.clone(),
+                bytes_per_second: *rate,
+                over: None,
+            })
+            .collect();
+        win.collisions = p.collisions.clone();
+        win.shared_5tuples = p.shared_5tuples.clone();
+        win.trouble = Some(&self.flow_trouble.trouble);
+        let now = judge(&win);
+        let settled = self.held.settle(now, p.now_s);
+        totals.findings_active = self.held.len();
         self.totals = totals;
         settled
+    }
+
+    /// The storms of an interface's priorities, from the one pause time each has
+    /// ([`Sample::paused_seconds`]): the kernel's frames through the interface's pause
+    /// tracker, or, where the pause time is the NIC's counter or the quanta, each poll
+    /// interval paused throughout as one pause through a tracker of its own: either way a
+    /// storm is a pause without a break longer than the threshold, as in a capture.
+    fn storms(
+        &mut self,
+        iface: &str,
+        (tp, prev): (f64, &Sample),
+        s: &Sample,
+        speed: u64,
+        p: &Poll<'_>,
+    ) -> Vec<w::Storm> {
+        let storm_ns = (p.storm_s * 1e9) as u64;
+        let unix_ns = |t: f64| (t * 1e9) as u64;
+        let delta = s.minus(prev);
+        let counted = self
+            .counted_pause
+            .entry(iface.to_string())
+            .or_insert_with(|| PauseTracker::new(1, storm_ns).without_runs());
+        counted.set_storm_ns(storm_ns);
+        let by_frames: [bool; PRIORITIES] =
+            std::array::from_fn(|q| s.nic_paused_us[q].is_none() && s.union_paused_ns[q].is_some());
+        let dt = p.now_s - tp;
+        for q in (0..PRIORITIES).filter(|q| !by_frames[*q]) {
+            if dt > 0.0 && delta.paused_seconds(q, speed) >= 0.9 * dt {
+                counted.paused_span(q, unix_ns(tp), unix_ns(p.now_s));
+            }
+        }
+        counted.close_ended(unix_ns(p.now_s));
+        let unix = |r: &PauseRun, offset_s: f64| w::Storm {
+            priority: r.priority,
+            span: (
+                r.start_ns as f64 / 1e9 + offset_s,
+                r.end_ns as f64 / 1e9 + offset_s,
+            ),
+            xoff_frames: r.xoff_frames,
+            mac: None,
+            place: Some(iface.to_string()),
+        };
+        let framed = |r: &PauseRun| by_frames[usize::from(r.priority) % PRIORITIES];
+        let mut out: Vec<w::Storm> = std::mem::take(&mut counted.storms)
+            .iter()
+            .chain(&counted.running_storms(unix_ns(p.now_s)))
+            .filter(|r| !framed(r))
+            .map(|r| w::Storm {
+                xoff_frames: 0,
+                ..unix(r, 0.0)
+            })
+            .collect();
+        if let Some(lp) = self.pause.get_mut(iface) {
+            // The frames' times are the kernel's clock: placed against now.
+            let offset_s = lp.read_at_ns().map_or(0.0, |at| p.now_s - at as f64 / 1e9);
+            out.extend(
+                lp.storms()
+                    .iter()
+                    .filter(|r| framed(r))
+                    .map(|r| unix(r, offset_s)),
+            );
+        }
+        out
+    }
+
+    /// The senders judged for their answer to CNPs in the last window.
+    fn reactions(&self, now_s: f64) -> Vec<w::Reaction> {
+        self.reaction
+            .judged
+            .iter()
+            .filter(|(_, j)| now_s - j.at_s <= WINDOW_S && j.bursts > 0)
+            .map(|(k, j)| w::Reaction {
+                src: agent_common::flow_key::addr(k.ip_version, &k.src).to_string(),
+                dst: agent_common::flow_key::addr(k.ip_version, &k.dst).to_string(),
+                sport: k.sport,
+                dest_qp: k.dest_qp,
+                bursts: j.bursts,
+                ignored: j.ignored,
+                ratio: j.ratio_sum / j.bursts as f64,
+                rate_before_bytes_per_second: j.rate_before,
+                span: (now_s - WINDOW_S, now_s),
+            })
+            .collect()
     }
 
     /// A slow step and its causes ([`super::slow_steps`]) from the interface's counters
@@ -219,7 +263,7 @@ impl LiveFindings {
     /// marks, loss recovery and lossy RoCE of the interval, and an ECMP collision on the
     /// step's own link now (a job flow on a colliding path of that link). The
     /// live ring has no per-host series: no straggler is named.
-    fn slow_step(&self, s: &LiveSlowStep, p: &Poll<'_>) -> Finding {
+    fn slow_step(&self, s: &LiveSlowStep, p: &Poll<'_>) -> w::SlowStep {
         use super::slow_steps as why;
         let end = s.start_s + s.seconds;
         let (mut paused_s, mut trouble) = (0.0, why::Trouble::default());
@@ -253,154 +297,21 @@ impl LiveFindings {
             paused_s,
             why::evidence(&trouble, p.colliding_ifaces.contains(&s.iface)),
         );
-        let causes: Vec<(&'static str, f64)> = causes.iter().map(|c| (c.kind, c.share)).collect();
-        f::slow_step(&f::SlowStep {
+        w::SlowStep {
             index: s.index as usize,
             span: (s.start_s, end),
             seconds: s.seconds,
             typical_seconds: s.period_s,
-            causes: &causes,
+            causes: causes.iter().map(|c| (c.kind, c.share)).collect(),
             straggler: None,
-        })
-        .retitle(format!("step {} on {}", s.index, s.iface))
-    }
-
-    /// Opens the new, keeps the holding, closes those that no longer hold (the counters'
-    /// conditions are judged over a window, so they close a window after the last cause).
-    fn settle(&mut self, now: Vec<Finding>, t: f64) -> (Vec<Finding>, Vec<Finding>) {
-        let now = self.bounded(now);
-        let mut opened = Vec::new();
-        let mut holding = std::collections::BTreeSet::new();
-        for mut x in now {
-            let key = (x.kind, x.subject.clone());
-            holding.insert(key.clone());
-            // An event's finding keeps its own span (a slow step's start and end).
-            let event = x.kind == "slow_step";
-            if !event {
-                x.end_s = t;
-            }
-            match self.open.get_mut(&key) {
-                Some((held, last)) => {
-                    x.start_s = held.start_s;
-                    *held = x;
-                    *last = t;
-                }
-                None => {
-                    if x.kind != "pfc_storm" && !event {
-                        x.start_s = t;
-                    }
-                    *self.opened.entry(x.kind).or_default() += 1;
-                    opened.push(x.clone());
-                    self.open.insert(key, (x, t));
-                }
-            }
+            place: Some(s.iface.clone()),
         }
-        let gone: Vec<_> = self
-            .open
-            .keys()
-            .filter(|k| !holding.contains(*k))
-            .cloned()
-            .collect();
-        let mut closed = Vec::new();
-        for k in gone {
-            if let Some((x, _)) = self.open.remove(&k) {
-                closed.push(x.clone());
-                let recent = self.recent.entry(x.kind).or_default();
-                recent.push_back(x);
-                while recent.len() > RECENT_PER_KIND {
-                    recent.pop_front();
-                }
-            }
-        }
-        (opened, closed)
     }
 
     /// Active findings, most serious first, then the recent closed ones (newest first).
     pub fn view(&self, now_s: f64) -> FindingsView {
-        let mut active: Vec<Finding> = self
-            .open
-            .values()
-            .map(|(x, _)| Finding {
-                end_s: if x.kind == "slow_step" {
-                    x.end_s
-                } else {
-                    now_s
-                },
-                ..x.clone()
-            })
-            .collect();
-        f::sort(&mut active);
-        let mut recent: Vec<Finding> = self.recent.values().flatten().cloned().collect();
-        recent.sort_by(|a, b| b.end_s.total_cmp(&a.end_s));
-        FindingsView { active, recent }
+        self.held.view(now_s)
     }
-
-    /// At most [`OPEN_PER_KIND`] findings of a kind: those open already first (a finding does
-    /// not flap in and out of the list), then the most serious and earliest; the rest of the
-    /// kind becomes one finding that says how many more and names the first few.
-    fn bounded(&self, mut now: Vec<Finding>) -> Vec<Finding> {
-        let mut per_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for x in &now {
-            *per_kind.entry(x.kind).or_default() += 1;
-        }
-        if per_kind.values().all(|n| *n <= OPEN_PER_KIND) {
-            return now;
-        }
-        let open = |x: &Finding| self.open.contains_key(&(x.kind, x.subject.clone()));
-        now.sort_by(|a, b| {
-            a.kind
-                .cmp(b.kind)
-                .then(open(b).cmp(&open(a)))
-                .then(b.severity.cmp(&a.severity))
-                .then(a.start_s.total_cmp(&b.start_s))
-                .then(a.subject.cmp(&b.subject))
-        });
-        let mut out = Vec::new();
-        let mut rest: BTreeMap<&'static str, Vec<Finding>> = BTreeMap::new();
-        let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for x in now {
-            let n = seen.entry(x.kind).or_default();
-            *n += 1;
-            if *n <= OPEN_PER_KIND {
-                out.push(x);
-            } else {
-                rest.entry(x.kind).or_default().push(x);
-            }
-        }
-        out.extend(rest.into_iter().map(|(kind, xs)| f::more(kind, &xs)));
-        out
-    }
-
-    /// Each open finding's (kind, severity, subject): at most [`OPEN_PER_KIND`] of a kind
-    /// and its "more subjects" finding, so the labels they become stay bounded.
-    pub fn active_subjects(&self) -> impl Iterator<Item = (&'static str, &'static str, &str)> {
-        self.open
-            .values()
-            .map(|(x, _)| (x.kind, x.severity.name(), x.subject.as_str()))
-    }
-
-    /// Active findings by (kind, severity); a kind's "N more" finding counts N.
-    pub fn active_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
-        let mut m = BTreeMap::new();
-        for (x, _) in self.open.values() {
-            let n = if x.subject == MORE_SUBJECT {
-                x.evidence
-                    .get("more")
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(1)
-            } else {
-                1
-            };
-            *m.entry((x.kind, x.severity.name())).or_default() += n;
-        }
-        m
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct FindingsView {
-    pub active: Vec<Finding>,
-    pub recent: Vec<Finding>,
 }
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ fn a_slow_step_stays_active_for_a_window_then_closes() {
     assert_eq!(closed.len(), 1, "{closed:?}");
     assert_eq!(closed[0].kind, "slow_step");
     assert_eq!(closed[0].end_s, T + 1.7, "an event keeps its own span");
-    assert_eq!(l.opened.get("slow_step"), Some(&1));
+    assert_eq!(l.held.opened.get("slow_step"), Some(&1));
 }
 
 #[test]
@@ -294,7 +294,7 @@ fn a_flood_of_one_kind_is_bounded_and_keeps_the_others() {
         opened.iter().any(|x| x.kind == "link_down"),
         "the other kind kept"
     );
-    let counts = l.active_counts();
+    let counts = l.held.active_counts();
     assert_eq!(counts[&("elephant", "info")], 500);
     assert_eq!(counts[&("link_down", "critical")], 1);
     // The same flood again: the 20 listed stay the same ones (no flapping).

@@ -1,5 +1,17 @@
 //! The live per-receiver and per-flow judgement: the capture's rules over poll deltas.
 use super::*;
+use crate::detect::engine::{judge, Window};
+use crate::detect::findings::Finding;
+
+/// One poll, then what the engine judges of the trouble it holds.
+fn poll(l: &mut LiveFlows, now_s: f64, flows: &[FlowTotals], window_s: f64) -> Vec<Finding> {
+    l.poll(now_s, flows, window_s);
+    judge(&Window {
+        span: (now_s - window_s, now_s),
+        trouble: Some(&l.trouble),
+        ..Window::default()
+    })
+}
 
 fn key(src: u8, dst: u8, sport: u16, qp: u32) -> FlowKey {
     let mut k = FlowKey {
@@ -55,7 +67,7 @@ fn ce_without_cnps_is_congestion_and_cnp_missing_of_the_receiver() {
     let mut l = LiveFlows::default();
     let mut last = Vec::new();
     for (i, flows) in ce_polls(0).iter().enumerate() {
-        last = l.poll(i as f64, flows, 10.0);
+        last = poll(&mut l, i as f64, flows, 10.0);
     }
     assert_eq!(
         kinds(&last),
@@ -74,7 +86,7 @@ fn ce_answered_by_cnps_is_congestion_only() {
     let mut l = LiveFlows::default();
     let mut last = Vec::new();
     for (i, flows) in ce_polls(20).iter().enumerate() {
-        last = l.poll(i as f64, flows, 10.0);
+        last = poll(&mut l, i as f64, flows, 10.0);
     }
     assert_eq!(
         kinds(&last),
@@ -89,7 +101,7 @@ fn a_receiver_never_seen_sending_is_not_cnp_missing() {
     let mut l = LiveFlows::default();
     let mut last = Vec::new();
     for (i, flows) in ce_polls(0).iter().enumerate() {
-        last = l.poll(i as f64, &flows[..1], 10.0);
+        last = poll(&mut l, i as f64, &flows[..1], 10.0);
     }
     assert_eq!(
         kinds(&last),
@@ -103,11 +115,11 @@ fn a_window_after_the_trouble_nothing_holds() {
     let mut l = LiveFlows::default();
     let polls = ce_polls(0);
     for (i, flows) in polls.iter().enumerate() {
-        l.poll(i as f64, flows, 10.0);
+        poll(&mut l, i as f64, flows, 10.0);
     }
     let quiet = polls.last().unwrap().clone();
-    assert!(!l.poll(5.0, &quiet, 10.0).is_empty());
-    assert!(l.poll(14.0, &quiet, 10.0).is_empty());
+    assert!(!poll(&mut l, 5.0, &quiet, 10.0).is_empty());
+    assert!(poll(&mut l, 14.0, &quiet, 10.0).is_empty());
 }
 
 /// A data flow's gap with the NAKs its receiver sent back: one incident, on the data flow.
@@ -129,8 +141,8 @@ fn a_loss_and_its_naks_are_one_incident_on_the_data_flow() {
             ..FlowTotals::default()
         },
     ];
-    l.poll(0.0, &[], 10.0);
-    let f = l.poll(1.0, &flows, 10.0);
+    poll(&mut l, 0.0, &[], 10.0);
+    let f = poll(&mut l, 1.0, &flows, 10.0);
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].kind, "retransmissions");
     assert_eq!(f[0].subject, "flow 10.0.0.1 -> 10.0.0.2 port 100 qp 0x200");
@@ -153,7 +165,7 @@ fn a_flood_of_receivers_is_bounded() {
             }
         })
         .collect();
-    l.poll(0.0, &flows, 10.0);
-    assert_eq!(l.receivers.len(), MAX_FOLLOWED);
-    assert_eq!(l.not_followed, 100);
+    poll(&mut l, 0.0, &flows, 10.0);
+    assert_eq!(l.trouble.receivers.len(), MAX_FOLLOWED);
+    assert_eq!(l.trouble.not_followed, 100);
 }

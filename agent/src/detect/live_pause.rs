@@ -7,7 +7,7 @@
 //! union against their quanta), at most the span. A sender that sends more bursts of XOFFs
 //! than the ring holds is judged by the bursts it kept, not by their quanta's sum.
 
-use super::pause::{PauseTracker, DEFAULT_STORM_NS};
+use super::pause::{PauseRun, PauseTracker};
 use agent_common::headers::mac_control::{quanta_seconds, PRIORITIES};
 use agent_common::pause_ring::PauseEvent;
 
@@ -55,6 +55,8 @@ pub struct PausePoll<'a> {
     /// When the ring was read (kernel monotonic ns) and how long since the last poll.
     pub now_ns: u64,
     pub dt_ns: u64,
+    /// The storm threshold, ns.
+    pub storm_ns: u64,
 }
 
 impl LivePause {
@@ -77,15 +79,15 @@ impl LivePause {
         let (_, t) = self.tracker.get_or_insert_with(|| {
             (
                 p.speed,
-                PauseTracker::new(p.speed, DEFAULT_STORM_NS).without_runs(),
+                PauseTracker::new(p.speed, p.storm_ns).without_runs(),
             )
         });
+        t.set_storm_ns(p.storm_ns);
         let before: [u64; PRIORITIES] = std::array::from_fn(|q| t.paused_ns_to(q, p.now_ns));
         for e in p.events {
             t.frame(e.ts_ns, &e.mac_control(), [0; 6]);
         }
         t.close_ended(p.now_ns);
-        t.storms.clear();
         if p.lost > 0 {
             self.lost_total += p.lost;
             // The oldest frames are missing: the span before the first kept one is paused,
@@ -110,6 +112,27 @@ impl LivePause {
         Some(std::array::from_fn(|q| {
             self.base_ns[q] + t.paused_ns_to(q, p.now_ns)
         }))
+    }
+}
+
+impl LivePause {
+    /// The storms the frames showed since the last call: those that ended (each told once)
+    /// and those under way (told at every poll while they last), in kernel monotonic ns.
+    pub fn storms(&mut self) -> Vec<PauseRun> {
+        let Some(now) = self.last_now_ns else {
+            return Vec::new();
+        };
+        let Some((_, t)) = self.tracker.as_mut() else {
+            return Vec::new();
+        };
+        let mut out = std::mem::take(&mut t.storms);
+        out.extend(t.running_storms(now));
+        out
+    }
+
+    /// When the ring was last read (kernel monotonic ns).
+    pub fn read_at_ns(&self) -> Option<u64> {
+        self.last_now_ns
     }
 }
 
@@ -143,6 +166,7 @@ mod tests {
             speed: GBPS,
             now_ns,
             dt_ns: 1_000 * MS,
+            storm_ns: 200 * MS,
         })
         .unwrap()[3]
     }
@@ -219,6 +243,7 @@ mod tests {
             speed: 0,
             now_ns: 0,
             dt_ns: 0,
+            storm_ns: 200 * MS,
         };
         assert_eq!(l.poll(&p), None);
     }

@@ -6,6 +6,7 @@
 pub mod cnp_response;
 pub mod ecmp;
 pub mod elephant;
+pub mod engine;
 pub mod findings;
 pub mod hash;
 pub mod incidents;

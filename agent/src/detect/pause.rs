@@ -98,6 +98,42 @@ impl PauseTracker {
         }
     }
 
+    /// The pauses under way at `now_ns` that are storms already (paused without a break for
+    /// longer than the threshold so far), as runs ending now: a live storm is told while it
+    /// lasts, not only once it ended.
+    pub fn running_storms(&self, now_ns: u64) -> Vec<PauseRun> {
+        self.prios
+            .iter()
+            .enumerate()
+            .filter_map(|(p, pr)| {
+                let (start, until, n, mac) = pr.open?;
+                (until > now_ns && now_ns.saturating_sub(start) > self.storm_ns).then(|| PauseRun {
+                    priority: p as u8,
+                    start_ns: start,
+                    end_ns: now_ns,
+                    xoff_frames: n,
+                    mac: mac_string(mac),
+                })
+            })
+            .collect()
+    }
+
+    /// A span the counters show paused throughout (a poll interval the NIC's pause counter
+    /// or the pause quanta fill): one pause over it, so that back-to-back spans are one
+    /// pause and a storm is found by the same rule as from the frames.
+    pub fn paused_span(&mut self, p: usize, start_ns: u64, end_ns: u64) {
+        if p < PRIORITIES && end_ns > start_ns {
+            // One nanosecond past the span: the next span, starting where this one ends,
+            // finds the pause still under way.
+            self.pause(p, start_ns, end_ns - start_ns + 1, [0; 6]);
+        }
+    }
+
+    /// The storm threshold from now on (a reloaded setting).
+    pub fn set_storm_ns(&mut self, storm_ns: u64) {
+        self.storm_ns = storm_ns;
+    }
+
     /// The pause time of `quanta` at the link's speed, in nanoseconds.
     fn quanta_ns(&self, quanta: u16) -> u64 {
         (u128::from(quanta) * u128::from(QUANTUM_BITS) * 1_000_000_000

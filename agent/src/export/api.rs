@@ -135,7 +135,7 @@ pub struct ApiView {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     /// One sentence over the active findings: the slow steps and their causes, then what is
-    /// behind them ([`crate::detect::incidents::verdict`]).
+    /// behind them ([`crate::detect::engine::rank`]).
     pub verdict: String,
     /// The three most severe incidents behind the verdict (several receivers or flows with
     /// one cause at one time are one), most serious first: the answer before the numbers.
@@ -181,13 +181,12 @@ impl Summary {
         totals: &crate::detect::live_totals::Totals,
         flows: &FlowsDoc,
         flow_maps: &[(String, crate::sources::flow_pressure::Fill)],
-        active: &[crate::detect::findings::Finding],
+        ranked: &crate::detect::engine::Ranked,
     ) -> Summary {
-        use crate::detect::incidents;
-        let merged = incidents::incidents(active.to_vec());
         Summary {
-            verdict: incidents::verdict(&merged, None),
-            incidents: merged
+            verdict: ranked.verdict.clone(),
+            incidents: ranked
+                .incidents
                 .iter()
                 .take(HEADLINES)
                 .map(|f| Headline {
@@ -344,7 +343,8 @@ mod tests {
             receiver("10.0.0.3", 102.0),
             findings::link_down("eth1", 103.0),
         ];
-        let s = Summary::new(&Default::default(), &FlowsDoc::default(), &[], &active);
+        let ranked = crate::detect::engine::rank(active, None);
+        let s = Summary::new(&Default::default(), &FlowsDoc::default(), &[], &ranked);
         assert!(!s.verdict.is_empty());
         let kinds: Vec<&str> = s.incidents.iter().map(|h| h.kind).collect();
         assert_eq!(kinds, ["link_down", "congestion"], "{:?}", s.incidents);

@@ -39,6 +39,7 @@ pub fn union_paused(
     s: &Sample,
     speed: u64,
     (now_ns, dt_ns): (u64, u64),
+    storm_s: f64,
     m: &Metrics,
 ) -> [Option<u64>; agent_common::headers::mac_control::PRIORITIES] {
     use agent_common::pause_ring::MAP_PAUSE_RING;
@@ -61,6 +62,7 @@ pub fn union_paused(
             speed,
             now_ns,
             dt_ns,
+            storm_ns: (storm_s * 1e9) as u64,
         },
     );
     got.map_or(
@@ -130,7 +132,7 @@ fn elephants(views: &[FlowView]) -> Vec<(String, f64)> {
                 agent_common::flow_key::addr(v.key.ip_version, &v.key.dst),
             );
             (
-                crate::export::report::findings::flow_name(
+                crate::detect::findings::flow_name(
                     &src.to_string(),
                     &dst.to_string(),
                     v.key.sport,

@@ -167,7 +167,7 @@ impl Live {
             &self.findings.totals,
             &view.flows,
             &reads.flow_maps,
-            &view.findings.active,
+            &crate::detect::engine::rank(view.findings.active.clone(), None),
         );
         view.training = rhythm::training_doc(&self.rhythm);
         if let Some(r) = &self.sflow {
@@ -242,6 +242,7 @@ fn read_counters(
         &sample,
         speed.unwrap_or(0),
         (now_mono, (dt * 1e9) as u64),
+        config.pfc_storm_s,
         m,
     );
     m.set_pfc_paused(&p.iface, &sample.union_paused_ns);

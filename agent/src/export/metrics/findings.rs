@@ -8,10 +8,10 @@ use crate::detect::live_findings::LiveFindings;
 
 impl Metrics {
     pub fn set_findings(&self, f: &LiveFindings) {
-        let active = f.active_counts();
+        let active = f.held.active_counts();
         // Closed findings leave no series behind: the set is written again from the open ones.
         self.active_finding.reset();
-        for (kind, severity, subject) in f.active_subjects() {
+        for (kind, severity, subject) in f.held.active_subjects() {
             self.active_finding
                 .with_label_values(&[kind, severity, subject])
                 .set(1);
@@ -25,7 +25,7 @@ impl Metrics {
             }
             follow(
                 &self.findings_total.with_label_values(&[kind]),
-                f.opened.get(kind).copied().unwrap_or(0),
+                f.held.opened.get(kind).copied().unwrap_or(0),
             );
         }
     }

@@ -1,6 +1,6 @@
 //! The report of an analysis ([`Report`]): the counts, the health, the elephants and flows,
-//! the lossless and training views, then the slow steps explained and the findings (which
-//! read the report built so far).
+//! the lossless and training views, and the findings the engine raised over the analysis
+//! ([`crate::pipeline::findings`]). A sink: it judges nothing.
 
 use super::*;
 use crate::export::report::lossless;
@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 /// Builds the report of an analysis.
 pub fn build(a: &Analysis) -> Report {
     let c = &a.counters;
+    let cnp = a.cnp.report();
     let mut not_roce = BTreeMap::new();
     let mut malformed = BTreeMap::new();
     for o in Outcome::ALL {
@@ -109,11 +110,11 @@ pub fn build(a: &Analysis) -> Report {
             cnp_classes: lossless::cnp_classes(c),
             lossy: lossless::lossy(c, &a.options().classes),
             messages: crate::pipeline::training::messages(c),
-            cnp_response: a.cnp.report(),
+            cnp_response: cnp,
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
-        training: training_view(a),
+        training: crate::pipeline::training_view::explained(a),
         training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
@@ -148,49 +149,8 @@ pub fn build(a: &Analysis) -> Report {
     for p in r.pfc.priorities.iter_mut() {
         p.paused_seconds = Some(a.pause.paused_seconds(usize::from(p.priority)));
     }
-    super::training::explain_slow_steps(a, &mut r.training);
-    r.findings = super::findings::findings(a, &r);
-    r.verdict = crate::detect::incidents::verdict(
-        &r.findings,
-        r.training
-            .period_seconds
-            .is_some()
-            .then_some(r.training.steps.len()),
-    );
+    let ranked = crate::pipeline::findings::findings(a, &r.training, &r.roce.cnp_response);
+    r.findings = ranked.incidents;
+    r.verdict = ranked.verdict;
     r
-}
-
-/// The jobs found in the traffic, each with its hosts and flows; the largest job's rhythm
-/// leads (the link's where there is no job).
-fn training_view(
-    a: &crate::pipeline::analysis::Analysis,
-) -> crate::pipeline::training::TrainingView {
-    let mask = crate::detect::slow_steps::job_priorities(&a.options().classes);
-    let mut jobs = a.training.jobs(&a.pause, mask);
-    for j in &mut jobs {
-        let mut hosts: std::collections::BTreeSet<(u8, [u8; 16])> =
-            j.source_keys.iter().copied().collect();
-        let mut messages = crate::detect::jobs::MessageSum::default();
-        for e in a.pipeline.flows.iter() {
-            if j.source_keys.contains(&(e.key.ip_version, e.key.src)) {
-                j.flows += 1;
-                messages.add(&e.stats);
-                hosts.insert((e.key.ip_version, e.key.dst));
-            }
-        }
-        j.messages = messages.report();
-        j.host_keys = hosts.into_iter().collect();
-        let mut names: Vec<String> = j
-            .host_keys
-            .iter()
-            .map(|(v, a)| agent_common::flow_key::addr(*v, a).to_string())
-            .collect();
-        names.sort();
-        j.hosts = names;
-    }
-    let rhythm = match jobs.first() {
-        Some(j) => j.rhythm.clone(),
-        None => a.training.rhythm_paused(&a.pause, mask),
-    };
-    crate::pipeline::training::TrainingView { rhythm, jobs }
 }

@@ -32,7 +32,7 @@ pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// One sentence that sums the capture up: the slow steps and their causes, then what is
-    /// behind them ([`crate::detect::incidents::verdict`]).
+    /// behind them ([`crate::detect::engine::rank`]).
     pub verdict: String,
     /// The captures read, as named on the command line (`-` for standard input).
     pub inputs: Vec<String>,
