@@ -134,6 +134,33 @@ fn analyze_pfc_storm_flag_out_of_range() {
 }
 
 #[test]
+fn run_link_speed_flag_zero() {
+    assert_usage_error(
+        &rocemon(&["run", "--iface", "lo", "--link-speed", "0"]),
+        "--link-speed 0 is not a link speed; give Gb/s above 0, e.g. --link-speed 400",
+    );
+}
+
+#[test]
+fn analyze_link_speed_flag_zero() {
+    assert_usage_error(
+        &rocemon(&["analyze", "--link-speed", "0", "/dev/null"]),
+        "--link-speed 0 is not a link speed; give Gb/s above 0, e.g. --link-speed 400",
+    );
+}
+
+/// Every threshold `analyze` takes, `run` takes too, by the same flag.
+#[test]
+fn run_takes_every_threshold_analyze_takes() {
+    let help = |cmd: &str| String::from_utf8_lossy(&rocemon(&[cmd, "--help"]).stdout).to_string();
+    let (run, analyze) = (help("run"), help("analyze"));
+    for flag in ["--elephant-bps", "--pfc-storm-seconds", "--link-speed"] {
+        assert!(analyze.contains(flag), "analyze lacks {flag}");
+        assert!(run.contains(flag), "run lacks {flag}");
+    }
+}
+
+#[test]
 fn analyze_tick_zero() {
     assert_usage_error(
         &rocemon(&["analyze", "--tick-ms", "0", "/dev/null"]),

@@ -32,7 +32,10 @@ fn capture_fuzz_regressions_and_seeds_replay_cleanly() {
             a.finish();
             // Every frame the reader handed over is in the report, read error or not; a seed
             // (a real capture) reads without one.
-            let report = rocemon::export::report::build::build(&a);
+            let report = rocemon::export::report::build::build(
+                &a,
+                rocemon::pipeline::findings::judge_analysis(&a),
+            );
             assert_eq!(report.frames, frames, "{dir}/{name}");
             if dir.starts_with("seeds") {
                 assert!(read.is_ok(), "{dir}/{name}: {:?}", read.err());

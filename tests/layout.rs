@@ -207,6 +207,122 @@ fn the_settings_import_no_other_room() {
     assert!(rooms.is_empty(), "config imports {rooms:?}");
 }
 
+/// One findings engine: every kind of finding is raised in one place, the engine's judgement
+/// (`detect/engine/judge.rs`; the "N more" finding of a flooded kind where the engine holds
+/// them), whichever source the evidence came from. A builder of `detect/findings.rs` called
+/// anywhere else (a second kitchen: the live agent's, the report's) fails here, named.
+#[test]
+fn every_finding_kind_is_raised_in_one_place() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let text = std::fs::read_to_string(src.join("detect/findings.rs")).expect("findings.rs");
+    let builders = finding_builders(&text);
+    for b in [
+        "pfc_storm",
+        "congestion",
+        "cnp_missing",
+        "slow_step",
+        "link_down",
+        "more",
+    ] {
+        assert!(builders.contains(&b.to_string()), "{b} in {builders:?}");
+    }
+    let homes = [
+        ("detect/engine/judge.rs", ""),
+        ("detect/engine/held.rs", "more"),
+    ];
+    let mut found = Vec::new();
+    for (p, text) in rust_sources(&src, &[""]) {
+        let rel = p.strip_prefix(&src).unwrap_or(&p).display().to_string();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with("_tests.rs") || rel == "detect/findings.rs" {
+            continue;
+        }
+        for (i, line) in layers::non_test_lines(&text).iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for b in &builders {
+                let home = homes
+                    .iter()
+                    .any(|(h, only)| rel == *h && (only.is_empty() || only == b));
+                if !home && code.contains(&format!("::{b}(")) {
+                    found.push(format!("{rel}:{}: raises {b} outside the engine", i + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The builders of `detect/findings.rs`: its public functions that return a finding.
+fn finding_builders(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("pub fn ") {
+        let rest = &text[i + "pub fn ".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let signature = rest.split('{').next().unwrap_or("");
+        if signature.contains("-> Finding") || signature.contains("-> Option<Finding>") {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The exporters are sinks: the report, `/metrics`, the API, the page and `top` read what
+/// the engine judged and judge nothing themselves (no ranking, no loss folding, no slow-step
+/// causes, no engine call in `export/`).
+#[test]
+fn the_exporters_judge_nothing() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let judging = [
+        "engine::judge",
+        "engine::rank",
+        "incidents::incidents",
+        "incidents::verdict",
+        "recovery::incidents",
+        "slow_steps::causes",
+        "pipeline::findings::judge",
+        "training_view::",
+    ];
+    let mut found = Vec::new();
+    for (p, text) in rust_sources(&src, &["export"]) {
+        let rel = p.strip_prefix(&src).unwrap_or(&p).display().to_string();
+        for (i, line) in layers::non_test_lines(&text).iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for j in judging.iter().filter(|j| code.contains(*j)) {
+                found.push(format!("{rel}:{}: judges ({j})", i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// One storm rule: a pause without a break longer than the threshold is a storm in the pause
+/// tracker (`detect/pause.rs`), for a capture's frames, the live kernel's frames and the
+/// counters' paused intervals alike. A comparison against the storm threshold anywhere else
+/// is a second rule.
+#[test]
+fn the_storm_threshold_is_compared_in_one_place() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (p, text) in rust_sources(&src, &[""]) {
+        let rel = p.strip_prefix(&src).unwrap_or(&p).display().to_string();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if rel == "detect/pause.rs" || name.ends_with("_tests.rs") || rel.starts_with("config/") {
+            continue;
+        }
+        for (i, line) in layers::non_test_lines(&text).iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let compares = [">", "<"].iter().any(|op| code.contains(op));
+            if compares && (code.contains("storm_ns") || code.contains("storm_s")) {
+                found.push(format!("{rel}:{}: {}", i + 1, code.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 /// Every Rust source file under `dirs` (of the workspace root), skipping `target` and hidden
 /// folders, each with its text.
 fn rust_sources(root: &std::path::Path, dirs: &[&str]) -> Vec<(std::path::PathBuf, String)> {

@@ -11,5 +11,5 @@ fuzz_target!(|data: &[u8]| {
     // AddressSanitizer) was most of the cost; records that need more grow it as files do.
     let _ = read_capture_buffered(data, 4096, |_| {}, |f| a.frame(f));
     a.finish();
-    let _ = rocemon::export::report_build::build(&a);
+    let _ = rocemon::export::report::build::build(&a, rocemon::pipeline::findings::judge_analysis(&a));
 });

@@ -240,14 +240,7 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         opts.sflow_groups = crate::config::sflow_groups(&file)?;
         opts.sflow_limits = crate::config::sflow_limits(&file, &opts.sflow_groups)?;
     }
-    if !(args.link_speed.is_finite() && args.link_speed > 0.0 && args.link_speed <= 10_000.0) {
-        return Err(UsageError::BadConfig(format!(
-            "--link-speed {} is not a link speed; give Gb/s above 0, e.g. --link-speed 400",
-            args.link_speed
-        ))
-        .into());
-    }
-    opts.link_speed_bps = (args.link_speed * 1e9) as u64;
+    opts.link_speed_bps = crate::config::thresholds::link_speed_bps(args.link_speed)?;
     let storm_s = crate::config::pfc_storm_seconds(args.pfc_storm_seconds, file_storm)?;
     opts.pfc_storm_ns = (storm_s * 1e9) as u64;
     if let Some(bits) = args.elephant_bps {
@@ -360,7 +353,8 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         x.finish();
         report_ipfix(&collectors);
     }
-    let mut report = crate::export::report::build::build(&a);
+    let mut report =
+        crate::export::report::build::build(&a, crate::pipeline::findings::judge_analysis(&a));
     report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
         let page = crate::export::report::html::render(
@@ -501,7 +495,11 @@ mod tests {
                     ..AnalyzeOptions::default()
                 };
                 let a = analyze_file(&path, opts, |_| {}).unwrap();
-                serde_json::to_string(&crate::export::report::build::build(&a)).unwrap()
+                serde_json::to_string(&crate::export::report::build::build(
+                    &a,
+                    crate::pipeline::findings::judge_analysis(&a),
+                ))
+                .unwrap()
             };
             assert_eq!(report(true), report(false), "{}", fx.name);
         }

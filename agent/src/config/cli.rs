@@ -178,6 +178,12 @@ pub struct RunArgs {
     /// SONiC's PFC watchdog detects in 0.2 s) (default: 0.2, or pfc_storm_seconds of the file).
     #[arg(long, value_name = "SECONDS")]
     pub pfc_storm_seconds: Option<f64>,
+    /// Speed in Gb/s of the watched links whose driver reports none (veth, some VFs): PFC
+    /// and PAUSE quanta become seconds and elephant link shares are taken at it (overrides
+    /// elephant.link_speed_mbps; a speed the driver reports wins) (default:
+    /// elephant.link_speed_mbps of the file, else none: no pause time on such a link).
+    #[arg(long, value_name = "GBPS")]
+    pub link_speed: Option<f64>,
     /// Root of the sysfs tree for RDMA NIC counters (default: /sys).
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,

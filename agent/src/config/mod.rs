@@ -391,6 +391,9 @@ impl Config {
             elephant.threshold_bytes_per_second = bits / 8.0;
             elephant.validate().map_err(bad)?;
         }
+        if let Some(gbps) = args.link_speed {
+            elephant.link_speed_mbps = Some(thresholds::link_speed_bps(gbps)? as f64 / 1e6);
+        }
         ecmp.validate(Some(&ifaces)).map_err(bad)?;
         let rdma = file.rdma.unwrap_or_default();
         for (key, path, what) in [

@@ -17,6 +17,21 @@ fn defaults() {
     assert_eq!(c.top_k, 20);
 }
 
+/// `--link-speed` (Gb/s) is the speed of links whose driver reports none, over the file's
+/// `elephant.link_speed_mbps`.
+#[test]
+fn the_link_speed_flag_is_the_fallback_link_speed() {
+    let file = || -> FileConfig {
+        toml::from_str("interfaces = [\"a\"]\n[elephant]\nlink_speed_mbps = 1000.0").unwrap()
+    };
+    let c = Config::merge(file(), &args(&["a"])).unwrap();
+    assert_eq!(c.elephant.link_speed_mbps, Some(1000.0));
+    let mut a = args(&["a"]);
+    a.link_speed = Some(25.0);
+    let c = Config::merge(file(), &a).unwrap();
+    assert_eq!(c.elephant.link_speed_mbps, Some(25_000.0));
+}
+
 #[test]
 fn flags_override_file() {
     let file: FileConfig = toml::from_str(

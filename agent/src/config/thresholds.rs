@@ -17,6 +17,17 @@ pub fn pfc_storm_seconds(flag: Option<f64>, file: Option<f64>) -> Result<f64, Us
     Ok(v)
 }
 
+/// A link speed given in Gb/s (`--link-speed`, `run` and `analyze` alike): above 0, at most
+/// 10 Tb/s; in bits per second.
+pub fn link_speed_bps(gbps: f64) -> Result<u64, UsageError> {
+    if !(gbps.is_finite() && gbps > 0.0 && gbps <= 10_000.0) {
+        return Err(bad(format!(
+            "--link-speed {gbps} is not a link speed; give Gb/s above 0, e.g. --link-speed 400"
+        )));
+    }
+    Ok((gbps * 1e9) as u64)
+}
+
 /// The PFC storm threshold's default, seconds.
 pub const DEFAULT_PFC_STORM_S: f64 = DEFAULT_PFC_STORM_NS as f64 / 1e9;
 /// The same in nanoseconds: a priority paused continuously this long is a storm.

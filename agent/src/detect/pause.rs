@@ -416,4 +416,32 @@ mod tests {
             );
         }
     }
+
+    /// Poll intervals paused throughout, back to back, are one pause: a storm once it is
+    /// longer than the threshold (under way, then ended), not one pause per interval.
+    #[test]
+    fn counted_spans_back_to_back_are_one_pause() {
+        const S: u64 = 1_000_000_000;
+        let mut t = PauseTracker::new(1, S / 5).without_runs();
+        t.paused_span(3, 0, S);
+        t.close_ended(S);
+        assert_eq!(t.running_storms(S).len(), 1, "1 s paused > 200 ms");
+        t.paused_span(3, S, 2 * S);
+        t.close_ended(2 * S);
+        let running = t.running_storms(2 * S);
+        assert_eq!((running[0].start_ns, running[0].end_ns), (0, 2 * S));
+        assert!(t.storms.is_empty(), "still under way");
+        t.close_ended(3 * S);
+        assert_eq!(t.storms.len(), 1);
+        assert_eq!(t.storms[0].start_ns, 0);
+        assert!(t.running_storms(3 * S).is_empty());
+    }
+
+    /// A pause under way but shorter than the threshold is no storm yet.
+    #[test]
+    fn a_short_pause_under_way_is_no_storm() {
+        let mut t = PauseTracker::new(1, 200_000_000).without_runs();
+        t.paused_span(1, 0, 100_000_000);
+        assert!(t.running_storms(100_000_000).is_empty());
+    }
 }

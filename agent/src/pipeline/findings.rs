@@ -15,9 +15,30 @@ use crate::detect::findings::flow_name;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+/// What the analysis' judgement gives the report: the training view with its slow steps
+/// explained, the CE/CNP pairing's view, and the findings ranked under their verdict.
+#[derive(Clone, Debug)]
+pub struct Judged {
+    pub training: TrainingView,
+    pub cnp: CnpReport,
+    pub ranked: Ranked,
+}
+
+/// Judges an analysis (the capture's one window).
+pub fn judge_analysis(a: &Analysis) -> Judged {
+    let training = super::training_view::explained(a);
+    let cnp = a.cnp.report();
+    let ranked = findings(a, &training, &cnp);
+    Judged {
+        training,
+        cnp,
+        ranked,
+    }
+}
+
 /// The findings of an analysis, bounded per kind, ranked and merged into incidents, and
 /// the verdict over them.
-pub fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
+fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
     let origin = a.first_ts_ns.unwrap_or(0);
     let at = |ns: u64| ns.saturating_sub(origin) as f64 / 1e9;
     let whole = (0.0, a.duration_seconds());

@@ -168,3 +168,62 @@ fn recoveries(t: &Trouble) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::window as w;
+    use super::*;
+
+    /// A storm seen live names its interface; a capture's names the priority alone.
+    #[test]
+    fn a_storm_names_where_it_was_seen() {
+        let storm = |place: Option<&str>| w::Storm {
+            priority: 3,
+            span: (1.0, 2.0),
+            xoff_frames: 4,
+            mac: None,
+            place: place.map(str::to_string),
+        };
+        let win = Window {
+            storms: vec![storm(Some("eth0")), storm(None)],
+            storm_s: 0.2,
+            ..Window::default()
+        };
+        let subjects: Vec<String> = judge(&win).into_iter().map(|x| x.subject).collect();
+        assert_eq!(subjects, ["priority 3 on eth0", "priority 3"]);
+    }
+
+    /// A capture's elephant is judged over its life; a live one at its rate now.
+    #[test]
+    fn an_elephant_over_a_capture_and_now() {
+        let e = |over| w::Elephant {
+            flow: "a -> b".into(),
+            bytes_per_second: 1e9,
+            over,
+        };
+        let win = Window {
+            span: (0.0, 10.0),
+            elephants: vec![e(Some((5_000, (1.0, 3.0)))), e(None)],
+            ..Window::default()
+        };
+        let got = judge(&win);
+        assert_eq!((got[0].start_s, got[0].end_s), (1.0, 3.0));
+        assert_eq!(got[0].evidence["bytes"], 5_000);
+        assert_eq!((got[1].start_s, got[1].end_s), (10.0, 10.0));
+    }
+
+    /// An empty window raises nothing (no trouble, no storm, no lossy packet).
+    #[test]
+    fn an_empty_window_raises_nothing() {
+        let win = Window {
+            lossy: vec![w::Lossy {
+                lossy: 0,
+                roce: 1_000,
+                expected: "priority 3".into(),
+                place: None,
+            }],
+            ..Window::default()
+        };
+        assert!(judge(&win).is_empty());
+    }
+}

@@ -212,3 +212,88 @@ impl Trouble {
         self.speaks.as_ref().is_none_or(|s| s.contains(host))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(src: u8, dst: u8) -> FlowKey {
+        let mut k = FlowKey {
+            ip_version: 4,
+            sport: 1000,
+            dest_qp: 7,
+            ..FlowKey::default()
+        };
+        k.src[..4].copy_from_slice(&[10, 0, 0, src]);
+        k.dst[..4].copy_from_slice(&[10, 0, 0, dst]);
+        k
+    }
+
+    /// A receiver counts every packet of the window to it, also those of flows listed
+    /// before the first one that carried a CE mark.
+    #[test]
+    fn a_receiver_counts_the_flows_before_its_first_ce_mark() {
+        let flows = [
+            FlowTotals {
+                key: key(1, 9),
+                packets: 900,
+                ..FlowTotals::default()
+            },
+            FlowTotals {
+                key: key(2, 9),
+                packets: 100,
+                ce: 50,
+                ..FlowTotals::default()
+            },
+        ];
+        let mut t = Trouble::default();
+        t.add(|| flows.iter().map(|f| (*f, 1.0, 2.0)));
+        let r = &t.receivers[&"10.0.0.9".parse::<IpAddr>().unwrap()];
+        assert_eq!((r.packets, r.ce, r.senders.len()), (1000, 50, 1));
+    }
+
+    /// The span of a receiver's trouble runs from its first CE-marked flow's start to its
+    /// last CE-marked flow's end.
+    #[test]
+    fn a_receivers_span_is_its_ce_marked_flows() {
+        let mut t = Trouble::default();
+        t.add(|| {
+            [(2, 3.0, 4.0), (3, 1.0, 2.5)].into_iter().map(|(s, a, b)| {
+                let f = FlowTotals {
+                    key: key(s, 9),
+                    packets: 10,
+                    ce: 10,
+                    ..FlowTotals::default()
+                };
+                (f, a, b)
+            })
+        });
+        let r = &t.receivers[&"10.0.0.9".parse::<IpAddr>().unwrap()];
+        assert_eq!((r.first_s, r.last_ce_s), (1.0, 4.0));
+    }
+
+    /// Answers reach only a receiver followed (a CNP with no CE mark before it is no answer).
+    #[test]
+    fn answers_reach_only_receivers_with_ce_marks() {
+        let mut t = Trouble::default();
+        t.answers("10.0.0.9".parse().unwrap(), 5, 5);
+        assert!(t.receivers.is_empty());
+    }
+
+    /// Trouble that stopped before the window is forgotten; the rest stays.
+    #[test]
+    fn trouble_that_stopped_is_forgotten() {
+        let mut t = Trouble::default();
+        let lossy = FlowTotals {
+            key: key(1, 2),
+            packets: 10,
+            psn_gaps: 1,
+            ..FlowTotals::default()
+        };
+        t.add(|| std::iter::once((lossy, 1.0, 1.0)));
+        t.forget_before(0.5);
+        assert_eq!(t.lossy.len(), 1);
+        t.forget_before(1.0);
+        assert!(t.lossy.is_empty());
+    }
+}

@@ -9,10 +9,14 @@ use crate::pipeline::flows::FlowEntry;
 use agent_common::{opcode, Outcome, OutcomeKind};
 use std::collections::BTreeMap;
 
-/// Builds the report of an analysis.
-pub fn build(a: &Analysis) -> Report {
+/// Builds the report of an analysis and of its judgement.
+pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report {
     let c = &a.counters;
-    let cnp = a.cnp.report();
+    let crate::pipeline::findings::Judged {
+        training,
+        cnp,
+        ranked,
+    } = judged;
     let mut not_roce = BTreeMap::new();
     let mut malformed = BTreeMap::new();
     for o in Outcome::ALL {
@@ -114,7 +118,7 @@ pub fn build(a: &Analysis) -> Report {
         },
         pfc: lossless::pfc(c, a.options().link_speed_bps),
         pause: lossless::pause(c, a.options().link_speed_bps),
-        training: crate::pipeline::training_view::explained(a),
+        training,
         training_sources: a.training.sources(),
         sflow: (a.sflow.datagrams + a.sflow.malformed.values().sum::<u64>() > 0).then(|| {
             crate::sflow::report::build(
@@ -149,7 +153,6 @@ pub fn build(a: &Analysis) -> Report {
     for p in r.pfc.priorities.iter_mut() {
         p.paused_seconds = Some(a.pause.paused_seconds(usize::from(p.priority)));
     }
-    let ranked = crate::pipeline::findings::findings(a, &r.training, &r.roce.cnp_response);
     r.findings = ranked.incidents;
     r.verdict = ranked.verdict;
     r
