@@ -9,10 +9,11 @@
 //!   sources::maps (counters,      and analyze     steps, pause,       report/ (build,
 //!     flows, the ring),           drive), flows,  cnp_response,       findings, html*),
 //!     prog_run (the flush)        flow_records    findings,           ipfix/ (flow records)
-//!   sources::capture, input     analysis +        live_findings
-//!                                 flow_side,
-//!                                 timeline,
-//!                                 training
+//!   sources::capture, input     analysis +        engine/ (window,    (sinks: they read
+//!                                 flow_side,        judge, held),     the judgement)
+//!                                 timeline,       live_findings
+//!                                 training(_view),
+//!                                 findings
 //!   sources::afxdp, tally
 //!   sflow/ (switches' view: decode, table, sequence, collector, fabric)
 //!          cmd/: start + run/ (links, rhythm, reload, flows, findings, ipfix),
@@ -42,12 +43,15 @@
 //!   capture through it ([`pipeline::analysis`], its time-ordered half
 //!   [`pipeline::flow_side`]), the flow records it gives ([`pipeline::flow_records`]) and
 //!   its views over time ([`pipeline::timeline`], [`pipeline::training`]: the rhythm and
-//!   message sizes).
+//!   message sizes; [`pipeline::training_view`]: the jobs and their slow steps explained), and
+//!   the capture's findings ([`pipeline::findings`]: the capture as one window of the engine).
 //! - [`detect`]: elephants, ECMP (observed, predicted, entropy), switch hash models, the
 //!   training rhythm (`rhythm`, `steps`) and the jobs in it (`jobs`, `live_jobs`), pause time ([`detect::pause`]), CE/CNP pairing and
 //!   the senders' answer ([`detect::cnp_response`]; live: [`detect::live_reaction`]), why a
-//!   step was slow ([`detect::slow_steps`]), and the findings that say what it all means
-//!   ([`detect::findings`]; live, over a window: [`detect::live_findings`]).
+//!   step was slow ([`detect::slow_steps`]), and the findings that say what it all means:
+//!   their builders ([`detect::findings`]) and the one engine that raises, holds and ranks
+//!   them over windows ([`detect::engine`]), which the live agent fills at each poll
+//!   ([`detect::live_findings`]) and `analyze` once per capture ([`pipeline::findings`]).
 //! - [`export`]: the metric catalog ([`export::metrics`]), `/metrics` and `/api/v1/*`
 //!   ([`export::http`], [`export::api`]), the `analyze` reports, and flow records for flow
 //!   collectors ([`export::ipfix`]: IPFIX over UDP, TCP or into a file, on a thread of its
