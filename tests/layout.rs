@@ -298,25 +298,35 @@ fn the_exporters_judge_nothing() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// One storm rule: a pause without a break longer than the threshold is a storm in the pause
-/// tracker (`detect/pause.rs`), for a capture's frames, the live kernel's frames and the
-/// counters' paused intervals alike. A comparison against the storm threshold anywhere else
-/// is a second rule.
+/// One rule per judgement: a storm is a pause without a break longer than the threshold, in
+/// the pause tracker (`detect/pause.rs`), for a capture's frames, the live kernel's frames
+/// and the counters' paused intervals alike; a sender ignored a burst of CNPs by the
+/// reaction rule (`detect/engine/reaction.rs`), per packet in a capture and per poll live.
+/// A threshold of either compared anywhere else is a second rule.
 #[test]
-fn the_storm_threshold_is_compared_in_one_place() {
+fn each_judgement_threshold_is_compared_in_one_place() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // (a piece of the threshold's name, where it is compared).
+    let rules = [
+        ("storm_ns", "detect/pause.rs"),
+        ("storm_s", "detect/pause.rs"),
+        ("IGNORED_RATIO", "detect/engine/reaction.rs"),
+        ("MIN_BEFORE_PACKETS", "detect/engine/reaction.rs"),
+    ];
     let mut found = Vec::new();
     for (p, text) in rust_sources(&src, &[""]) {
         let rel = p.strip_prefix(&src).unwrap_or(&p).display().to_string();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if rel == "detect/pause.rs" || name.ends_with("_tests.rs") || rel.starts_with("config/") {
+        if name.ends_with("_tests.rs") || rel.starts_with("config/") {
             continue;
         }
         for (i, line) in layers::non_test_lines(&text).iter().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             let compares = [">", "<"].iter().any(|op| code.contains(op));
-            if compares && (code.contains("storm_ns") || code.contains("storm_s")) {
-                found.push(format!("{rel}:{}: {}", i + 1, code.trim()));
+            for (piece, home) in &rules {
+                if rel != *home && compares && code.contains(piece) {
+                    found.push(format!("{rel}:{}: {}", i + 1, code.trim()));
+                }
             }
         }
     }

@@ -37,11 +37,7 @@ pub const PACING_COVER_NS: u64 = 50_000;
 /// The window a sender's rate is measured over before and after the CNPs of a burst (DCQCN
 /// cuts the rate within microseconds of a CNP).
 pub const REACTION_WINDOW_NS: u64 = 1_000_000;
-/// A sender that keeps this share of its rate after a burst's first CNP ignored it (DCQCN's
-/// first cut halves the rate; later ones cut by alpha/2).
-pub const IGNORED_RATIO: f64 = 0.9;
-/// Packets the window before a burst needs for a judgement (a trickle has no rate to cut).
-pub const MIN_BEFORE_PACKETS: u64 = 20;
+pub use super::engine::reaction::{IGNORED_RATIO, MIN_BEFORE_PACKETS};
 /// A connection's key: the data direction (src, dst, UDP source port, destination QP).
 type Conn = (IpAddr, IpAddr, u16, u32);
 
@@ -65,12 +61,8 @@ struct ConnState {
     latencies: Vec<u64>,
     min_gap: Option<u64>,
     burst: Option<Burst>,
-    /// Bursts of CNPs judged, those the sender ignored, and the sum of after/before rates.
-    bursts: u64,
-    ignored: u64,
-    ratio_sum: f64,
-    /// The data rate before the last burst judged, bytes per second.
-    rate_before: f64,
+    /// Bursts of CNPs judged, by the one rule ([`super::engine::reaction`]).
+    reacted: super::engine::reaction::Reacted,
 }
 
 impl ConnState {
@@ -90,16 +82,13 @@ impl ConnState {
         }
         let b = *b;
         self.burst = None;
-        if b.before_packets < MIN_BEFORE_PACKETS {
-            return false;
-        }
-        let ratio = b.after_bytes as f64 / b.before_bytes.max(1) as f64;
-        self.bursts += 1;
-        self.ratio_sum += ratio;
-        self.rate_before = b.before_bytes as f64 * 1e9 / REACTION_WINDOW_NS as f64;
-        if ratio >= IGNORED_RATIO {
-            self.ignored += 1;
-        }
+        let rate = |bytes: u64| bytes as f64 * 1e9 / REACTION_WINDOW_NS as f64;
+        self.reacted.burst(
+            rate(b.before_bytes),
+            b.before_packets,
+            rate(b.after_bytes),
+            b.at as f64 / 1e9,
+        );
         false
     }
 
@@ -400,10 +389,11 @@ impl CnpResponse {
                 cnps: s.cnps,
                 unanswered_ce: s.unanswered + waiting,
                 latency_p50_seconds: quantile(&mut l, 0.5),
-                cnp_bursts: s.bursts,
-                cnp_bursts_ignored: s.ignored,
-                rate_after_cnps_ratio: (s.bursts > 0).then(|| s.ratio_sum / s.bursts as f64),
-                rate_before_cnps_bits_per_second: (s.bursts > 0).then_some(s.rate_before * 8.0),
+                cnp_bursts: s.reacted.bursts,
+                cnp_bursts_ignored: s.reacted.ignored,
+                rate_after_cnps_ratio: s.reacted.mean_ratio(),
+                rate_before_cnps_bits_per_second: (s.reacted.bursts > 0)
+                    .then_some(s.reacted.rate_before * 8.0),
             });
         }
         connections.sort_by(|a, b| {

@@ -4,11 +4,10 @@
 //! the UDP port whose reverse packets (B -> A, the ACKs) carry `q`, as in
 //! [`super::cnp_response`]. A burst of CNPs (CNPs in a poll interval after one without) is
 //! judged one interval later: the data flow's rate in the interval after the burst began
-//! against the interval before it. A sender that keeps [`IGNORED_RATIO`] of its rate while
+//! against the interval before it. A sender that keeps [`super::engine::reaction::IGNORED_RATIO`] of its rate while
 //! CNPs keep arriving ignored them. The poll interval is coarser than a capture's 1 ms
 //! windows, and a sender that answers at all cuts its rate for as long as CNPs come.
 
-use super::cnp_response::{IGNORED_RATIO, MIN_BEFORE_PACKETS};
 use agent_common::FlowKey;
 use rustc_hash::FxHashMap;
 
@@ -36,16 +35,7 @@ struct DataFlow {
     burst: Option<(f64, f64)>,
 }
 
-/// A data flow's judged bursts.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Judged {
-    pub bursts: u64,
-    pub ignored: u64,
-    pub ratio_sum: f64,
-    pub rate_before: f64,
-    /// When the last burst was judged.
-    pub at_s: f64,
-}
+pub use super::engine::reaction::Reacted as Judged;
 
 /// The detector's state between polls.
 #[derive(Debug, Default)]
@@ -104,17 +94,12 @@ impl LiveReaction {
                 // The interval after the burst began, CNPs still coming: judge.
                 (Some((before, before_packets)), Some(_)) => {
                     d.burst = None;
-                    if before_packets >= MIN_BEFORE_PACKETS as f64 && before > 0.0 {
-                        let j = self.judged.entry(f.key).or_default();
-                        let ratio = d.rate / before;
-                        j.bursts += 1;
-                        j.ratio_sum += ratio;
-                        j.rate_before = before;
-                        j.at_s = now_s;
-                        if ratio >= IGNORED_RATIO {
-                            j.ignored += 1;
-                        }
-                    }
+                    self.judged.entry(f.key).or_default().burst(
+                        before,
+                        before_packets as u64,
+                        d.rate,
+                        now_s,
+                    );
                 }
                 (Some(_), None) => d.burst = None,
                 // A new burst: the rate of the interval before it is the baseline.

@@ -9,6 +9,7 @@
 //! [`window`], its rule in [`judge`] (plus its runbook entry, alert rule and tests).
 pub mod held;
 pub mod judge;
+pub mod reaction;
 pub mod trouble;
 pub mod window;
 
