@@ -143,6 +143,43 @@ fn the_fabric_view_finds_colliding_elephants_on_switch_uplinks() {
     assert!((9e6..12e6).contains(&r), "{r}");
 }
 
+/// A colliding switch uplink is a finding, as a colliding path of a host's own groups is:
+/// `ecmp_collision` about leaf-a's uplink 1, none about leaf-b.
+#[test]
+fn a_colliding_switch_uplink_is_an_ecmp_collision_finding() {
+    let dir = TempDir::new("rocemon-sflow-fabric-finding").unwrap();
+    let cap = sflow::capture_timed("sflow_fabric", &fabric_datagrams())
+        .write(dir.path())
+        .unwrap();
+    let cfg = dir.path().join("fabric.toml");
+    std::fs::write(&cfg, FABRIC_CONFIG).unwrap();
+    let j = rocemon_testkit::analyze_json(
+        env!("CARGO_BIN_EXE_rocemon"),
+        &["--config", cfg.to_str().unwrap()],
+        &[&cap],
+    );
+    assert_eq!(
+        collision_subjects(&j["findings"]),
+        [FABRIC_COLLISION],
+        "{}",
+        j["findings"]
+    );
+}
+
+/// The subject the fabric case's collision is named by.
+const FABRIC_COLLISION: &str = "path 192.0.2.10/1 of leaf-a";
+
+/// The subjects of the `ecmp_collision` findings in a findings list.
+fn collision_subjects(findings: &Value) -> Vec<String> {
+    findings
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["kind"] == "ecmp_collision")
+        .filter_map(|f| f["subject"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The live collector drives the same pipeline as `analyze`: the fabric case's datagrams,
 /// sent at their pace to `rocemon run --sflow-listen` with the same configuration, show the
 /// same groups in `/api/v1/sflow` (the case's construction is the oracle) and in
@@ -205,6 +242,19 @@ fn the_live_fabric_view_finds_the_collision_analyze_finds() {
         |g: &str| try_metric_sum(&body, "rocemon_sflow_colliding_uplinks", &[("group", g)]);
     assert_eq!(colliding("leaf-a"), Some(1.0), "{body}");
     assert_eq!(colliding("leaf-b"), Some(0.0), "{body}");
+    // And the finding `analyze` raises, live (judged at the poll after the view's tick).
+    loop {
+        let (_, doc) = http_get_in(&ns.0, HTTP, "/api/v1/findings").unwrap();
+        let doc: Value = serde_json::from_str(&doc).unwrap();
+        if collision_subjects(&doc["active"]) == [FABRIC_COLLISION] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ecmp_collision finding about {FABRIC_COLLISION} alone: {doc}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     sender.join().expect("sender thread").unwrap();
     agent.stop_ok();
 }

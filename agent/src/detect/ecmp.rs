@@ -50,6 +50,24 @@ pub struct GroupView {
     pub collision: bool,
 }
 
+impl GroupView {
+    /// The groups' colliding members, as the findings name them: (group, member, elephants
+    /// on it). Observed groups, predicted paths and the sFlow fabric's switch uplinks alike.
+    pub fn colliding<'a>(
+        groups: impl IntoIterator<Item = &'a GroupView>,
+    ) -> Vec<(String, String, usize)> {
+        groups
+            .into_iter()
+            .flat_map(|g| {
+                g.members
+                    .iter()
+                    .filter(|m| m.colliding)
+                    .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SharedTuple {
     pub src: String,

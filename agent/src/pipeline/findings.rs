@@ -90,12 +90,12 @@ fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
         ..Window::default()
     };
     let ecmp = &a.pipeline.ecmp;
-    for g in ecmp.groups.iter().chain(ecmp.predicted.iter()) {
-        for m in g.members.iter().filter(|m| m.colliding) {
-            win.collisions
-                .push((g.name.clone(), m.member.clone(), m.elephants));
-        }
-    }
+    win.collisions = crate::detect::ecmp::GroupView::colliding(
+        ecmp.groups
+            .iter()
+            .chain(&ecmp.predicted)
+            .chain(&a.pipeline.fabric.groups),
+    );
     win.trouble = Some(&trouble);
     let judged = judge(&win);
     let steps = training

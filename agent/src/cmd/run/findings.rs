@@ -78,7 +78,12 @@ pub fn update(
     slow: Vec<super::rhythm::NewSlowStep>,
     flow_maps: &[(String, Fill)],
     config: &Config,
-    (table, views, report): (&crate::pipeline::flows::FlowTable, &[FlowView], &EcmpReport),
+    (table, views, report, fabric): (
+        &crate::pipeline::flows::FlowTable,
+        &[FlowView],
+        &EcmpReport,
+        &[crate::detect::ecmp::GroupView],
+    ),
     m: &Metrics,
 ) -> FindingsView {
     let now_s = std::time::SystemTime::now()
@@ -103,7 +108,9 @@ pub fn update(
         now_s,
         ifaces,
         elephants: elephants(views),
-        collisions: collisions(report),
+        collisions: crate::detect::ecmp::GroupView::colliding(
+            report.groups.iter().chain(&report.predicted).chain(fabric),
+        ),
         colliding_ifaces,
         storm_s: config.pfc_storm_s,
         shared_5tuples: (
@@ -140,22 +147,6 @@ fn elephants(views: &[FlowView]) -> Vec<(String, f64)> {
                 ),
                 v.rate_bytes,
             )
-        })
-        .collect()
-}
-
-/// The colliding members of the observed groups and predicted paths: (group, member,
-/// elephants on it).
-fn collisions(report: &EcmpReport) -> Vec<(String, String, usize)> {
-    report
-        .groups
-        .iter()
-        .chain(report.predicted.iter())
-        .flat_map(|g| {
-            g.members
-                .iter()
-                .filter(|m| m.colliding)
-                .map(|m| (g.name.clone(), m.member.clone(), m.elephants))
         })
         .collect()
 }

@@ -160,7 +160,7 @@ impl Live {
             slow,
             &reads.flow_maps,
             &self.config,
-            (table, &views, report),
+            (table, &views, report, &self.pipeline.fabric.groups),
             m,
         );
         view.summary = api::Summary::new(
