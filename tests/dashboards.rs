@@ -201,9 +201,12 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
     let pair = VethPair::new("rcprom").unwrap();
     let tag = unique_tag();
     let (x1, x2) = (format!("rpx{tag}"), format!("rpy{tag}"));
-    // and a link of its own for a training job's paced traffic (outside the ECMP group).
+    // and a link of its own for a training job's paced traffic (outside the ECMP group),
+    // and one for a PFC storm (a storm is one link's: the lossless fixture's XONs on the
+    // first link would end its pauses).
     let (t1, t2) = (format!("rpt{tag}"), format!("rpu{tag}"));
-    for (a, b) in [(&x1, &x2), (&t1, &t2)] {
+    let (s1, s2) = (format!("rps{tag}"), format!("rpv{tag}"));
+    for (a, b) in [(&x1, &x2), (&t1, &t2), (&s1, &s2)] {
         run(
             "ip",
             &[
@@ -235,8 +238,9 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
             "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data",
             "1000\n",
         ),
-        // The veth's link speed (Mb/s), for pause seconds.
+        // The veths' link speed (Mb/s), for pause seconds.
         (&format!("class/net/{}/speed", pair.a_if), "10000\n"),
+        (&format!("class/net/{s1}/speed"), "10000\n"),
     ] {
         let p = sys.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -272,7 +276,7 @@ fn a_real_prometheus_gets_data_for_every_dashboard_expression_and_rule() {
     std::fs::write(
         &host_cfg,
         format!(
-            r#"interfaces = [{a:?}, "lo", {t1:?}]
+            r#"interfaces = [{a:?}, "lo", {t1:?}, {s1:?}]
 hooks = ["xdp"]
 pin = false
 listen = "127.0.0.1:9442"
@@ -342,11 +346,11 @@ listen = "127.0.0.1:16343"
     let storm = storm(d);
     let _t1 = replay_forever(&pair.ns_b, &pair.b_if, &[storm, rc], Some(50_000));
     let _t2 = replay_forever(&pair.ns_b, &x2, &[tunnels, many], Some(5_000));
-    // A PFC storm on priority 3: XOFFs with the longest pause time on a loop of their own at
-    // 2,000 a second (1,000 a second fire the XOFF-rate alert; at 10 Gb/s each pauses 3.4 ms,
-    // so the priority is paused without a break: the union of the intervals, not only the
-    // quanta's sum, says storm). The lossless fixture's lossy RoCE and CNPs outside their
-    // class on another loop.
+    // A PFC storm on priority 3, on a link of its own: XOFFs with the longest pause time on a
+    // loop at 2,000 a second (1,000 a second fire the XOFF-rate alert; at 10 Gb/s each pauses
+    // 3.4 ms, so the priority is paused without a break: the union of the intervals, not only
+    // the quanta's sum, says storm). The lossless fixture's lossy RoCE and CNPs outside their
+    // class (and its XONs) on another loop, on the first link.
     let pfc = whole(
         "pfc_storm",
         Format::PcapMicros,
@@ -363,7 +367,7 @@ listen = "127.0.0.1:16343"
     .write(d)
     .unwrap();
     let lossless = rocemon_testkit::lossless::lossless().write(d).unwrap();
-    let _t3 = replay_forever(&pair.ns_b, &pair.b_if, &[pfc], Some(2_000));
+    let _t3 = replay_forever(&pair.ns_b, &s2, &[pfc], Some(2_000));
     let _t3b = replay_forever(&pair.ns_b, &pair.b_if, &[lossless], Some(5_000));
     // RoCE outside the lossless class (DSCP 0) at 500 packets a second, a few percent of the
     // host's RoCE: the lossy alert counts by rate and share, not one packet.
