@@ -268,36 +268,54 @@ impl CnpResponse {
             }
         }
         if rec.is_ce() {
-            let full = self.max_conns > 0 && self.conns.len() >= self.max_conns;
-            if full && !self.conns.contains_key(&k) {
+            self.ce(ts_ns, k);
+        }
+    }
+
+    /// A CE-marked data packet of flow `k` at `t`: it waits for its CNP.
+    fn ce(&mut self, t: u64, k: FlowKey) {
+        let full = self.max_conns > 0 && self.conns.len() >= self.max_conns;
+        let s = match self.conns.entry(k) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if full => {
                 self.untracked_ce += 1;
                 return;
             }
-            let s = match self.conns.get_mut(&k) {
-                Some(s) => s,
-                None => {
-                    self.ce_by_port
-                        .entry(port_of(k.src, k.dst, k.ip_version, k.sport))
-                        .or_default()
-                        .push(k);
-                    self.conns.entry(k).or_default()
-                }
-            };
-            // Waiting for an answer already (an expired wait is over: this CE starts anew).
-            let was_waiting = s
-                .pending
-                .is_some_and(|(first, _)| ts_ns.saturating_sub(first) <= ANSWER_WINDOW_NS);
-            s.ce(ts_ns);
-            let unreversed =
-                !self
-                    .reverse_qp
-                    .contains_key(&port_of(k.dst, k.src, k.ip_version, k.sport));
-            if !was_waiting && s.pending.is_some() && unreversed {
-                self.waiting
-                    .entry(pair_of(k.src, k.dst, k.ip_version))
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.ce_by_port
+                    .entry(port_of(k.src, k.dst, k.ip_version, k.sport))
                     .or_default()
-                    .push_back(k);
+                    .push(k);
+                e.insert(ConnState::default())
             }
+        };
+        // Waiting for an answer already (an expired wait is over: this CE starts anew).
+        let was_waiting = s
+            .pending
+            .is_some_and(|(first, _)| t.saturating_sub(first) <= ANSWER_WINDOW_NS);
+        s.ce(t);
+        let waits = !was_waiting && s.pending.is_some();
+        if waits
+            && !self
+                .reverse_qp
+                .contains_key(&port_of(k.dst, k.src, k.ip_version, k.sport))
+        {
+            let conns = &self.conns;
+            let queue = self
+                .waiting
+                .entry(pair_of(k.src, k.dst, k.ip_version))
+                .or_default();
+            // The flows at the front that no longer wait leave now (each once: linear), so
+            // CE marks no CNP answers cannot grow the queue beyond the flows waiting.
+            while queue.front().is_some_and(|c| {
+                conns
+                    .get(c)
+                    .and_then(|s| s.pending)
+                    .is_none_or(|(first, _)| t.saturating_sub(first) > ANSWER_WINDOW_NS)
+            }) {
+                queue.pop_front();
+            }
+            queue.push_back(k);
         }
     }
 
@@ -526,6 +544,30 @@ mod tests {
             feed(&mut c, &cnp, t + 11_000);
         }
         c
+    }
+
+    /// CE marks that no CNP answers, on flows without reverse packets, keep the host pair's
+    /// queue of waiting flows to those still waiting: a flow whose wait ran out leaves it
+    /// when the next one joins, so a capture of CE marks alone cannot grow it.
+    #[test]
+    fn unanswered_ce_marks_keep_the_waiting_queue_to_the_flows_waiting() {
+        let mut c = CnpResponse::default();
+        for i in 0..10_000u32 {
+            let mut w = Roce::new(
+                ip("10.0.0.1"),
+                ip("10.0.0.2"),
+                0xC000,
+                0x20_0000 + i % 3,
+                0x0A,
+            );
+            w.ecn = 3;
+            let (rec, key) = pkt(&w);
+            // Every 2 ms: each CE mark finds its flow's last wait over.
+            c.packet(&rec, &key, 100, u64::from(i) * 2 * ANSWER_WINDOW_NS, i < 3);
+        }
+        let waiting: usize = c.waiting.values().map(VecDeque::len).sum();
+        assert!(waiting <= 3, "{waiting} queued");
+        assert_eq!(c.report().unanswered_ce, 10_000);
     }
 
     #[test]
