@@ -173,6 +173,8 @@ pub struct CnpResponse {
     max_conns: usize,
     /// CE packets of connections past [`Self::max_conns`].
     untracked_ce: u64,
+    /// New flows whose port was not indexed: [`Self::reverse_qp`] held `max_conns` ports.
+    not_indexed: u64,
     /// Every data packet of the last [`REACTION_WINDOW_NS`] (time, flow, bytes), in time
     /// order: a flow's rate before a CNP is summed from it when a burst starts, so a packet
     /// costs a push, not a lookup of its flow.
@@ -239,18 +241,7 @@ impl CnpResponse {
             return;
         }
         if new_flow {
-            // The newest flow on a port names its QP (a port carries one QP pair, but where
-            // two QPs share a 5-tuple).
-            let port = port_of(k.src, k.dst, k.ip_version, k.sport);
-            if self.reverse_qp.insert(port, k.dest_qp) != Some(k.dest_qp) {
-                self.ports_by_qp
-                    .entry(FlowKey {
-                        dest_qp: k.dest_qp,
-                        ..pair_of(k.src, k.dst, k.ip_version)
-                    })
-                    .or_default()
-                    .push(k.sport);
-            }
+            self.index(&k);
         }
         while self
             .recent
@@ -269,6 +260,26 @@ impl CnpResponse {
         }
         if rec.is_ce() {
             self.ce(ts_ns, k);
+        }
+    }
+
+    /// A new flow: the newest flow on a port names its QP (a port carries one QP pair, but
+    /// where two QPs share a 5-tuple). The index holds `max_conns` ports and as many QPs;
+    /// a flow beyond them is counted, and a CNP to it paired by the waiting rule.
+    fn index(&mut self, k: &FlowKey) {
+        let port = port_of(k.src, k.dst, k.ip_version, k.sport);
+        let by_qp = FlowKey {
+            dest_qp: k.dest_qp,
+            ..pair_of(k.src, k.dst, k.ip_version)
+        };
+        let bound = self.max_conns;
+        let full = bound > 0
+            && ((self.reverse_qp.len() >= bound && !self.reverse_qp.contains_key(&port))
+                || (self.ports_by_qp.len() >= bound && !self.ports_by_qp.contains_key(&by_qp)));
+        if full {
+            self.not_indexed += 1;
+        } else if self.reverse_qp.insert(port, k.dest_qp) != Some(k.dest_qp) {
+            self.ports_by_qp.entry(by_qp).or_default().push(k.sport);
         }
     }
 
@@ -377,8 +388,39 @@ impl CnpResponse {
         }
     }
 
+    /// Every connection paired (at most `--max-flows`), most unanswered CE packets first:
+    /// the findings judge them all; the report lists the first [`LISTED_CONNECTIONS`].
+    pub fn connections(&self) -> Vec<CnpConnection> {
+        self.walk().2
+    }
+
     /// The pairing so far (CE packets still waiting count as unanswered: nothing more comes).
     pub fn report(&self) -> CnpReport {
+        let ((ce, answered, unanswered), (all_lat, min_gap), mut connections) = self.walk();
+        let mut all_lat = all_lat;
+        let connections_total = connections.len();
+        connections.truncate(LISTED_CONNECTIONS);
+        CnpReport {
+            untracked_ce_packets: self.untracked_ce,
+            flows_not_indexed: self.not_indexed,
+            connections_total,
+            ce_packets: ce,
+            answered_ce: answered,
+            unanswered_ce: unanswered,
+            cnps: self.cnps,
+            latency_seconds: Latency {
+                p50: quantile(&mut all_lat.clone(), 0.5),
+                p99: quantile(&mut all_lat, 0.99),
+            },
+            min_gap_seconds: min_gap.map(|g| g as f64 / 1e9),
+            connections,
+        }
+    }
+
+    /// The totals (CE, answered, unanswered), the latencies and the smallest gap, and every
+    /// connection's row, sorted.
+    #[allow(clippy::type_complexity)]
+    fn walk(&self) -> ((u64, u64, u64), (Vec<u64>, Option<u64>), Vec<CnpConnection>) {
         let mut all_lat = Vec::new();
         let mut min_gap: Option<u64> = None;
         let mut connections = Vec::new();
@@ -419,26 +461,10 @@ impl CnpResponse {
                 .cmp(&a.unanswered_ce)
                 .then(b.ce_packets.cmp(&a.ce_packets))
         });
-        let connections_total = connections.len();
-        connections.truncate(LISTED_CONNECTIONS);
-        CnpReport {
-            untracked_ce_packets: self.untracked_ce,
-            connections_total,
-            ce_packets: ce,
-            answered_ce: answered,
-            unanswered_ce: unanswered,
-            cnps: self.cnps,
-            latency_seconds: Latency {
-                p50: quantile(&mut all_lat.clone(), 0.5),
-                p99: quantile(&mut all_lat, 0.99),
-            },
-            min_gap_seconds: min_gap.map(|g| g as f64 / 1e9),
-            connections,
-        }
+        ((ce, answered, unanswered), (all_lat, min_gap), connections)
     }
 }
 
-/// The `q` quantile (nearest rank) of `v` in seconds; None when empty.
 fn quantile(v: &mut [u64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -465,6 +491,9 @@ pub struct CnpReport {
     pub ce_packets: u64,
     /// CE packets of connections beyond `--max-flows` connections paired: counted, not paired.
     pub untracked_ce_packets: u64,
+    /// New flows whose port and QP were not indexed (the index holds `--max-flows` ports):
+    /// a CNP to them is paired by the waiting rule.
+    pub flows_not_indexed: u64,
     /// Connections paired; `connections` lists the first [`LISTED_CONNECTIONS`].
     pub connections_total: usize,
     pub answered_ce: u64,
@@ -544,6 +573,20 @@ mod tests {
             feed(&mut c, &cnp, t + 11_000);
         }
         c
+    }
+
+    /// The port index is bounded as the connections are: a million new flows on their own
+    /// ports index `--max-flows` of them and count the rest.
+    #[test]
+    fn the_port_index_holds_max_flows_ports() {
+        let mut c = CnpResponse::bounded(100);
+        for i in 0..10_000u32 {
+            let w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), i as u16, 0x20_0000 + i, 0x0A);
+            let (rec, key) = pkt(&w);
+            c.packet(&rec, &key, 100, u64::from(i) * 1_000, true);
+        }
+        assert_eq!((c.reverse_qp.len(), c.ports_by_qp.len()), (100, 100));
+        assert_eq!(c.report().flows_not_indexed, 9_900);
     }
 
     /// CE marks that no CNP answers, on flows without reverse packets, keep the host pair's

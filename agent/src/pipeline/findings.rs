@@ -7,7 +7,7 @@
 
 use super::analysis::Analysis;
 use super::training::TrainingView;
-use crate::detect::cnp_response::CnpReport;
+use crate::detect::cnp_response::{CnpConnection, CnpReport};
 use crate::detect::engine::trouble::{FlowTotals, Trouble};
 use crate::detect::engine::window::{self as w, Window};
 use crate::detect::engine::{judge, rank, Held, Ranked};
@@ -28,7 +28,8 @@ pub struct Judged {
 pub fn judge_analysis(a: &Analysis) -> Judged {
     let training = super::training_view::explained(a);
     let cnp = a.cnp.report();
-    let ranked = findings(a, &training, &cnp);
+    // Every connection paired, not only those the report lists.
+    let ranked = findings(a, &training, &a.cnp.connections());
     Judged {
         training,
         cnp,
@@ -38,7 +39,7 @@ pub fn judge_analysis(a: &Analysis) -> Judged {
 
 /// The findings of an analysis, bounded per kind, ranked and merged into incidents, and
 /// the verdict over them.
-fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
+fn findings(a: &Analysis, training: &TrainingView, connections: &[CnpConnection]) -> Ranked {
     let origin = a.first_ts_ns.unwrap_or(0);
     let at = |ns: u64| ns.saturating_sub(origin) as f64 / 1e9;
     let whole = (0.0, a.duration_seconds());
@@ -51,7 +52,7 @@ fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
         })
     });
     // The CNPs each receiver sent, paired with the CE packets they answered.
-    for c in &cnp.connections {
+    for c in connections {
         if let Ok(host) = c.dst.parse::<IpAddr>() {
             trouble.answers(host, c.cnps, c.ce_packets - c.unanswered_ce);
         }
@@ -72,7 +73,7 @@ fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
                 place: None,
             })
             .collect(),
-        reactions: reactions(a, cnp, &at),
+        reactions: reactions(a, connections, &at),
         lossy: vec![w::Lossy {
             lossy: c.lossy_roce_packets,
             roce: c.roce_packets(),
@@ -106,10 +107,13 @@ fn findings(a: &Analysis, training: &TrainingView, cnp: &CnpReport) -> Ranked {
 }
 
 /// The senders judged for their answer to CNPs, each over its flow's life.
-fn reactions(a: &Analysis, cnp: &CnpReport, at: &dyn Fn(u64) -> f64) -> Vec<w::Reaction> {
+fn reactions(
+    a: &Analysis,
+    connections: &[CnpConnection],
+    at: &dyn Fn(u64) -> f64,
+) -> Vec<w::Reaction> {
     type Conn = (String, String, u16, u32);
-    let judged: HashMap<Conn, usize> = cnp
-        .connections
+    let judged: HashMap<Conn, usize> = connections
         .iter()
         .enumerate()
         .filter(|(_, c)| c.cnp_bursts > 0)
@@ -130,7 +134,7 @@ fn reactions(a: &Analysis, cnp: &CnpReport, at: &dyn Fn(u64) -> f64) -> Vec<w::R
         }
     }
     let whole = (0.0, a.duration_seconds());
-    cnp.connections
+    connections
         .iter()
         .enumerate()
         .filter(|(_, c)| c.cnp_bursts > 0)
