@@ -581,7 +581,13 @@ mod tests {
     fn the_port_index_holds_max_flows_ports() {
         let mut c = CnpResponse::bounded(100);
         for i in 0..10_000u32 {
-            let w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), i as u16, 0x20_0000 + i, 0x0A);
+            let w = Roce::new(
+                ip("10.0.0.1"),
+                ip("10.0.0.2"),
+                i as u16,
+                0x20_0000 + i,
+                0x0A,
+            );
             let (rec, key) = pkt(&w);
             c.packet(&rec, &key, 100, u64::from(i) * 1_000, true);
         }

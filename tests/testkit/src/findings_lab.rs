@@ -221,6 +221,22 @@ pub fn live_findings(
     extra: &[&str],
     settle: std::time::Duration,
 ) -> (Vec<serde_json::Value>, String) {
+    let (found, metrics, _) = live_findings_recorded(pair, bin, addr, dir, cap, extra, settle);
+    (found, metrics)
+}
+
+/// [`live_findings`], and what the agent's link received, recorded by dumpcap beside it: the
+/// frames at the times the agent saw them (a replay on a loaded machine keeps the capture's
+/// frames but not always its pace), the capture to hold the live agent's figures against.
+pub fn live_findings_recorded(
+    pair: &crate::netns::VethPair,
+    bin: &str,
+    addr: &str,
+    dir: &std::path::Path,
+    cap: &std::path::Path,
+    extra: &[&str],
+    settle: std::time::Duration,
+) -> (Vec<serde_json::Value>, String, std::path::PathBuf) {
     use std::time::{Duration, Instant};
     let sysfs = dir.join("sys");
     let net = sysfs.join("class/net").join(&pair.a_if);
@@ -230,8 +246,10 @@ pub fn live_findings(
     args.extend_from_slice(extra);
     let agent = crate::netns::Agent::on_iface(&pair.ns_a, bin, (&pair.a_if, "xdp"), addr, &args)
         .expect("a live agent");
+    let recording = Recording::start(&pair.ns_a, &pair.a_if, &dir.join("received.pcap"));
     pair.replay_timed_from_b(cap).expect("tcpreplay");
     std::thread::sleep(settle);
+    let received = recording.finish();
     let deadline = Instant::now() + Duration::from_secs(30);
     let doc: serde_json::Value = loop {
         let (status, body) =
@@ -248,5 +266,58 @@ pub fn live_findings(
     for list in ["active", "recent"] {
         out.extend(doc[list].as_array().cloned().unwrap_or_default());
     }
-    (out, metrics)
+    (out, metrics, received)
+}
+
+/// dumpcap on an interface of a namespace, writing a pcap file, until finished (or dropped).
+pub struct Recording {
+    child: std::process::Child,
+    path: std::path::PathBuf,
+}
+
+impl Recording {
+    /// Starts dumpcap and waits (up to 30 s) until it writes its file.
+    pub fn start(ns: &str, iface: &str, path: &std::path::Path) -> Recording {
+        let child = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", ns, "dumpcap", "-q", "-P", "-i", iface, "-w",
+            ])
+            .arg(path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dumpcap (Debian package tshark)");
+        let r = Recording {
+            child,
+            path: path.to_path_buf(),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::metadata(path).map_or(true, |m| m.len() < 24) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dumpcap on {iface} wrote no file"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // Its capture runs once the file has its header; a moment for the socket to bind.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        r
+    }
+
+    /// Stops dumpcap (SIGINT: it writes out what it holds) and returns the file.
+    pub fn finish(mut self) -> std::path::PathBuf {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status();
+        let _ = self.child.wait();
+        self.path.clone()
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
