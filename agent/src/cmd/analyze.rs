@@ -482,26 +482,44 @@ mod tests {
         assert!(indicatif::ProgressStyle::with_template(PROGRESS_TEMPLATE).is_ok());
     }
 
-    /// The flow table on its own thread gives the report of the single-threaded analysis, to
-    /// the bit, on every fixture (elephants, ticks, sFlow, tunnels, malformed frames).
+    /// The flow table and the views on threads of their own give the report of the
+    /// single-threaded analysis, to the bit, on every fixture (elephants, ticks, sFlow,
+    /// tunnels, malformed frames, pauses, CE and CNPs, training).
     #[test]
     fn the_flow_thread_changes_nothing_in_the_report() {
+        use rocemon_testkit::findings_lab as lab;
         let dir = TempDir::new("rocemon-flowside").unwrap();
-        for fx in fixtures::all() {
-            let path = fx.write(dir.path()).unwrap();
+        let mut paths: Vec<(String, std::path::PathBuf)> = fixtures::all()
+            .iter()
+            .map(|fx| (fx.name.to_string(), fx.write(dir.path()).unwrap()))
+            .collect();
+        // The views' own inputs: CE marks answered by CNPs (the pairing reads whether a
+        // packet began its flow) and a training job (its trouble reads the PSN events).
+        for (name, frames) in [
+            ("ce_cnp", lab::ce_exchange(400, 5, Some(20_000))),
+            ("ce_alone", lab::ce_exchange(400, 5, None)),
+            (
+                "job",
+                lab::hosts_job(&["10.1.0.1", "10.1.0.2"], "10.1.0.9", Some("10.1.0.2")),
+            ),
+        ] {
+            let fx = fixtures::whole(name, fixtures::Format::PcapNanos, frames, true);
+            paths.push((name.to_string(), fx.write(dir.path()).unwrap()));
+        }
+        for (name, path) in &paths {
             let report = |parallel: bool| {
                 let opts = AnalyzeOptions {
                     parallel,
                     ..AnalyzeOptions::default()
                 };
-                let a = analyze_file(&path, opts, |_| {}).unwrap();
+                let a = analyze_file(path, opts, |_| {}).unwrap();
                 serde_json::to_string(&crate::export::report::build::build(
                     &a,
                     crate::pipeline::findings::judge_analysis(&a),
                 ))
                 .unwrap()
             };
-            assert_eq!(report(true), report(false), "{}", fx.name);
+            assert_eq!(report(true), report(false), "{name}");
         }
     }
 }

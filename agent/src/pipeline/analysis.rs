@@ -4,8 +4,10 @@
 //! mode, clocked by capture timestamps. The command that feeds it
 //! from files and pipes is `cmd::analyze`.
 
-use crate::pipeline::flow_side::{FlowSide, Runner, Step};
+use crate::pipeline::flow_runner::Runner;
+use crate::pipeline::flow_side::{FlowSide, Step};
 use crate::pipeline::stages::Pipeline;
+use crate::pipeline::views_side::Views;
 use crate::sources::capture::{CaptureSummary, Frame};
 use agent_common::count::{count, Store};
 use agent_common::{
@@ -49,6 +51,7 @@ pub struct Analysis {
 impl Analysis {
     pub fn new(opts: AnalyzeOptions) -> Self {
         let side = FlowSide::new(opts.clone());
+        let views = Views::new(&opts);
         let parallel =
             opts.parallel && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
         Analysis {
@@ -65,7 +68,7 @@ impl Analysis {
             training: Default::default(),
             clock: Default::default(),
             opts,
-            runner: Some(Runner::new(side, parallel)),
+            runner: Some(Runner::new(side, views, parallel)),
         }
     }
 
@@ -138,16 +141,16 @@ impl Analysis {
         let Some(runner) = self.runner.take() else {
             return;
         };
-        let mut side = runner.finish();
+        let (mut side, mut views) = runner.finish();
         side.finish(self.first_ts_ns, self.last_ts_ns);
         self.counters.add(&side.counters);
         self.pipeline = side.pipeline;
         self.sflow = side.sflow;
-        self.timeline = side.timeline;
-        self.training = side.training;
-        side.pause.finish();
-        self.pause = side.pause;
-        self.cnp = side.cnp;
+        self.timeline = views.timeline;
+        self.training = views.training;
+        views.pause.finish();
+        self.pause = views.pause;
+        self.cnp = views.cnp;
     }
 
     /// Capture span in seconds.
