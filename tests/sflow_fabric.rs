@@ -111,23 +111,27 @@ fn fabric_as_built(groups: &[Value]) -> Result<(), String> {
     }
 }
 
+/// `rocemon analyze` of the fabric case's capture with its configuration.
+fn analyze_fabric(name: &str) -> Value {
+    let dir = TempDir::new(name).unwrap();
+    let cap = sflow::capture_timed("sflow_fabric", &fabric_datagrams())
+        .write(dir.path())
+        .unwrap();
+    let cfg = dir.path().join("fabric.toml");
+    std::fs::write(&cfg, FABRIC_CONFIG).unwrap();
+    rocemon_testkit::analyze_json(
+        env!("CARGO_BIN_EXE_rocemon"),
+        &["--config", cfg.to_str().unwrap()],
+        &[&cap],
+    )
+}
+
 /// Two simulated switches, one ECMP group of two uplinks each: on the first, two elephants
 /// leave through uplink 1 while uplink 2 carries a mouse (a collision); on the second, one
 /// elephant per uplink (none).
 #[test]
 fn the_fabric_view_finds_colliding_elephants_on_switch_uplinks() {
-    let timed = fabric_datagrams();
-    let dir = TempDir::new("rocemon-sflow-fabric").unwrap();
-    let cap = sflow::capture_timed("sflow_fabric", &timed)
-        .write(dir.path())
-        .unwrap();
-    let cfg = dir.path().join("fabric.toml");
-    std::fs::write(&cfg, FABRIC_CONFIG).unwrap();
-    let j = rocemon_testkit::analyze_json(
-        env!("CARGO_BIN_EXE_rocemon"),
-        &["--config", cfg.to_str().unwrap()],
-        &[&cap],
-    );
+    let j = analyze_fabric("rocemon-sflow-fabric");
     let groups = j["sflow"]["fabric"]["groups"].as_array().unwrap().clone();
     if let Err(e) = fabric_as_built(&groups) {
         panic!("{e}");
@@ -147,17 +151,7 @@ fn the_fabric_view_finds_colliding_elephants_on_switch_uplinks() {
 /// `ecmp_collision` about leaf-a's uplink 1, none about leaf-b.
 #[test]
 fn a_colliding_switch_uplink_is_an_ecmp_collision_finding() {
-    let dir = TempDir::new("rocemon-sflow-fabric-finding").unwrap();
-    let cap = sflow::capture_timed("sflow_fabric", &fabric_datagrams())
-        .write(dir.path())
-        .unwrap();
-    let cfg = dir.path().join("fabric.toml");
-    std::fs::write(&cfg, FABRIC_CONFIG).unwrap();
-    let j = rocemon_testkit::analyze_json(
-        env!("CARGO_BIN_EXE_rocemon"),
-        &["--config", cfg.to_str().unwrap()],
-        &[&cap],
-    );
+    let j = analyze_fabric("rocemon-sflow-fabric-finding");
     assert_eq!(
         collision_subjects(&j["findings"]),
         [FABRIC_COLLISION],

@@ -250,7 +250,7 @@ impl LiveFindings {
                 dest_qp: k.dest_qp,
                 bursts: j.bursts,
                 ignored: j.ignored,
-                ratio: j.ratio_sum / j.bursts as f64,
+                ratio: j.mean_ratio().unwrap_or(0.0),
                 rate_before_bytes_per_second: j.rate_before,
                 span: (now_s - WINDOW_S, now_s),
             })
