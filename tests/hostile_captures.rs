@@ -1,7 +1,8 @@
 //! Captures built to blow up `analyze`, as bounded-memory tests: each runs to the end and its
 //! peak resident memory stays under a generous ceiling (GNU time's figure; never a time:
 //! `cargo xtask bench --only robustness` measures time per frame against an ordinary capture
-//! of the same size). The shapes: a million flows of one packet, 40,000 connections of one
+//! of the same size). The shapes: a million flows of one packet (also under a small
+//! `--max-flows`), 40,000 connections of one
 //! host pair with CE marks and CNPs, and a job with 1,000 slow steps under 200,000 pause runs.
 
 use rocemon_testkit::fixtures::{whole, Format};
@@ -15,10 +16,16 @@ const MIB: u64 = 1 << 20;
 
 /// `rocemon analyze --format json FILE`: its report and its peak resident memory (bytes).
 fn analyze_peak(path: &Path) -> (serde_json::Value, u64) {
+    analyze_peak_with(path, &[])
+}
+
+/// [`analyze_peak`] with `extra` flags.
+fn analyze_peak_with(path: &Path, extra: &[&str]) -> (serde_json::Value, u64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%M"])
         .arg(BIN)
         .args(["analyze", "--no-progress", "--format", "json"])
+        .args(extra)
         .arg(path)
         .output()
         .expect("/usr/bin/time (Debian package time; cargo xtask setup installs it)");
@@ -34,9 +41,8 @@ fn analyze_peak(path: &Path) -> (serde_json::Value, u64) {
     (report, kib * 1024)
 }
 
-#[test]
-fn a_million_flows_of_one_packet_stay_bounded() {
-    let dir = TempDir::new("rocemon-hostile-million").unwrap();
+/// A million flows of one packet each, every one on a port of its own.
+fn million_flows(dir: &Path) -> std::path::PathBuf {
     let dst = "10.250.0.1".parse().unwrap();
     let frames = (0..1_000_000u32)
         .map(|i| {
@@ -45,12 +51,30 @@ fn a_million_flows_of_one_packet_stay_bounded() {
             (1_700_000_000_000_000_000 + u64::from(i) * 1000, r.frame())
         })
         .collect();
-    let p = whole("million", Format::PcapNanos, frames, false)
-        .write(dir.path())
-        .unwrap();
-    let (j, peak) = analyze_peak(&p);
+    whole("million", Format::PcapNanos, frames, false)
+        .write(dir)
+        .unwrap()
+}
+
+#[test]
+fn a_million_flows_of_one_packet_stay_bounded() {
+    let dir = TempDir::new("rocemon-hostile-million").unwrap();
+    let (j, peak) = analyze_peak(&million_flows(dir.path()));
     assert_eq!(j["roce"]["packets"], 1_000_000);
     assert!(peak < 1024 * MIB, "peak {} MiB", peak / MIB);
+}
+
+/// `--max-flows` bounds every per-flow table, the CE/CNP pairing's port index too: a
+/// million flows under `--max-flows 1000` take tens of MiB (the index alone took 330 MiB
+/// when it held every flow's port), the flows past the bound counted.
+#[test]
+fn a_million_flows_under_a_small_max_flows_stay_small() {
+    let dir = TempDir::new("rocemon-hostile-million-small").unwrap();
+    let p = million_flows(dir.path());
+    let (j, peak) = analyze_peak_with(&p, &["--max-flows", "1000"]);
+    assert_eq!(j["roce"]["packets"], 1_000_000);
+    assert_eq!(j["roce"]["cnp_response"]["flows_not_indexed"], 999_000);
+    assert!(peak < 128 * MIB, "peak {} MiB", peak / MIB);
 }
 
 #[test]
