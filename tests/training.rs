@@ -386,6 +386,41 @@ fn two_jobs_on_one_link_are_two_jobs() {
     assert_eq!(t["period_seconds"], lead["period_seconds"], "{t:#}");
 }
 
+/// Each job's slow step is a finding named by its job, where a link carries several: the
+/// smaller job's slow step is not lost behind the larger job's rhythm.
+#[test]
+fn each_job_s_slow_step_is_a_finding_of_its_own() {
+    let dir = TempDir::new("rocemon-training-two-jobs-slow").unwrap();
+    let p = training::interleaved(
+        "two_slow",
+        Job {
+            slow_at: Some(40),
+            ..ONE_OF_TWO
+        },
+        Job {
+            slow_at: Some(30),
+            ..TWO_OF_TWO
+        },
+    )
+    .write(dir.path())
+    .unwrap();
+    let j = analyze(&p);
+    let mut subjects: Vec<&str> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "slow_step")
+        .filter_map(|f| f["subject"].as_str())
+        .collect();
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        ["step 31 of job-10.78.0.3", "step 41 of job-10.78.0.1"],
+        "{:#}",
+        j["findings"]
+    );
+}
+
 /// Each job's RDMA messages are its own flows', as tshark decodes the frames its sources sent.
 #[test]
 fn each_job_s_messages_equal_tshark_s_of_its_sources() {

@@ -52,6 +52,8 @@ pub struct LiveSlowStep {
     pub start_s: f64,
     pub seconds: f64,
     pub period_s: f64,
+    /// The job whose step it is, where the interface carries several jobs.
+    pub job: Option<String>,
 }
 
 /// What a poll saw besides the counters.
@@ -304,6 +306,7 @@ impl LiveFindings {
             typical_seconds: s.period_s,
             causes: causes.iter().map(|c| (c.kind, c.share)).collect(),
             straggler: None,
+            job: s.job.clone(),
             place: Some(s.iface.clone()),
         }
     }

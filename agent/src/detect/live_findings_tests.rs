@@ -30,6 +30,7 @@ fn step() -> LiveSlowStep {
         start_s: T + 1.5,
         seconds: 0.2,
         period_s: 0.1,
+        job: None,
     }
 }
 

@@ -184,12 +184,29 @@ fn elephants(a: &Analysis, duration_s: f64) -> Vec<w::Elephant> {
         .collect()
 }
 
-/// The training view's slow steps (the leading rhythm's), as explained.
+/// The training view's slow steps, as explained: each job's, named by its job, where the
+/// capture holds several jobs; else the leading rhythm's (the one job's, or the link's).
 fn slow_steps(t: &TrainingView, origin_ns: u64) -> Vec<w::SlowStep> {
-    let Some(period) = t.period_seconds else {
+    if t.jobs.len() > 1 {
+        return t
+            .jobs
+            .iter()
+            .flat_map(|j| rhythm_slow_steps(&j.rhythm, origin_ns, Some(&j.id)))
+            .collect();
+    }
+    rhythm_slow_steps(t, origin_ns, None)
+}
+
+/// A rhythm's slow steps (numbered by their place among its steps).
+fn rhythm_slow_steps(
+    r: &crate::detect::rhythm::Rhythm,
+    origin_ns: u64,
+    job: Option<&str>,
+) -> Vec<w::SlowStep> {
+    let Some(period) = r.period_seconds else {
         return Vec::new();
     };
-    t.steps
+    r.steps
         .iter()
         .enumerate()
         .filter(|(_, s)| s.slow)
@@ -205,6 +222,7 @@ fn slow_steps(t: &TrainingView, origin_ns: u64) -> Vec<w::SlowStep> {
                     .straggler
                     .as_ref()
                     .map(|x| (x.host.clone(), x.started_late_seconds, x.ended_late_seconds)),
+                job: job.map(str::to_string),
                 place: None,
             }
         })

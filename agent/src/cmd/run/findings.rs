@@ -183,6 +183,7 @@ fn slow_steps(slow: Vec<super::rhythm::NewSlowStep>, now_s: f64) -> Vec<LiveSlow
             start_s: now_s - (mono_s - n.step.start_ns as f64 / 1e9),
             seconds: n.step.seconds,
             period_s: n.period_s,
+            job: n.job,
         })
         .collect()
 }

@@ -53,13 +53,13 @@ impl Live {
         if self.config.switches.rhythm {
             failed = rhythm::drain_rings(&self.probes, &mut self.rhythm);
             if due {
-                slow = detect_rhythms(
+                let link = detect_rhythms(
                     self.rhythm
                         .ifaces
                         .iter_mut()
                         .map(|(i, t)| (RhythmSource::Iface(i), t)),
                 );
-                rhythm::detect_jobs(&mut self.rhythm, &self.pipeline.flows);
+                slow = rhythm::detect_jobs(&mut self.rhythm, &self.pipeline.flows, link);
             }
         }
         if let (Some(r), true) = (&self.sflow, due) {

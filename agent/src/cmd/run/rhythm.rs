@@ -2,7 +2,7 @@
 //! interface every second, the rhythm looked for every 2 s (interfaces and sFlow switch
 //! ports), slow steps logged once, and the series set.
 
-use crate::detect::live_jobs::{FlowEnds, JobSlowStep, LiveJobs};
+use crate::detect::live_jobs::{FlowEnds, LiveJobs};
 use crate::detect::steps::StepTracker;
 use crate::export::metrics::Metrics;
 use crate::kernel::loader::Attachment;
@@ -83,10 +83,16 @@ pub fn drain_rings(probes: &[Option<Attachment>], rhythm: &mut LiveRhythm) -> Ve
 }
 
 /// Finds the jobs in every interface's lanes, named from the flow table as of the last poll
-/// (a second old at most: a job's hosts do not change faster); returns their new slow steps.
-/// Done before the metrics lock, as the rhythm.
-pub fn detect_jobs(rhythm: &mut LiveRhythm, table: &FlowTable) -> Vec<(String, JobSlowStep)> {
-    let mut out = Vec::new();
+/// (a second old at most: a job's hosts do not change faster), and returns the slow steps
+/// to judge: on an interface with several jobs each job's own (the link's total has no
+/// rhythm of one job, as `analyze` judges each job of a capture), elsewhere the link's
+/// (`link_slow`). Done before the metrics lock, as the rhythm.
+pub fn detect_jobs(
+    rhythm: &mut LiveRhythm,
+    table: &FlowTable,
+    link_slow: Vec<NewSlowStep>,
+) -> Vec<NewSlowStep> {
+    let mut jobs_slow = Vec::new();
     for (iface, jobs) in &mut rhythm.jobs {
         let Some(at) = table.ifaces.iter().position(|i| i == iface) else {
             continue;
@@ -108,8 +114,31 @@ pub fn detect_jobs(rhythm: &mut LiveRhythm, table: &FlowTable) -> Vec<(String, J
                 s.job,
                 s.step.seconds
             );
-            out.push((iface.clone(), s));
+            jobs_slow.push((iface.clone(), s));
         }
+    }
+    let several = |iface: &str| rhythm.jobs.get(iface).is_some_and(|j| j.jobs.len() > 1);
+    let mut out: Vec<NewSlowStep> = link_slow
+        .into_iter()
+        .filter(|s| !several(&s.source))
+        .collect();
+    for (iface, s) in jobs_slow {
+        if !several(&iface) {
+            continue;
+        }
+        let period_s = rhythm
+            .jobs
+            .get(&iface)
+            .and_then(|j| j.jobs.iter().find(|x| x.id == s.job))
+            .and_then(|j| j.period_seconds)
+            .unwrap_or(0.0);
+        out.push(NewSlowStep {
+            source: iface,
+            index: s.index,
+            step: s.step,
+            period_s,
+            job: Some(s.job),
+        });
     }
     out
 }
@@ -150,6 +179,8 @@ pub struct NewSlowStep {
     pub index: u64,
     pub step: crate::detect::rhythm::Step,
     pub period_s: f64,
+    /// The job whose step it is, where the source carries several jobs.
+    pub job: Option<String>,
 }
 
 /// Finds the rhythm of every tracked source, logs its new slow steps and returns them (a few
@@ -189,6 +220,7 @@ pub fn detect_rhythms<'a>(
                 index: before + k as u64 + 1,
                 step: s,
                 period_s: period,
+                job: None,
             });
         }
     }

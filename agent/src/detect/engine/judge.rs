@@ -75,9 +75,15 @@ pub fn judge(w: &Window<'_>) -> Vec<Finding> {
             causes: &s.causes,
             straggler: s.straggler.as_ref().map(|(h, a, b)| (h.as_str(), *a, *b)),
         });
-        out.push(placed(x, s.place.as_deref(), |p| {
-            format!("step {} on {p}", s.index)
-        }));
+        let step = match &s.job {
+            Some(job) => format!("step {} of {job}", s.index),
+            None => format!("step {}", s.index),
+        };
+        out.push(match (&s.job, &s.place) {
+            (_, Some(p)) => x.retitle(format!("{step} on {p}")),
+            (Some(_), None) => x.retitle(step),
+            (None, None) => x,
+        });
     }
     out
 }
@@ -210,6 +216,40 @@ mod tests {
         assert_eq!((got[0].start_s, got[0].end_s), (1.0, 3.0));
         assert_eq!(got[0].evidence["bytes"], 5_000);
         assert_eq!((got[1].start_s, got[1].end_s), (10.0, 10.0));
+    }
+
+    /// A slow step names its job where the link carries several, and its interface live.
+    #[test]
+    fn a_slow_step_names_its_job_and_place() {
+        let step = |job: Option<&str>, place: Option<&str>| w::SlowStep {
+            index: 3,
+            span: (1.0, 1.2),
+            seconds: 0.2,
+            typical_seconds: 0.1,
+            causes: vec![("unexplained", 1.0)],
+            straggler: None,
+            job: job.map(str::to_string),
+            place: place.map(str::to_string),
+        };
+        let win = Window {
+            slow_steps: vec![
+                step(Some("job-10.0.0.1"), Some("eth0")),
+                step(Some("job-10.0.0.1"), None),
+                step(None, Some("eth0")),
+                step(None, None),
+            ],
+            ..Window::default()
+        };
+        let subjects: Vec<String> = judge(&win).into_iter().map(|x| x.subject).collect();
+        assert_eq!(
+            subjects,
+            [
+                "step 3 of job-10.0.0.1 on eth0",
+                "step 3 of job-10.0.0.1",
+                "step 3 on eth0",
+                "step 3"
+            ]
+        );
     }
 
     /// An empty window raises nothing (no trouble, no storm, no lossy packet).

@@ -98,6 +98,8 @@ pub struct SlowStep {
     pub causes: Vec<(&'static str, f64)>,
     /// (host, started late s, ended late s).
     pub straggler: Option<(String, f64, f64)>,
+    /// The job whose step it is, where the link carries several jobs (each its own steps).
+    pub job: Option<String>,
     /// Where it was seen (live: the interface), when the subject should name it.
     pub place: Option<String>,
 }
