@@ -84,7 +84,7 @@ fn live(name: &str, cap: &Path, extra: &[&str]) -> (Seen, TempDir, std::path::Pa
     let pair = VethPair::new("rclo").unwrap();
     // A pause runs out 34 ms after its last frame; a step is judged when the next begins or
     // the series ends; then a few polls (100 ms each).
-    let (found, metrics, received) = rocemon_testkit::findings_lab::live_findings_recorded(
+    let (found, metrics, received) = rocemon_testkit::findings_lab::live_findings(
         &pair,
         BIN,
         ADDR,

@@ -38,7 +38,7 @@ fn findings_after(name: &str, times: Vec<u64>) -> (Vec<Value>, String) {
     .unwrap();
     let pair = VethPair::new("rcpause").unwrap();
     // The last pause runs out 34 ms after its frame; then a few polls.
-    rocemon_testkit::findings_lab::live_findings(
+    let (found, metrics, _) = rocemon_testkit::findings_lab::live_findings(
         &pair,
         BIN,
         ADDR,
@@ -46,7 +46,8 @@ fn findings_after(name: &str, times: Vec<u64>) -> (Vec<Value>, String) {
         &cap,
         &[],
         Duration::from_millis(500),
-    )
+    );
+    (found, metrics)
 }
 
 fn storms(findings: &[Value]) -> Vec<&Value> {

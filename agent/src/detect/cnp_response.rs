@@ -388,22 +388,20 @@ impl CnpResponse {
         }
     }
 
-    /// Every connection paired (at most `--max-flows`), most unanswered CE packets first:
-    /// the findings judge them all; the report lists the first [`LISTED_CONNECTIONS`].
-    pub fn connections(&self) -> Vec<CnpConnection> {
-        self.walk().2
-    }
-
     /// The pairing so far (CE packets still waiting count as unanswered: nothing more comes).
     pub fn report(&self) -> CnpReport {
-        let ((ce, answered, unanswered), (all_lat, min_gap), mut connections) = self.walk();
-        let mut all_lat = all_lat;
-        let connections_total = connections.len();
-        connections.truncate(LISTED_CONNECTIONS);
-        CnpReport {
+        self.report_and_all().0
+    }
+
+    /// The report, and every connection paired (at most `--max-flows`), most unanswered CE
+    /// packets first: the findings judge them all; the report lists the first
+    /// [`LISTED_CONNECTIONS`]. One walk for both.
+    pub fn report_and_all(&self) -> (CnpReport, Vec<CnpConnection>) {
+        let ((ce, answered, unanswered), (mut all_lat, min_gap), all) = self.walk();
+        let report = CnpReport {
             untracked_ce_packets: self.untracked_ce,
             flows_not_indexed: self.not_indexed,
-            connections_total,
+            connections_total: all.len(),
             ce_packets: ce,
             answered_ce: answered,
             unanswered_ce: unanswered,
@@ -413,8 +411,9 @@ impl CnpResponse {
                 p99: quantile(&mut all_lat, 0.99),
             },
             min_gap_seconds: min_gap.map(|g| g as f64 / 1e9),
-            connections,
-        }
+            connections: all.iter().take(LISTED_CONNECTIONS).cloned().collect(),
+        };
+        (report, all)
     }
 
     /// The totals (CE, answered, unanswered), the latencies and the smallest gap, and every

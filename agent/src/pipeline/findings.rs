@@ -27,9 +27,9 @@ pub struct Judged {
 /// Judges an analysis (the capture's one window).
 pub fn judge_analysis(a: &Analysis) -> Judged {
     let training = super::training_view::explained(a);
-    let cnp = a.cnp.report();
     // Every connection paired, not only those the report lists.
-    let ranked = findings(a, &training, &a.cnp.connections());
+    let (cnp, all) = a.cnp.report_and_all();
+    let ranked = findings(a, &training, &all);
     Judged {
         training,
         cnp,

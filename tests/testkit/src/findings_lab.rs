@@ -211,24 +211,10 @@ pub fn analyze_frames(
 /// A live agent (XDP on the near end of `pair`, the link read as 1 Gb/s from a sysfs under
 /// `dir`, with `extra` flags) while the far end replays `cap` at its own pace; after `settle`
 /// (pauses to run out, steps to be judged, a few polls), every finding it listed (active and
-/// recent) and its metrics.
-pub fn live_findings(
-    pair: &crate::netns::VethPair,
-    bin: &str,
-    addr: &str,
-    dir: &std::path::Path,
-    cap: &std::path::Path,
-    extra: &[&str],
-    settle: std::time::Duration,
-) -> (Vec<serde_json::Value>, String) {
-    let (found, metrics, _) = live_findings_recorded(pair, bin, addr, dir, cap, extra, settle);
-    (found, metrics)
-}
-
-/// [`live_findings`], and what the agent's link received, recorded by dumpcap beside it: the
+/// recent), its metrics, and what its link received, recorded by dumpcap beside it: the
 /// frames at the times the agent saw them (a replay on a loaded machine keeps the capture's
 /// frames but not always its pace), the capture to hold the live agent's figures against.
-pub fn live_findings_recorded(
+pub fn live_findings(
     pair: &crate::netns::VethPair,
     bin: &str,
     addr: &str,
