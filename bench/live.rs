@@ -21,6 +21,7 @@ pub(crate) fn blast_flows(
     secs: f64,
 ) -> Result<u64> {
     let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    let stream = format!("live-{ns}-{ifname}");
     std::thread::spawn(move || -> Result<u64> {
         use std::os::fd::AsRawFd;
         testrun::pin_to_cpu(0)?;
@@ -44,11 +45,11 @@ pub(crate) fn blast_flows(
             let end = Instant::now() + Duration::from_secs_f64(secs);
             let mut k = 0usize;
             let mut sent = 0u64;
+            let mut psns = crate::shapes::take_psns(&stream, n);
             while Instant::now() < end {
                 for _ in 0..256 {
-                    if n > 1 {
-                        crate::shapes::as_flow(&mut frame, crate::shapes::flow_of(k, n, burst));
-                    }
+                    let f = crate::shapes::flow_of(k, n, burst);
+                    crate::shapes::as_next_packet(&mut frame, f, n, &mut psns);
                     k += 1;
                     let r = libc::sendto(
                         fd,
@@ -64,6 +65,7 @@ pub(crate) fn blast_flows(
                 }
             }
             libc::close(fd);
+            crate::shapes::put_psns(&stream, psns);
             Ok(sent)
         }
     })

@@ -127,6 +127,13 @@ fn main() -> Result<()> {
         println!("{}", scale::scale_bench()?);
         return Ok(());
     }
+    // An A/B of a kernel change: the live shapes curve alone, printed, no report written
+    // (`ROCEMON_BENCH_SHAPES_CASES` picks the cases).
+    if std::env::args().any(|a| a == "--phase-shapes-live") {
+        loader::raise_memlock();
+        println!("{}", serde_json::to_string_pretty(&shapes::live_curve()?)?);
+        return Ok(());
+    }
     let only: Option<String> =
         std::env::args().find_map(|a| a.strip_prefix("--only=").map(String::from));
     // `cargo bench` passes `--bench`; the output directory is the first other argument.

@@ -17,6 +17,7 @@
 //! memory.
 
 use super::*;
+use std::collections::BTreeMap;
 
 /// Flow counts of the curve.
 pub(crate) const FLOWS: [usize; 5] = [1, 100, 1_000, 10_000, 100_000];
@@ -45,6 +46,43 @@ pub(crate) fn as_flow(frame: &mut [u8], i: usize) {
     frame[QP_AT..QP_AT + 3].copy_from_slice(&qp.to_be_bytes()[1..]);
 }
 
+/// Where the BTH's PSN sits in a plain IPv4 RoCE frame (BTH bytes 9..12).
+const PSN_AT: usize = 14 + 20 + 8 + 9;
+
+/// The flows' next PSNs per stream (a program's test runs, a live sender's interface), kept
+/// across calls: a flow's packets carry PSNs one apart, in order, as a real QP's do (a
+/// fixed PSN made every packet after a flow's first a retransmission, which no healthy
+/// fabric shows and which writes a counter a real packet does not).
+static NEXT_PSN: std::sync::Mutex<BTreeMap<String, Vec<u32>>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// A stream's PSN table, taken out for one call (put back with [`put_psns`]).
+pub(crate) fn take_psns(stream: &str, flows: usize) -> Vec<u32> {
+    let mut all = NEXT_PSN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = all.remove(stream).unwrap_or_default();
+    if t.len() < flows {
+        t.resize(flows, 0);
+    }
+    t
+}
+
+/// Puts a stream's PSN table back.
+pub(crate) fn put_psns(stream: &str, t: Vec<u32>) {
+    let mut all = NEXT_PSN.lock().unwrap_or_else(|e| e.into_inner());
+    all.insert(stream.to_string(), t);
+}
+
+/// `frame` as the next packet of flow `i` of `n`: its QP and the flow's next PSN.
+pub(crate) fn as_next_packet(frame: &mut [u8], i: usize, n: usize, psns: &mut [u32]) {
+    if n > 1 {
+        as_flow(frame, i);
+    }
+    if let Some(p) = psns.get_mut(i) {
+        frame[PSN_AT..PSN_AT + 3].copy_from_slice(&p.to_be_bytes()[1..]);
+        *p = (*p + 1) & 0xFF_FFFF;
+    }
+}
+
 /// The flow of the `k`th packet: `n` flows taking turns, `burst` packets each.
 pub(crate) fn flow_of(k: usize, n: usize, burst: usize) -> usize {
     (k / burst) % n
@@ -58,11 +96,21 @@ pub(crate) fn rotate(
     n: usize,
     runs: usize,
 ) -> Result<f64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let stream = format!("test-run-{}", fd.as_fd().as_raw_fd());
+    let mut psns = take_psns(&stream, n);
     let mut total = 0u64;
     for k in 0..runs {
-        as_flow(frame, flow_of(k, n, 1));
-        total += u64::from(test_run(fd, frame, 1)?.duration_ns);
+        as_next_packet(frame, flow_of(k, n, 1), n, &mut psns);
+        match test_run(fd, frame, 1) {
+            Ok(r) => total += u64::from(r.duration_ns),
+            Err(e) => {
+                put_psns(&stream, psns);
+                return Err(e);
+            }
+        }
     }
+    put_psns(&stream, psns);
     Ok(total as f64 / runs as f64)
 }
 
@@ -342,6 +390,15 @@ pub(crate) fn live_curve() -> Result<Value> {
             flows: BURST_FLOWS,
             burst: BURST,
             payload,
+        });
+    }
+    // An A/B of one kernel change needs only the cases it moves: `flows x payload` pairs,
+    // e.g. `ROCEMON_BENCH_SHAPES_CASES=10000x64,100000x4096`, with `--phase-shapes-live`,
+    // which prints the curve and writes no report.
+    if let Ok(want) = std::env::var("ROCEMON_BENCH_SHAPES_CASES") {
+        cases.retain(|c| {
+            want.split(',')
+                .any(|w| w.trim() == format!("{}x{}", c.flows, c.payload))
         });
     }
     let send_for = |c: &Case, secs: f64| {

@@ -6,7 +6,6 @@ use crate::message::{self, Message, MsgOp, SendProgress};
 use crate::opcode::{class, OpClass};
 use crate::psn::{PsnEvent, PsnTrack, NAK_SLOTS};
 use crate::record::PacketRecord;
-use crate::sum::add_all;
 
 /// What one packet did to its flow, for the hook's counters: the PSN sequence and a completed
 /// RDMA message.
@@ -16,15 +15,20 @@ pub struct FlowEvent {
     pub message: Message,
 }
 
-/// What a flow did. `#[repr(C)]`, 256 bytes, no implicit padding (BPF map value).
+/// What a flow did. `#[repr(C)]`, 256 bytes (four cache lines), no implicit padding (BPF map value).
 ///
-/// Ordered by how often a packet writes a field, so that a packet touches as few cache lines
-/// as it can (where many flows take turns, each packet's flow state is a cache miss per line):
-/// the first 64 bytes hold what every packet writes (counts, time, the PSN sequence, the SEND
-/// in progress); then the class counts (one per packet), the completed messages (one per
-/// message), and last what only rare packets write (NAKs, gaps, retransmissions, BECN).
+/// The first 64 bytes hold everything a common packet writes, so that where many flows take
+/// turns (each packet's flow state a cache miss per line it touches) a packet costs one line,
+/// as the simplest exact per-flow counter's does: counts, time, the PSN sequence, the SEND in
+/// progress, and the packets and messages of the value's *main* class and message operation
+/// (its first packet's and first message's). A flow's packets are nearly always of one class
+/// and its messages of one operation; the other classes and operations, and what only rare
+/// packets write (CE, CNPs, NAKs, gaps, retransmissions, BECN), are counted further out.
+/// Read the per-class and per-operation counts through [`FlowStats::class_packets`],
+/// [`FlowStats::messages`] and [`FlowStats::message_bytes`]; equality is of what they say
+/// (two values that merged the same packets in another order are equal).
 /// Moving a field changes what pinned maps hold: bump [`FLOW_STATS_ORDER`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 pub struct FlowStats {
     pub packets: u64,
@@ -32,39 +36,53 @@ pub struct FlowStats {
     pub bytes: u64,
     /// Clock of the recording side (kernel monotonic ns, or capture timestamp ns).
     pub last_seen_ns: u64,
-    pub first_seen_ns: u64,
     pub psn: PsnTrack,
     /// PSN of the last packet seen.
     pub last_psn: u32,
     pub last_opcode: u8,
     /// DSCP of the last packet (a flow's class of service: IPFIX `ipDiffServCodePoint`).
     pub dscp: u8,
-    pub pad: [u8; 2],
+    /// The [`OpClass`] of the value's first packet: its packets are `packets` less those in
+    /// `other_class_packets`.
+    pub main_class: u8,
+    /// The [`Message::op`] (1 + [`MsgOp`]) of the value's first message, 0 before one: its
+    /// messages and their bytes are `main_messages` and `main_message_bytes`.
+    pub main_msg: u8,
     /// The SEND message in progress (this record's CPU only).
     pub send_progress: SendProgress,
+    pub main_messages: u64,
+    pub main_message_bytes: u64,
+    // -- 64 bytes: what rare packets (or a flow's first) write from here on.
+    pub first_seen_ns: u64,
     /// Packets that arrived with ECN CE.
     pub ecn_ce: u64,
-    /// Packets by [`OpClass`].
-    pub class_packets: [u64; OpClass::COUNT],
     /// CNPs addressed to this flow's destination QP.
     pub cnp: u64,
-    /// RDMA messages by [`MsgOp`] (see [`crate::message`]) and their bytes.
-    pub messages: [u64; MsgOp::COUNT],
-    pub message_bytes: [u64; MsgOp::COUNT],
     /// Packets with BECN set.
     pub becn: u64,
+    /// Packets of the classes other than `main_class`, by class (`main_class`'s slot stays
+    /// zero: the verifier bounds a class index as is, not a rotated one).
+    pub other_class_packets: [u64; OpClass::COUNT],
+    /// Messages of the operations other than `main_msg`'s, and their bytes, by [`MsgOp`]
+    /// (`main_msg`'s slots stay zero).
+    pub other_messages: [u64; MsgOp::COUNT],
+    pub other_message_bytes: [u64; MsgOp::COUNT],
     /// Packets missing from the request sequence (see [`crate::psn`]).
     pub psn_gaps: u64,
     /// Requests whose PSN was at or before one already seen.
     pub retransmits: u64,
-    /// NAKs received on this flow by code ([`crate::psn::NAK_NAMES`]).
-    pub naks: [u64; NAK_SLOTS],
+    /// NAKs received on this flow by code ([`crate::psn::NAK_NAMES`]), per CPU and
+    /// saturating (a receiver NAKs once per sequence error, not per packet: 4 billion on one
+    /// flow and CPU is far past any real trouble; 32 bits keep the value in four lines).
+    pub naks: [u32; NAK_SLOTS],
     pub rnr_naks: u64,
+    pub reserved: u64,
 }
 
 /// The order of [`FlowStats`]' fields, in the pinned maps' layout name (1: the order before
-/// the hot fields came first; 2: this one).
-pub const FLOW_STATS_ORDER: u64 = 2;
+/// the hot fields came first; 2: hot fields first, every class in its own counter; 3: the
+/// main class and message operation in the first line).
+pub const FLOW_STATS_ORDER: u64 = 3;
 
 impl FlowStats {
     /// Counts one RoCE packet of `frame_len` wire bytes seen at `now_ns`, and returns what it
@@ -84,12 +102,17 @@ impl FlowStats {
         now_ns: u64,
         track_psn: bool,
     ) -> FlowEvent {
+        let (opcode, psn) = (p.opcode(), p.psn());
+        let c = (class(opcode) as usize) % OpClass::COUNT;
         if self.packets == 0 {
             self.first_seen_ns = now_ns;
+            self.main_class = c as u8;
         }
         self.packets += 1;
         self.bytes += frame_len;
-        let (opcode, psn) = (p.opcode(), p.psn());
+        if c != self.main_class as usize {
+            self.add_other_class(c, 1);
+        }
         if p.is_ce() {
             self.ecn_ce += 1;
         }
@@ -99,21 +122,21 @@ impl FlowStats {
         if p.becn() {
             self.becn += 1;
         }
-        self.class_packets[(class(opcode) as usize) % OpClass::COUNT] += 1;
         self.last_seen_ns = now_ns;
         self.last_psn = psn;
         self.last_opcode = opcode;
         self.dscp = p.dscp();
         match p.nak() {
-            Some(Nak::Code(slot)) => self.naks[slot % NAK_SLOTS] += 1,
+            Some(Nak::Code(slot)) => {
+                let n = &mut self.naks[slot % NAK_SLOTS];
+                *n = n.saturating_add(1);
+            }
             Some(Nak::Rnr) => self.rnr_naks += 1,
             None => {}
         }
         let m = message::observe(p, &mut self.send_progress);
         if m.op != 0 {
-            let i = ((m.op - 1) as usize) % MsgOp::COUNT;
-            self.messages[i] += 1;
-            self.message_bytes[i] += m.bytes;
+            self.add_messages(m.op, 1, m.bytes);
         }
         if !track_psn {
             return FlowEvent {
@@ -132,10 +155,97 @@ impl FlowStats {
         }
     }
 
+    /// Adds `n` packets of class `c` (not the main class) to their counter.
+    #[inline(always)]
+    fn add_other_class(&mut self, c: usize, n: u64) {
+        self.other_class_packets[c % OpClass::COUNT] += n;
+    }
+
+    /// Adds `n` messages of `op` ([`Message::op`], 1-based) and their bytes: the main
+    /// operation's in the first line (the first operation seen becomes the main one).
+    #[inline(always)]
+    fn add_messages(&mut self, op: u8, n: u64, bytes: u64) {
+        if self.main_msg == 0 {
+            self.main_msg = op;
+        }
+        if op == self.main_msg {
+            self.main_messages += n;
+            self.main_message_bytes += bytes;
+            return;
+        }
+        let i = ((op as usize).wrapping_sub(1)) % MsgOp::COUNT;
+        self.other_messages[i] += n;
+        self.other_message_bytes[i] += bytes;
+    }
+
+    /// Adds `n` messages of `op` and their `bytes` (what a packet completing a message
+    /// adds; for values built by hand, as tests and synthetic flows do).
+    pub fn count_messages(&mut self, op: MsgOp, n: u64, bytes: u64) {
+        self.add_messages(op as u8 + 1, n, bytes);
+    }
+
+    /// Packets by [`OpClass`]. (Indices constant, unrolled: the verifier accepts no
+    /// variable offset into the stack, nor bounds a remainder by seven.)
+    #[inline(always)]
+    pub fn class_packets(&self) -> [u64; OpClass::COUNT] {
+        let main = self.main_class as usize;
+        let mut out = [0; OpClass::COUNT];
+        let mut others = 0u64;
+        for (c, (x, n)) in out.iter_mut().zip(&self.other_class_packets).enumerate() {
+            if c != main {
+                *x = *n;
+                others += *n;
+            }
+        }
+        for (c, x) in out.iter_mut().enumerate() {
+            if c == main {
+                // A value read while its CPU counts into it may be torn: never below zero.
+                *x = self.packets.saturating_sub(others);
+            }
+        }
+        out
+    }
+
+    /// RDMA messages by [`MsgOp`] (see [`crate::message`]) and their bytes.
+    #[inline(always)]
+    fn messages_and_bytes(&self) -> ([u64; MsgOp::COUNT], [u64; MsgOp::COUNT]) {
+        let main = (self.main_msg as usize).wrapping_sub(1);
+        let (mut n, mut b) = ([0; MsgOp::COUNT], [0; MsgOp::COUNT]);
+        for op in 0..MsgOp::COUNT {
+            (n[op], b[op]) = if op == main {
+                (self.main_messages, self.main_message_bytes)
+            } else {
+                (self.other_messages[op], self.other_message_bytes[op])
+            };
+        }
+        (n, b)
+    }
+
+    /// NAKs by code ([`crate::psn::NAK_NAMES`]).
+    pub fn naks(&self) -> [u64; NAK_SLOTS] {
+        self.naks.map(u64::from)
+    }
+
+    /// Every NAK, RNR NAKs included.
+    pub fn nak_total(&self) -> u64 {
+        self.naks.iter().map(|n| u64::from(*n)).sum::<u64>() + self.rnr_naks
+    }
+
+    /// RDMA messages by [`MsgOp`] (see [`crate::message`]).
+    pub fn messages(&self) -> [u64; MsgOp::COUNT] {
+        self.messages_and_bytes().0
+    }
+
+    /// The bytes of the RDMA messages by [`MsgOp`].
+    pub fn message_bytes(&self) -> [u64; MsgOp::COUNT] {
+        self.messages_and_bytes().1
+    }
+
     /// Zeroes what [`FlowStats::merge`] adds (every count, and the first-seen time that
     /// the next packet sets), keeping the flow's sequence state (its PSNs, the message in
     /// progress, the last packet's fields): a flow cache slot after its write-back holds
-    /// only what comes next, so a write-back adds and never overwrites.
+    /// only what comes next, so a write-back adds and never overwrites. The main class and
+    /// operation go with the counts (the next packet and message set them again).
     #[inline(always)]
     pub fn clear_counts(&mut self) {
         self.packets = 0;
@@ -144,13 +254,16 @@ impl FlowStats {
         self.ecn_ce = 0;
         self.cnp = 0;
         self.becn = 0;
-        self.class_packets = [0; OpClass::COUNT];
+        self.main_msg = 0;
+        self.main_messages = 0;
+        self.main_message_bytes = 0;
+        self.other_class_packets = [0; OpClass::COUNT];
+        self.other_messages = [0; MsgOp::COUNT];
+        self.other_message_bytes = [0; MsgOp::COUNT];
         self.psn_gaps = 0;
         self.retransmits = 0;
         self.naks = [0; NAK_SLOTS];
         self.rnr_naks = 0;
-        self.messages = [0; MsgOp::COUNT];
-        self.message_bytes = [0; MsgOp::COUNT];
     }
 
     /// Merges another partial record of the same flow (per-CPU values; a flow cache slot's
@@ -181,153 +294,84 @@ impl FlowStats {
             self.psn = o.psn;
             self.send_progress = o.send_progress;
         }
+        if self.packets == 0 {
+            self.main_class = o.main_class;
+        }
+        let classes = o.class_packets();
         self.packets += o.packets;
+        let main = self.main_class as usize;
+        for (c, n) in classes.iter().enumerate() {
+            if c != main && *n != 0 {
+                self.other_class_packets[c] += *n;
+            }
+        }
+        let (messages, bytes) = o.messages_and_bytes();
+        for op in 0..MsgOp::COUNT {
+            if messages[op] != 0 || bytes[op] != 0 {
+                self.add_messages(op as u8 + 1, messages[op], bytes[op]);
+            }
+        }
         self.bytes += o.bytes;
         self.ecn_ce += o.ecn_ce;
         self.cnp += o.cnp;
         self.becn += o.becn;
-        add_all(&mut self.class_packets, &o.class_packets);
         self.psn_gaps += o.psn_gaps;
         self.retransmits += o.retransmits;
-        add_all(&mut self.naks, &o.naks);
+        for (n, m) in self.naks.iter_mut().zip(&o.naks) {
+            *n = n.saturating_add(*m);
+        }
         self.rnr_naks += o.rnr_naks;
-        add_all(&mut self.messages, &o.messages);
-        add_all(&mut self.message_bytes, &o.message_bytes);
+    }
+
+    /// What equality compares: every count as the accessors read it, and the sequence state.
+    #[allow(clippy::type_complexity)]
+    fn said(
+        &self,
+    ) -> (
+        [u64; 6],
+        [u64; 3],
+        (PsnTrack, u32, u8, u8, SendProgress),
+        [u64; OpClass::COUNT],
+        ([u64; MsgOp::COUNT], [u64; MsgOp::COUNT]),
+        ([u32; NAK_SLOTS], u64),
+    ) {
+        let naks = (self.naks, self.rnr_naks);
+        (
+            [
+                self.packets,
+                self.bytes,
+                self.last_seen_ns,
+                self.first_seen_ns,
+                self.ecn_ce,
+                self.cnp,
+            ],
+            [self.becn, self.psn_gaps, self.retransmits],
+            (
+                self.psn,
+                self.last_psn,
+                self.last_opcode,
+                self.dscp,
+                self.send_progress,
+            ),
+            self.class_packets(),
+            self.messages_and_bytes(),
+            naks,
+        )
     }
 }
+
+impl PartialEq for FlowStats {
+    fn eq(&self, o: &FlowStats) -> bool {
+        self.said() == o.said()
+    }
+}
+
+impl Eq for FlowStats {}
 
 #[cfg(feature = "user")]
 // SAFETY: `#[repr(C)]`, explicit padding fields, plain integers: every bit pattern is valid.
 unsafe impl aya::Pod for FlowStats {}
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::headers::bth::Bth;
-    use crate::info::RoceInfo;
-    use crate::outcome::Outcome;
-
-    fn info(opcode: u8, ecn: u8, psn: u32) -> RoceInfo {
-        RoceInfo {
-            outcome: Outcome::Roce,
-            ip_version: 4,
-            ecn,
-            src: [0; 16],
-            dst: [0; 16],
-            sport: 1,
-            udp_len: 40,
-            vlan_tags: 0,
-            dscp: 26,
-            pcp: None,
-            tunnel: Default::default(),
-            bth: Bth {
-                opcode,
-                psn,
-                becn: opcode == 0x81,
-                ..Bth::default()
-            },
-            reth_dma_len: None,
-            aeth: None,
-            deth: None,
-        }
-    }
-
-    #[test]
-    fn a_packets_writes_land_in_the_first_line() {
-        let hot = core::mem::offset_of!(FlowStats, class_packets);
-        assert_eq!(
-            hot, 64,
-            "the fields every packet writes fill the first 64 bytes"
-        );
-        assert_eq!(core::mem::offset_of!(FlowStats, send_progress), 48);
-        assert_eq!(core::mem::offset_of!(FlowStats, ecn_ce), 56);
-    }
-
-    #[test]
-    fn layout() {
-        assert_eq!(core::mem::size_of::<FlowKey>(), 40);
-        assert_eq!(
-            core::mem::size_of::<FlowStats>(),
-            8 * (7 + OpClass::COUNT + 2 + NAK_SLOTS + 1) + 8 + 8 + 8 * (2 * MsgOp::COUNT + 1)
-        );
-    }
-
-    #[test]
-    fn record_and_merge() {
-        let mut a = FlowStats::default();
-        a.record(&info(0x04, 3, 7).into(), 100, 10);
-        a.record(&info(0x81, 2, 0).into(), 60, 20);
-        assert_eq!(
-            (a.packets, a.bytes, a.ecn_ce, a.cnp, a.becn),
-            (2, 160, 1, 1, 1)
-        );
-        assert_eq!((a.first_seen_ns, a.last_seen_ns, a.last_psn), (10, 20, 0));
-        assert_eq!(a.class_packets[OpClass::Send as usize], 1);
-        assert_eq!(a.class_packets[OpClass::Other as usize], 1);
-        let mut b = FlowStats::default();
-        b.record(&info(0x0A, 0, 9).into(), 1000, 5);
-        b.record(&info(0x0A, 0, 10).into(), 1000, 30);
-        let mut m = FlowStats::default();
-        m.merge(&a);
-        m.merge(&b);
-        assert_eq!((m.packets, m.bytes), (4, 2160));
-        assert_eq!((m.first_seen_ns, m.last_seen_ns, m.last_psn), (5, 30, 10));
-
-        assert_eq!(m.class_packets[OpClass::Write as usize], 2);
-    }
-
-    /// The flow cache's write-back: a slot counts from its flow's state, its counts go into
-    /// the map's value (merged) and are cleared, and it counts on. The map's value ends equal
-    /// to one record of every packet, counts, times and sequence state alike.
-    #[test]
-    fn counts_cleared_and_merged_back_equal_one_record() {
-        let packets = [
-            info(0x06, 0, 1),
-            info(0x07, 3, 2),
-            info(0x08, 0, 3),
-            info(0x0A, 0, 5),
-            info(0x81, 0, 0),
-            info(0x0A, 3, 6),
-        ];
-        let mut whole = FlowStats::default();
-        let (mut map, mut slot) = (FlowStats::default(), FlowStats::default());
-        for (i, p) in packets.iter().enumerate() {
-            let t = 100 + i as u64 * 10;
-            whole.record(&(*p).into(), 90, t);
-            slot.record(&(*p).into(), 90, t);
-            if i % 2 == 1 {
-                map.merge(&slot);
-                slot.clear_counts();
-            }
-        }
-        assert_eq!(slot.packets, 0);
-        assert_eq!(slot.psn, whole.psn, "the slot keeps the sequence state");
-        assert_eq!(map, whole);
-    }
-
-    #[test]
-    fn a_torn_value_without_its_first_time_never_makes_a_flow_older() {
-        let mut m = FlowStats::default();
-        let a = FlowStats {
-            packets: 1,
-            first_seen_ns: 0,
-            last_seen_ns: 0,
-            ..FlowStats::default()
-        };
-        let b = FlowStats {
-            packets: 2,
-            first_seen_ns: 7,
-            last_seen_ns: 9,
-            ..FlowStats::default()
-        };
-        m.merge(&a);
-        m.merge(&b);
-        assert_eq!(m.first_seen_ns, 7);
-        let mut n = FlowStats::default();
-        n.merge(&FlowStats {
-            first_seen_ns: 0,
-            ..b
-        });
-        assert_eq!(n.first_seen_ns, 9, "its last seen stands in");
-    }
-}
+#[path = "flow_tests.rs"]
+mod tests;

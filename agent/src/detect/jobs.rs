@@ -144,9 +144,10 @@ pub struct MessageSum {
 
 impl MessageSum {
     pub fn add(&mut self, s: &agent_common::FlowStats) {
+        let (messages, bytes) = (s.messages(), s.message_bytes());
         for i in 0..MsgOp::COUNT {
-            self.messages[i] += s.messages[i];
-            self.bytes[i] += s.message_bytes[i];
+            self.messages[i] += messages[i];
+            self.bytes[i] += bytes[i];
         }
     }
 

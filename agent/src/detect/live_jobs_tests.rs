@@ -1,4 +1,5 @@
 use super::*;
+use agent_common::message::MsgOp;
 
 const MS: u64 = 1_000_000;
 
@@ -30,10 +31,8 @@ fn hosts_in_distinct_lanes(n: usize) -> Vec<([u8; 16], usize)> {
 /// A flow's counts: 3 RDMA WRITEs of 4 KiB and a SEND of 1 KiB.
 static STATS: std::sync::LazyLock<agent_common::FlowStats> = std::sync::LazyLock::new(|| {
     let mut s = agent_common::FlowStats::default();
-    s.messages[0] = 3;
-    s.message_bytes[0] = 3 * 4096;
-    s.messages[2] = 1;
-    s.message_bytes[2] = 1024;
+    s.count_messages(MsgOp::RdmaWrite, 3, 3 * 4096);
+    s.count_messages(MsgOp::Send, 1, 1024);
     s
 });
 

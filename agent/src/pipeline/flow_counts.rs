@@ -48,13 +48,13 @@ impl FlowCounts {
         FlowCounts {
             packets: s.packets,
             bytes: s.bytes,
-            class_packets: s.class_packets,
+            class_packets: s.class_packets(),
             ecn_ce: s.ecn_ce,
             cnp: s.cnp,
             becn: s.becn,
             psn_gaps: s.psn_gaps,
             retransmits: s.retransmits,
-            naks: s.naks.iter().sum::<u64>() + s.rnr_naks,
+            naks: s.nak_total(),
         }
     }
 

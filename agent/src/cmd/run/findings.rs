@@ -202,7 +202,7 @@ fn flow_totals(
             ce: e.stats.ecn_ce,
             psn_gaps: e.stats.psn_gaps,
             retransmits: e.stats.retransmits,
-            naks: e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks,
+            naks: e.stats.nak_total(),
         })
         .collect()
 }

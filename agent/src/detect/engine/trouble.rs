@@ -41,7 +41,7 @@ impl FlowTotals {
             ce: s.ecn_ce,
             psn_gaps: s.psn_gaps,
             retransmits: s.retransmits,
-            naks: s.naks.iter().sum::<u64>() + s.rnr_naks,
+            naks: s.nak_total(),
         }
     }
 

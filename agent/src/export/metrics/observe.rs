@@ -347,7 +347,7 @@ impl Metrics {
             self.flow_retransmits
                 .with_label_values(&l)
                 .inc_by(e.stats.retransmits);
-            let naks: u64 = e.stats.naks.iter().sum::<u64>() + e.stats.rnr_naks;
+            let naks: u64 = e.stats.nak_total();
             self.flow_naks.with_label_values(&l).inc_by(naks);
         }
     }

@@ -222,6 +222,8 @@ impl Flow {
     }
 
     pub fn from_entry(e: &FlowEntry) -> Flow {
+        let classes = e.stats.class_packets();
+        let (messages, message_bytes) = (e.stats.messages(), e.stats.message_bytes());
         Flow {
             ip_version: e.key.ip_version,
             src: e.src().to_string(),
@@ -243,14 +245,14 @@ impl Flow {
             last_psn: e.stats.last_psn,
             psn_gaps: e.stats.psn_gaps,
             retransmits: e.stats.retransmits,
-            naks: naks(&e.stats.naks),
+            naks: naks(&e.stats.naks()),
             rnr_naks: e.stats.rnr_naks,
-            ops: Named::new(OpClass::ALL.map(|c| (c.name(), e.stats.class_packets[c as usize]))),
+            ops: Named::new(OpClass::ALL.map(|c| (c.name(), classes[c as usize]))),
             messages: Named::new(MsgOp::ALL.map(|o| {
                 let i = o as usize;
                 let m = FlowMessages {
-                    messages: e.stats.messages[i],
-                    bytes: e.stats.message_bytes[i],
+                    messages: messages[i],
+                    bytes: message_bytes[i],
                 };
                 (o.name(), m)
             })),
