@@ -110,6 +110,7 @@ pub(crate) fn markdown(r: &Value) -> String {
     }
     s.push_str(&crate::report_shapes::section(r));
     s.push_str(&crate::report_sflow_rates::section(r));
+    s.push_str(&crate::report_goals::section(r));
     // Against the targets, computed from this run.
     let rows = r["kernel"]["rows"].as_array().cloned().unwrap_or_default();
     let worst = |k: &str| {

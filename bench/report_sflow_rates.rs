@@ -49,6 +49,26 @@ pub(crate) fn section(r: &Value) -> String {
             x["rocemon_scrape_seconds"].as_f64().unwrap_or(0.0) * 1e3
         );
     }
+    if let Some(t) = x["tables"].as_object() {
+        let rows: Vec<String> = t
+            .iter()
+            .map(|(name, v)| {
+                let n = |k: &str| v[k].as_f64().unwrap_or(0.0);
+                format!(
+                    "{name} {:.0} held, {:.0} refused, {:.0} pushed out",
+                    n("entries"),
+                    n("dropped"),
+                    n("evicted")
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nrocemon's tables at their default sizes after the run: {}. The rhythm's table follows {} ports by design (a minute of 1 ms buckets, 480 KB a port; the configured groups' uplinks are held first): the samples of every other port are refused there and counted, and counted everywhere else.",
+            rows.join("; "),
+            x["tables"]["rhythm_ports"]["entries"].as_f64().unwrap_or(0.0)
+        );
+    }
     s
 }
 

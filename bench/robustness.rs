@@ -114,27 +114,51 @@ fn measure(program: &str, args: &[&std::ffi::OsStr]) -> Result<(f64, u64)> {
 /// Captures built to blow up `analyze`: one million flows of one packet each, and 10,000
 /// flows seen 64 times with 64-second silences between (rate ticks for every flow once cost
 /// flows x ticks).
-fn hostile_captures(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+fn hostile_captures(dir: &Path) -> Result<[PathBuf; 4]> {
     let dst = "10.250.0.1".parse()?;
-    let mut million = Vec::with_capacity(1_000_000);
-    for i in 0..1_000_000u32 {
-        let src = std::net::Ipv4Addr::from(0x0A00_0000 | i).into();
-        let r = Roce::new(src, dst, 0xC000 | (i & 0x3FFF) as u16, i & 0xFF_FFFF, 0x04);
-        million.push((1_700_000_000_000_000_000 + u64::from(i) * 1000, r.frame()));
-    }
-    let a = whole("million_flows", Format::PcapNanos, million, false).write(dir)?;
-    let mut gaps = Vec::with_capacity(640_000);
-    let mut t = 1_700_000_000_000_000_000u64;
-    for _ in 0..64 {
-        for i in 0..10_000u32 {
-            let src = std::net::Ipv4Addr::from(0x0A01_0000 | i).into();
-            gaps.push((t, Roce::new(src, dst, 0xC000, i, 0x04).frame()));
-            t += 1000;
+    // A million flows of one packet each, and its ordinary twin: the same frames (sizes,
+    // times) over 10,000 flows of 100 packets.
+    let million = |flows: u32| {
+        let mut v = Vec::with_capacity(1_000_000);
+        for i in 0..1_000_000u32 {
+            let f = i % flows;
+            let src = std::net::Ipv4Addr::from(0x0A00_0000 | f).into();
+            let r = Roce::new(src, dst, 0xC000 | (f & 0x3FFF) as u16, f & 0xFF_FFFF, 0x04);
+            v.push((1_700_000_000_000_000_000 + u64::from(i) * 1000, r.frame()));
         }
-        t += 64_000_000_000;
-    }
-    let b = whole("gapped_flows", Format::PcapNanos, gaps, false).write(dir)?;
-    Ok((a, b))
+        v
+    };
+    let a = whole(
+        "million_flows",
+        Format::PcapNanos,
+        million(1_000_000),
+        false,
+    )
+    .write(dir)?;
+    let a_plain = whole("million_frames", Format::PcapNanos, million(10_000), false).write(dir)?;
+    // 10,000 flows silent for 64 s between rounds, and the same rounds back to back.
+    let gapped = |silence_ns: u64| {
+        let mut v = Vec::with_capacity(640_000);
+        let mut t = 1_700_000_000_000_000_000u64;
+        for _ in 0..64 {
+            for i in 0..10_000u32 {
+                let src = std::net::Ipv4Addr::from(0x0A01_0000 | i).into();
+                v.push((t, Roce::new(src, dst, 0xC000, i, 0x04).frame()));
+                t += 1000;
+            }
+            t += silence_ns;
+        }
+        v
+    };
+    let b = whole(
+        "gapped_flows",
+        Format::PcapNanos,
+        gapped(64_000_000_000),
+        false,
+    )
+    .write(dir)?;
+    let b_plain = whole("steady_flows", Format::PcapNanos, gapped(0), false).write(dir)?;
+    Ok([a, a_plain, b, b_plain])
 }
 
 /// 40,000 connections of one host pair, each a CE-marked WRITE answered by a CNP and no
@@ -158,7 +182,7 @@ fn one_pair(dir: &Path, ce: bool) -> Result<PathBuf> {
 }
 
 pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
-    let (million, gapped) = hostile_captures(dir)?;
+    let [million, million_plain, gapped, gapped_plain] = hostile_captures(dir)?;
     let (pair_ce, pair_plain) = (one_pair(dir, true)?, one_pair(dir, false)?);
     // 1,000 slow steps to explain under 200,000 pause runs of the job's priority, and the
     // same job stepping evenly with a tenant's RoCE in the pauses' places.
@@ -168,21 +192,45 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
         steps.write(dir)?,
         rocemon_testkit::hostile_steps::job(false).write(dir)?,
     );
+    // The same with a million pause runs (125 in every millisecond of a burst).
+    let many = rocemon_testkit::hostile_steps::job_with(true, 125);
+    let many_frames = many.frames.len() as u64;
+    let many = many.write(dir)?;
+    let many_steady = rocemon_testkit::hostile_steps::job_with(false, 125).write(dir)?;
     let mut rows = Vec::new();
-    // (name, file, frames, the row of the ordinary capture of the same size it is held to)
+    // (name, file, frames, the row of the ordinary capture of the same size it is held to):
+    // each hostile shape is followed by its ordinary twin.
     for (name, path, frames, ordinary) in [
         (
             "1,000,000 flows of one packet",
             &million,
             1_000_000u64,
+            Some(2usize),
+        ),
+        (
+            "1,000,000 flows of one packet, --max-flows 10000 (the twin's flows)",
+            &million,
+            1_000_000u64,
+            Some(2usize),
+        ),
+        (
+            "the same frames over 10,000 flows (ordinary)",
+            &million_plain,
+            1_000_000,
             None,
         ),
-        ("10,000 flows, 64 s silences", &gapped, 640_000, None),
+        ("10,000 flows, 64 s silences", &gapped, 640_000, Some(4)),
+        (
+            "the same frames without the silences (ordinary)",
+            &gapped_plain,
+            640_000,
+            None,
+        ),
         (
             "40,000 connections of one host pair, CE and CNPs",
             &pair_ce,
             80_000,
-            Some(3usize),
+            Some(6),
         ),
         (
             "the same frames without CE marks (ordinary)",
@@ -194,7 +242,7 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
             "1,000 slow steps under 200,000 pause runs",
             &steps,
             steps_frames,
-            Some(5),
+            Some(8),
         ),
         (
             "the same job stepping evenly, a tenant in the pauses' places (ordinary)",
@@ -202,14 +250,29 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
             steps_frames,
             None,
         ),
+        (
+            "1,000 slow steps under 1,000,000 pause runs",
+            &many,
+            many_frames,
+            Some(10),
+        ),
+        (
+            "the same job stepping evenly, a tenant in those pauses' places (ordinary)",
+            &many_steady,
+            many_frames,
+            None,
+        ),
     ] {
         let (cat_s, _) = measure("cat", &[path.as_os_str()])?;
-        let args: [&std::ffi::OsStr; 4] = [
-            "analyze".as_ref(),
-            "--format".as_ref(),
-            "json".as_ref(),
-            path.as_os_str(),
-        ];
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["analyze".as_ref(), "--format".as_ref(), "json".as_ref()];
+        if name.contains("--max-flows 10000") {
+            args.extend([
+                std::ffi::OsStr::new("--max-flows"),
+                std::ffi::OsStr::new("10000"),
+            ]);
+        }
+        args.push(path.as_os_str());
         let (s, rss) = measure(bin, &args)?;
         rows.push(json!({
             "capture": name,

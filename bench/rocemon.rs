@@ -42,6 +42,7 @@ mod kernel;
 mod live;
 mod profile;
 mod report;
+mod report_goals;
 mod report_sflow_rates;
 mod report_shapes;
 mod robustness;
@@ -134,6 +135,13 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&shapes::live_curve()?)?);
         return Ok(());
     }
+    // The page again from report.json (a change to the report's wording, no run).
+    if std::env::args().any(|a| a == "--phase-render") {
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/results"));
+        let r: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json"))?)?;
+        std::fs::write(dir.join("REPORT.md"), report::markdown(&r))?;
+        return Ok(());
+    }
     let only: Option<String> =
         std::env::args().find_map(|a| a.strip_prefix("--only=").map(String::from));
     // `cargo bench` passes `--bench`; the output directory is the first other argument.
@@ -186,15 +194,37 @@ fn main() -> Result<()> {
             Value::Null
         },
     });
-    // With --only, the phases not run keep their figures from the last full report.
+    // With --only, the phases not run keep their figures from the last full report. The
+    // goals' figures of the report replaced are kept beside this run's.
     let mut report = report;
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    };
+    let old = read(&out.join("report.json"));
+    // `ROCEMON_BENCH_PREVIOUS`: the report to set beside this one instead (a series of
+    // `--only` runs, each replacing the last, all held to the report before the series).
+    let previous = match std::env::var_os("ROCEMON_BENCH_PREVIOUS") {
+        Some(p) => Some(read(std::path::Path::new(&p)).with_context(|| {
+            format!(
+                "ROCEMON_BENCH_PREVIOUS={}: not a report.json",
+                p.to_string_lossy()
+            )
+        })?),
+        None => old.clone(),
+    };
+    if let Some(p) = &previous {
+        report["previous"] = json!({
+            "date": p["date"],
+            "figures": report_goals::figures(p),
+        });
+    }
     if only.is_some() {
-        if let Ok(old) = std::fs::read(out.join("report.json")) {
-            if let Ok(Value::Object(old)) = serde_json::from_slice::<Value>(&old) {
-                for (k, v) in old {
-                    if report[&k].is_null() {
-                        report[&k] = v;
-                    }
+        if let Some(Value::Object(old)) = old {
+            for (k, v) in old {
+                if report[&k].is_null() {
+                    report[&k] = v;
                 }
             }
         }

@@ -265,10 +265,44 @@ pub(crate) fn sflow_rates() -> Result<Value> {
         body.len(),
         scrape_s * 1e3
     );
+    let tables = table_figures(&samples);
+    eprintln!("sflow rates: rocemon's tables after the run: {tables}");
     Ok(json!({
+        "tables": tables,
         "rocemon_series": samples.len(), "rocemon_port_series": per_port,
         "rocemon_scrape_bytes": body.len(), "rocemon_scrape_seconds": scrape_s,
         "switches": SWITCHES, "ports": PORTS, "samples_per_datagram": 7, "seconds_per_rate": SECS,
         "rocemon": rocemon, "sfacctd": sfacctd,
     }))
+}
+
+/// The collector's tables after the run, from its `/metrics` lines: per table the entries
+/// held and those refused (`dropped`) or pushed out for room (`evicted`): at the default sizes
+/// the bench's fabric must fit, neither moving.
+fn table_figures(samples: &[&str]) -> Value {
+    let label = |l: &str, name: &str| -> Option<String> {
+        let at = l.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(l[at..].split('"').next()?.to_string())
+    };
+    let value = |l: &str| -> f64 {
+        l.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let mut t = serde_json::Map::new();
+    for l in samples {
+        let field = if l.starts_with("rocemon_sflow_table_entries{") {
+            Some("entries".to_string())
+        } else if l.starts_with("rocemon_sflow_table_entries_removed_total{") {
+            label(l, "reason").filter(|r| r != "expired")
+        } else {
+            None
+        };
+        if let (Some(f), Some(table)) = (field, label(l, "table")) {
+            let e = t.entry(table).or_insert_with(|| json!({}));
+            e[&f] = json!(value(l));
+        }
+    }
+    Value::Object(t)
 }

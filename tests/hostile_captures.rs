@@ -120,3 +120,25 @@ fn thousands_of_slow_steps_under_pause_runs_stay_bounded() {
     assert_eq!(explained, slow, "every slow step has its causes");
     assert!(peak < 256 * MIB, "peak {} MiB", peak / MIB);
 }
+
+/// A million pause runs (125 in every millisecond of the job's bursts) under the same 1,000
+/// slow steps: the pause tracker and the slow-step explanation stay linear and bounded, and
+/// every pause run is counted (tshark would count the XOFF frames the same: one per run).
+#[test]
+fn a_million_pause_runs_stay_bounded() {
+    let dir = TempDir::new("rocemon-hostile-pauses").unwrap();
+    let p = rocemon_testkit::hostile_steps::job_with(true, 125)
+        .write(dir.path())
+        .unwrap();
+    let (j, peak) = analyze_peak(&p);
+    let slow = j["training"]["slow_steps"].as_u64().unwrap_or(0);
+    assert!((990..=1_000).contains(&slow), "{slow} slow steps");
+    let p3 = j["pfc"]["priorities"]
+        .as_array()
+        .and_then(|v| v.iter().find(|p| p["priority"] == 3))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(p3["xoff"], 1_000_000, "every pause run's XOFF: {p3}");
+    assert_eq!(p3["xon"], 1_000_000, "and its XON: {p3}");
+    assert!(peak < 256 * MIB, "peak {} MiB", peak / MIB);
+}

@@ -51,8 +51,10 @@ pub struct PauseTracker {
     prios: [Priority; PRIORITIES],
     /// Pauses longer than the storm threshold, as they closed.
     pub storms: Vec<PauseRun>,
-    /// Every pause (the first `max_runs`): what a slow step overlapped.
-    runs: Vec<(u8, u64, u64)>,
+    /// Every pause (the first `max_runs`), indexed as it closes: what a slow step
+    /// overlapped (16 bytes a run, one copy).
+    runs: super::pause_index::PauseIndex,
+    held_runs: usize,
     max_runs: usize,
 }
 
@@ -66,7 +68,8 @@ impl PauseTracker {
             storm_ns,
             prios: Default::default(),
             storms: Vec::new(),
-            runs: Vec::new(),
+            runs: Default::default(),
+            held_runs: 0,
             max_runs: MAX_RUNS,
         }
     }
@@ -192,6 +195,22 @@ impl PauseTracker {
     }
 
     fn account(&mut self, p: usize, start: u64, end: u64, n: u64, mac: [u8; 6]) {
+        if self.held_runs < self.max_runs {
+            self.runs.push(p as u8, start, end);
+            self.held_runs += 1;
+        }
+        let len = end.saturating_sub(start);
+        let storm = len > self.storm_ns;
+        let pr = &mut self.prios[p];
+        pr.paused_ns += len;
+        let longest = pr
+            .longest
+            .as_ref()
+            .is_none_or(|l| len > l.end_ns.saturating_sub(l.start_ns));
+        if !longest && !storm {
+            // The common run: no record built (its MAC's text is an allocation).
+            return;
+        }
         let run = PauseRun {
             priority: p as u8,
             start_ns: start,
@@ -199,17 +218,10 @@ impl PauseTracker {
             xoff_frames: n,
             mac: mac_string(mac),
         };
-        if self.runs.len() < self.max_runs {
-            self.runs.push((p as u8, start, end));
-        }
-        let pr = &mut self.prios[p];
-        pr.paused_ns += end.saturating_sub(start);
-        if pr.longest.as_ref().is_none_or(|l| {
-            run.end_ns.saturating_sub(run.start_ns) > l.end_ns.saturating_sub(l.start_ns)
-        }) {
+        if longest {
             pr.longest = Some(run.clone());
         }
-        if end.saturating_sub(start) > self.storm_ns {
+        if storm {
             self.storms.push(run);
         }
     }
@@ -231,8 +243,8 @@ impl PauseTracker {
     }
 
     /// The pauses indexed for overlap questions (a slow step's pause time).
-    pub fn index(&self) -> super::pause_index::PauseIndex {
-        super::pause_index::PauseIndex::new(&self.runs)
+    pub fn index(&self) -> &super::pause_index::PauseIndex {
+        &self.runs
     }
 
     /// For each of `n` buckets of `width_ns` from `start_ns`: whether a priority of `mask`
@@ -242,7 +254,7 @@ impl PauseTracker {
         let w = width_ns.max(1);
         let mut ns = vec![0u64; n];
         let end_all = start_ns.saturating_add(w.saturating_mul(n as u64));
-        for &(p, s, e) in &self.runs {
+        for (p, s, e) in self.runs.runs() {
             if mask & (1 << p) == 0 {
                 continue;
             }
@@ -271,7 +283,7 @@ impl PauseTracker {
         let mut out = vec![[0.0; PRIORITIES]; n];
         let w = width_ns.max(1);
         let end_all = start_ns.saturating_add(w.saturating_mul(n as u64));
-        for &(p, s, e) in &self.runs {
+        for (p, s, e) in self.runs.runs() {
             let (s, e) = (s.max(start_ns), e.min(end_all));
             if e <= s {
                 continue;

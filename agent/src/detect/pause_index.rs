@@ -6,22 +6,52 @@
 
 use agent_common::headers::mac_control::PRIORITIES;
 
-/// One priority's runs: starts, ends and the prefix sums of their lengths.
+/// One priority's runs: their starts and the prefix sums of their lengths (16 bytes a run;
+/// a run's end is its start and its length).
 #[derive(Clone, Debug, Default)]
 struct Runs {
     starts: Vec<u64>,
-    ends: Vec<u64>,
-    /// `prefix[i]`: the summed length of runs `0..i`.
+    /// `prefix[i]`: the runs before run `i`, summed; one longer than `starts`.
     prefix: Vec<u64>,
 }
 
 impl Runs {
+    fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    fn end(&self, i: usize) -> u64 {
+        self.starts[i] + (self.prefix[i + 1] - self.prefix[i])
+    }
+
+    fn push(&mut self, s: u64, e: u64) {
+        if self.prefix.is_empty() {
+            self.prefix.push(0);
+        }
+        let last = self.prefix.last().copied().unwrap_or(0);
+        self.starts.push(s);
+        self.prefix.push(last + e.saturating_sub(s));
+    }
+
+    /// The first run that ends after `from` (ends rise with starts: runs never overlap).
+    fn first_ending_after(&self, from: u64) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.end(mid) <= from {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
     fn within(&self, from: u64, to: u64) -> u64 {
         if to <= from {
             return 0;
         }
-        // The first run that ends after `from`, the first that starts at or after `to`.
-        let i = self.ends.partition_point(|&e| e <= from);
+        let i = self.first_ending_after(from);
         let j = self.starts.partition_point(|&s| s < to);
         if i >= j {
             return 0;
@@ -29,37 +59,50 @@ impl Runs {
         let mut ns = self.prefix[j] - self.prefix[i];
         ns -= from
             .saturating_sub(self.starts[i])
-            .min(self.ends[i] - self.starts[i]);
-        ns -= self.ends[j - 1].saturating_sub(to);
+            .min(self.end(i) - self.starts[i]);
+        ns -= self.end(j - 1).saturating_sub(to);
         ns
     }
 }
 
-/// The index (built once, then only read).
+/// Every priority's runs.
 #[derive(Clone, Debug, Default)]
 pub struct PauseIndex {
     prios: [Runs; PRIORITIES],
 }
 
 impl PauseIndex {
-    /// Builds the index over `(priority, start, end)` runs in any order across priorities
-    /// and in time order within each.
+    /// The index of `runs` (priority, start, end), each priority's in time order.
     pub fn new(runs: &[(u8, u64, u64)]) -> PauseIndex {
         let mut ix = PauseIndex::default();
         for &(p, s, e) in runs {
-            let Some(r) = ix.prios.get_mut(usize::from(p)) else {
-                continue;
-            };
-            if r.prefix.is_empty() {
-                r.prefix.push(0);
-            }
-            let len = e.saturating_sub(s);
-            r.starts.push(s);
-            r.ends.push(s + len);
-            let last = r.prefix.last().copied().unwrap_or(0);
-            r.prefix.push(last + len);
+            ix.push(p, s, e);
         }
         ix
+    }
+
+    /// Adds a run of priority `p`, after the priority's last.
+    pub fn push(&mut self, p: u8, s: u64, e: u64) {
+        if let Some(r) = self.prios.get_mut(usize::from(p)) {
+            r.push(s, e);
+        }
+    }
+
+    /// Runs held.
+    pub fn len(&self) -> usize {
+        self.prios.iter().map(Runs::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every run: (priority, start, end), priority by priority.
+    pub fn runs(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
+        self.prios
+            .iter()
+            .enumerate()
+            .flat_map(|(p, r)| (0..r.len()).map(move |i| (p as u8, r.starts[i], r.end(i))))
     }
 
     /// The most time any one priority of `mask` (bit p: priority p) was paused within

@@ -16,7 +16,16 @@ const MS: u64 = 1_000_000;
 /// XOFF/XON pairs (or tenant packets) per millisecond of a burst, after its WRITEs.
 const PAUSES_PER_MS: u64 = 25;
 
+/// The job with 200,000 pause runs (or the tenant's packets in their places).
 pub fn job(hostile: bool) -> Fixture {
+    job_with(hostile, PAUSES_PER_MS)
+}
+
+/// The job with `pauses_per_ms` XOFF/XON pairs in every millisecond of a burst (8,000
+/// milliseconds of bursts: 125 make a million pause runs), spaced evenly within the
+/// millisecond (30 us apart at most), each XON a third of the spacing after its XOFF.
+pub fn job_with(hostile: bool, pauses_per_ms: u64) -> Fixture {
+    let spacing = (960_000 / pauses_per_ms.max(1)).min(30_000);
     let ip = |s: &str| s.parse::<IpAddr>().expect("address");
     let (a, b, t) = (ip("10.252.0.1"), ip("10.252.0.2"), ip("10.252.9.1"));
     let mut xoff_times = [0u16; 8];
@@ -37,15 +46,17 @@ pub fn job(hostile: bool) -> Fixture {
                 w.dma_len = 4096;
                 f.push((now + k * 4_000, w.frame()));
             }
-            for k in 0..PAUSES_PER_MS {
-                let p = now + 20_000 + k * 30_000;
+            for k in 0..pauses_per_ms {
+                let p = now + 20_000 + k * spacing;
                 if hostile {
                     f.push((p, xoff.clone()));
-                    f.push((p + 10_000, xon.clone()));
+                    f.push((p + spacing / 3, xon.clone()));
                 } else {
-                    for d in [0, 10_000] {
+                    for (i, d) in [0, spacing / 3].into_iter().enumerate() {
                         let mut r = Roce::new(t, b, 0xC200, 0x200, 0x11);
-                        r.psn = (step * 1_000 + ms * 100 + k * 2) as u32;
+                        // The tenant's own sequence, in order: an ordinary flow.
+                        r.psn = (((step * 4 + ms) * pauses_per_ms + k) * 2 + i as u64) as u32
+                            & 0xFF_FFFF;
                         f.push((p + d, r.frame()));
                     }
                 }
@@ -53,10 +64,11 @@ pub fn job(hostile: bool) -> Fixture {
         }
         at += if hostile && step % 2 == 1 { 40 } else { 20 } * MS;
     }
-    let name = if hostile {
-        "slow_steps_pauses"
-    } else {
-        "steady_steps"
+    let name = match (hostile, pauses_per_ms == PAUSES_PER_MS) {
+        (true, true) => "slow_steps_pauses",
+        (false, true) => "steady_steps",
+        (true, false) => "slow_steps_many_pauses",
+        (false, false) => "steady_steps_many",
     };
     whole(name, Format::PcapNanos, f, false)
 }
