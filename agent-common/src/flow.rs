@@ -76,6 +76,8 @@ pub struct FlowStats {
     /// flow and CPU is far past any real trouble; 32 bits keep the value in four lines).
     pub naks: [u32; NAK_SLOTS],
     pub rnr_naks: u64,
+    /// Unused: the value's size to four cache lines (the hot line at a line's start wherever
+    /// values sit side by side).
     pub reserved: u64,
 }
 
@@ -302,7 +304,7 @@ impl FlowStats {
         let main = self.main_class as usize;
         for (c, n) in classes.iter().enumerate() {
             if c != main && *n != 0 {
-                self.other_class_packets[c] += *n;
+                self.add_other_class(c, *n);
             }
         }
         let (messages, bytes) = o.messages_and_bytes();
