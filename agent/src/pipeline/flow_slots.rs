@@ -11,7 +11,7 @@
 //! ahead of its update (the lookup itself then compares the key in a cached entry), and for
 //! the slot itself a few packets before that ([`FlowSlots::prefetch_slot`]: next to the
 //! entries' traffic the slots do not stay cached). Order and removal are `IndexMap`'s: insertion order,
-//! `swap_remove` moves the last entry into the hole, `retain` keeps the order.
+//! `swap_remove_at` moves the last entry into the hole, `retain` keeps the order.
 
 use super::FlowEntry;
 use agent_common::FlowKey;
@@ -94,10 +94,16 @@ impl FlowSlots {
         &mut self.entries[i]
     }
 
-    /// Removes a flow; the last entry takes its place.
-    pub fn swap_remove(&mut self, k: &SlotKey) -> Option<FlowEntry> {
-        let hash = self.hash(k);
-        let i = self.position(hash, k)?;
+    /// Removes the flow at position `i` (as [`FlowSlots::values`] yields it); the last entry
+    /// takes its place. Removing several by position goes from the highest down.
+    pub fn swap_remove_at(&mut self, i: usize) -> Option<FlowEntry> {
+        let e = self.entries.get(i)?;
+        let hash = self.hash(&(e.iface, e.key));
+        Some(self.remove_at(hash, i))
+    }
+
+    /// Removes entry `i`, whose key hashes to `hash`.
+    fn remove_at(&mut self, hash: u64, i: usize) -> FlowEntry {
         if let Ok(slot) = self.index.find_entry(hash, |&(_, at)| at == i) {
             slot.remove();
         }
@@ -108,7 +114,7 @@ impl FlowSlots {
                 slot.1 = i;
             }
         }
-        Some(e)
+        e
     }
 
     /// Keeps the flows `keep` says yes to, in their order.
@@ -123,6 +129,11 @@ impl FlowSlots {
                 self.index.insert_unique(hash, (hash, i), |&(h, _)| h);
             }
         }
+    }
+
+    /// The flow at position `i`.
+    pub fn at(&self, i: usize) -> Option<&FlowEntry> {
+        self.entries.get(i)
     }
 
     pub fn values(&self) -> std::slice::Iter<'_, FlowEntry> {
@@ -251,9 +262,11 @@ mod tests {
                         }
                     }
                     Op::Remove(i, q) => {
-                        let got = slots.swap_remove(&(i, entry(i, q).key));
+                        // By the position the flow holds in the model (the order checked
+                        // below is the table's), or past the end.
                         let pos = model.iter().position(|&k| k == (i, q));
-                        prop_assert_eq!(got.is_some(), pos.is_some());
+                        let got = slots.swap_remove_at(pos.unwrap_or(model.len()));
+                        prop_assert_eq!(got.map(|e| (e.iface, e.key.dest_qp)), pos.map(|_| (i, q)));
                         if let Some(p) = pos {
                             model.swap_remove(p);
                         }
