@@ -10,6 +10,8 @@ use crate::pipeline::flow_lives::{self, Lives};
 use agent_common::{FlowKey, FlowStats};
 use std::net::IpAddr;
 
+#[path = "flow_room.rs"]
+mod room;
 #[path = "flow_slots.rs"]
 mod slots;
 use slots::FlowSlots;
@@ -197,48 +199,6 @@ impl FlowTable {
             self.active.push((iface, key));
         }
         e
-    }
-
-    /// A full bounded table: the eighth of it that was quiet longest leaves (elephants stay),
-    /// its totals kept in [`FlowTable::evicted`]. Amortised over the inserts that follow.
-    /// The candidates are held by position, not by key (a flood of new flows calls this once
-    /// per eighth of the table: copying every key, then finding each victim again by its
-    /// hash, was most of its cost); ties of quiet time go by key, as before.
-    fn make_room(&mut self, max: usize) {
-        let mut quiet: Vec<(u64, usize)> = self
-            .entries
-            .values()
-            .enumerate()
-            .filter(|(_, e)| !e.elephant.elephant)
-            .map(|(i, e)| (e.stats.last_seen_ns, i))
-            .collect();
-        let n = (max / 8).max(1).min(quiet.len());
-        if n == 0 {
-            return;
-        }
-        if n < quiet.len() {
-            let table = &self.entries;
-            let key = |i: usize| table.at(i).map(|e| (e.iface, e.key));
-            quiet.select_nth_unstable_by(n - 1, |a, b| {
-                a.0.cmp(&b.0).then_with(|| key(a.1).cmp(&key(b.1)))
-            });
-        }
-        let mut victims: Vec<usize> = quiet[..n].iter().map(|&(_, i)| i).collect();
-        // From the highest position down: each removal moves the last entry, never a victim.
-        victims.sort_unstable_by(|a, b| b.cmp(a));
-        for i in victims {
-            if let Some(e) = self.entries.swap_remove_at(i) {
-                self.evicted.flows += 1;
-                self.evicted.packets += e.stats.packets;
-                self.evicted.bytes += e.stats.bytes;
-                self.evicted.ecn_ce += e.stats.ecn_ce;
-                self.evicted.cnp += e.stats.cnp;
-                if self.record_ends {
-                    self.ended.push((e, EndReason::LackOfResources));
-                }
-            }
-        }
-        // Keys of evicted flows on the active list are dropped at the next tick.
     }
 
     /// Brings every quiet flow's rates to the table clock (before reading rates of all flows).
