@@ -54,7 +54,6 @@ pub struct PauseTracker {
     /// Every pause (the first `max_runs`), indexed as it closes: what a slow step
     /// overlapped (16 bytes a run, one copy).
     runs: super::pause_index::PauseIndex,
-    held_runs: usize,
     max_runs: usize,
 }
 
@@ -69,7 +68,6 @@ impl PauseTracker {
             prios: Default::default(),
             storms: Vec::new(),
             runs: Default::default(),
-            held_runs: 0,
             max_runs: MAX_RUNS,
         }
     }
@@ -195,9 +193,8 @@ impl PauseTracker {
     }
 
     fn account(&mut self, p: usize, start: u64, end: u64, n: u64, mac: [u8; 6]) {
-        if self.held_runs < self.max_runs {
+        if self.runs.len() < self.max_runs {
             self.runs.push(p as u8, start, end);
-            self.held_runs += 1;
         }
         let len = end.saturating_sub(start);
         let storm = len > self.storm_ns;
