@@ -163,9 +163,12 @@ pub struct CnpResponse {
     /// (B, A, QP q) -> the ports whose reverse packets carried q (a port whose QP changed
     /// since stays listed; the CNP checks [`Self::reverse_qp`]).
     ports_by_qp: FxHashMap<FlowKey, Vec<u16>>,
-    /// Per host pair A -> B: the CE flows on ports without reverse packets, in the order they
-    /// began waiting for a CNP (entries that no longer wait are dropped when met).
-    waiting: FxHashMap<FlowKey, VecDeque<FlowKey>>,
+    /// Per host pair A -> B: the CE flows on ports without reverse packets, each with the
+    /// time its wait began, in that order. An entry stands for one wait: a flow whose wait
+    /// expired and began anew is queued again, and its old entry is stale (its start is not
+    /// the flow's). Entries older than [`ANSWER_WINDOW_NS`] leave as a new wait is queued,
+    /// so a queue holds at most the waits begun within one answer window.
+    waiting: FxHashMap<FlowKey, VecDeque<(FlowKey, u64)>>,
     /// Index entries the CNPs looked at: the pairing's work, linear in the packets.
     pub visits: u64,
     /// Connections paired at most (`--max-flows`; 0: no bound): the pairing state is bounded
@@ -182,6 +185,17 @@ pub struct CnpResponse {
     /// The flows whose burst of CNPs is being judged (their packets add to its "after").
     open: FxHashMap<FlowKey, ()>,
     cnps: u64,
+}
+
+/// Whether the wait of flow `c` that began at `start` is still on at `t`: not expired (told
+/// by its start alone, with no lookup), and the flow's pending CE run is that wait's (not
+/// answered since, nor expired and begun anew).
+fn still_waits(conns: &FxHashMap<FlowKey, ConnState>, c: &FlowKey, start: u64, t: u64) -> bool {
+    t.saturating_sub(start) <= ANSWER_WINDOW_NS
+        && conns
+            .get(c)
+            .and_then(|s| s.pending)
+            .is_some_and(|(first, _)| first == start)
 }
 
 /// A flow key as this detector keys it: no hook (captures and hooks alike).
@@ -316,17 +330,16 @@ impl CnpResponse {
                 .waiting
                 .entry(pair_of(k.src, k.dst, k.ip_version))
                 .or_default();
-            // The flows at the front that no longer wait leave now (each once: linear), so
-            // CE marks no CNP answers cannot grow the queue beyond the flows waiting.
-            while queue.front().is_some_and(|c| {
-                conns
-                    .get(c)
-                    .and_then(|s| s.pending)
-                    .is_none_or(|(first, _)| t.saturating_sub(first) > ANSWER_WINDOW_NS)
-            }) {
+            // The waits at the front that are over leave now (each once: linear): an expired
+            // one by its start alone, an answered or renewed one by its flow's state. CE
+            // marks no CNP answers thus never grow a queue past one answer window's waits.
+            while queue
+                .front()
+                .is_some_and(|&(c, start)| !still_waits(conns, &c, start, t))
+            {
                 queue.pop_front();
             }
-            queue.push_back(k);
+            queue.push_back((k, t));
         }
     }
 
@@ -356,13 +369,9 @@ impl CnpResponse {
         }
         if targets.is_empty() {
             if let Some(queue) = self.waiting.get_mut(&pair_of(a, b, v)) {
-                while let Some(c) = queue.pop_front() {
+                while let Some((c, start)) = queue.pop_front() {
                     self.visits += 1;
-                    let waits = self
-                        .conns
-                        .get(&c)
-                        .and_then(|s| s.pending)
-                        .is_some_and(|(first, _)| t.saturating_sub(first) <= ANSWER_WINDOW_NS);
+                    let waits = still_waits(&self.conns, &c, start, t);
                     let unreversed = !self.reverse_qp.contains_key(&port_of(b, a, v, c.sport));
                     if waits && unreversed {
                         targets.push(c);

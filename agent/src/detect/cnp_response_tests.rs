@@ -91,6 +91,49 @@ fn unanswered_ce_marks_keep_the_waiting_queue_to_the_flows_waiting() {
     assert_eq!(c.report().unanswered_ce, 10_000);
 }
 
+/// One flow alone, CE-marked every 2 ms and never answered: each mark begins a new wait,
+/// and the wait it ends leaves the queue (it grew by one entry per mark before).
+#[test]
+fn one_flow_renewing_its_wait_keeps_one_entry_queued() {
+    let mut c = CnpResponse::default();
+    let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000, 0x0A);
+    w.ecn = 3;
+    let (rec, key) = pkt(&w);
+    for i in 0..10_000u64 {
+        c.packet(&rec, &key, 100, i * 2 * ANSWER_WINDOW_NS, i == 0);
+    }
+    let waiting: usize = c.waiting.values().map(VecDeque::len).sum();
+    assert_eq!(waiting, 1);
+    assert_eq!(c.report().unanswered_ce, 10_000);
+}
+
+/// A flow whose wait expired and began anew queues behind the flows that waited since:
+/// the CNP answers the flow that has waited longest (B since 0.5 ms), not the renewed one
+/// (A, waiting again since 1.2 ms).
+#[test]
+fn a_renewed_wait_queues_behind_the_flows_already_waiting() {
+    let mut c = CnpResponse::default();
+    let flow = |qp: u32, sport: u16| {
+        let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), sport, qp, 0x0A);
+        w.ecn = 3;
+        pkt(&w)
+    };
+    let (a, b) = (flow(0x20_0000, 0xC000), flow(0x20_0001, 0xC001));
+    c.packet(&a.0, &a.1, 100, 0, true);
+    c.packet(&b.0, &b.1, 100, 500_000, true);
+    c.packet(&a.0, &a.1, 100, 1_200_000, false);
+    let (rec, key) = pkt(&Roce::cnp(
+        ip("10.0.0.2"),
+        ip("10.0.0.1"),
+        0xC777,
+        0x10_0000,
+    ));
+    c.packet(&rec, &key, 100, 1_300_000, true);
+    let (_, all) = c.report_and_all();
+    let cnps = |qp: u32| all.iter().find(|x| x.dest_qp == qp).map(|x| x.cnps);
+    assert_eq!((cnps(0x20_0000), cnps(0x20_0001)), (Some(0), Some(1)));
+}
+
 #[test]
 fn every_ce_of_many_connections_is_answered_by_its_own_cnp() {
     let c = many(5_000, true);
