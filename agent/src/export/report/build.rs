@@ -10,7 +10,7 @@ use agent_common::{opcode, Outcome, OutcomeKind};
 use std::collections::BTreeMap;
 
 /// Builds the report of an analysis and of its judgement.
-pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report {
+pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report<'_> {
     let c = &a.counters;
     let crate::pipeline::findings::Judged {
         training,
@@ -55,10 +55,7 @@ pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report 
             .then(y.2.stats.bytes.cmp(&x.2.stats.bytes))
             .then(x.0.cmp(&y.0))
     });
-    let flows: Vec<Flow> = order
-        .into_iter()
-        .map(|(_, _, e)| Flow::from_entry(e))
-        .collect();
+    let flows = FlowList::new(order.into_iter().map(|(_, _, e)| e).collect());
     let elephants = a
         .pipeline
         .elephants

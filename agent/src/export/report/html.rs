@@ -22,7 +22,7 @@ const COLORS: [&str; OpClass::COUNT] = [
 /// runbook entries under `runbook_base` (an absolute URL: the page is read away from the
 /// repository).
 pub fn render(
-    report: &Report,
+    report: &Report<'_>,
     timeline: &Timeline,
     inputs: &[String],
     top: usize,

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 /// The headline numbers, each a card: RoCE rate, CE share, pause time, slow steps, findings
 /// by severity.
-pub fn cards(r: &Report, s: &mut String) {
+pub fn cards(r: &Report<'_>, s: &mut String) {
     let mut cards: Vec<(String, String, bool)> = Vec::new();
     let mut card = |value: String, label: &str, alarm: bool| {
         cards.push((value, label.to_string(), alarm));

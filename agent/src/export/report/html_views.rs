@@ -10,13 +10,13 @@ fn kpi(k: &str, v: String) -> Vec<String> {
 }
 
 /// Appends the sections to the page.
-pub fn sections(r: &Report, s: &mut String) {
+pub fn sections(r: &Report<'_>, s: &mut String) {
     training(r, s);
     lossless(r, s);
     sflow(r, s);
 }
 
-fn training(r: &Report, s: &mut String) {
+fn training(r: &Report<'_>, s: &mut String) {
     s.push_str("<h2>Training rhythm and RDMA messages</h2>");
     let t = &r.training;
     match (t.period_seconds, t.duty_ratio) {
@@ -117,7 +117,7 @@ fn training(r: &Report, s: &mut String) {
 
 /// The training jobs found in the traffic (sources whose bursts share a period and a phase),
 /// largest first: the section's rhythm above is the first one's.
-fn jobs(r: &Report, s: &mut String) {
+fn jobs(r: &Report<'_>, s: &mut String) {
     let jobs = &r.training.jobs;
     if jobs.is_empty() {
         return;
@@ -184,7 +184,7 @@ fn bucket_bounds_read_in_binary_units() {
     );
 }
 
-fn lossless(r: &Report, s: &mut String) {
+fn lossless(r: &Report<'_>, s: &mut String) {
     s.push_str("<h2>Lossless fabric</h2>");
     if r.pfc.frames + r.pause.frames + r.pause.other_mac_control > 0 {
         let rows: Vec<Vec<String>> = r
@@ -249,7 +249,7 @@ fn lossless(r: &Report, s: &mut String) {
     );
 }
 
-fn sflow(r: &Report, s: &mut String) {
+fn sflow(r: &Report<'_>, s: &mut String) {
     let Some(f) = &r.sflow else {
         return;
     };

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Serialize, Debug)]
-pub struct Report {
+pub struct Report<'a> {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// One sentence that sums the capture up: the slow steps and their causes, then what is
@@ -59,7 +59,7 @@ pub struct Report {
     /// ECMP views: predicted collisions (with a hash model), shared 5-tuples, source ports.
     pub ecmp: EcmpReport,
     /// Every flow held, highest mean rate first.
-    pub flows: Vec<Flow>,
+    pub flows: FlowList<'a>,
     /// Flows that left the bounded flow table (`--max-flows`), with what they carried; their
     /// packets are in every total above.
     pub flows_evicted: crate::pipeline::flows::EvictedFlows,
@@ -186,6 +186,48 @@ pub struct Flow {
     pub ops: Named<u64, { OpClass::COUNT }>,
     /// RDMA messages by operation (rdma_write, rdma_read, send): count and bytes.
     pub messages: Named<FlowMessages, { MsgOp::COUNT }>,
+}
+
+/// Every flow held, in the report's order: the flow table's entries, each written out as a
+/// [`Flow`] when the report is. A quarter million flows' rows (about 550 bytes each) are
+/// never held at once: that doubled `analyze`'s peak memory on a capture of many flows.
+pub struct FlowList<'a>(Vec<&'a FlowEntry>);
+
+impl<'a> FlowList<'a> {
+    /// The entries, in the order they are listed.
+    pub fn new(order: Vec<&'a FlowEntry>) -> Self {
+        FlowList(order)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each flow's row, in order, built as it is read.
+    pub fn iter(&self) -> impl Iterator<Item = Flow> + '_ {
+        self.0.iter().map(|e| Flow::from_entry(e))
+    }
+}
+
+impl Serialize for FlowList<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for e in &self.0 {
+            seq.serialize_element(&Flow::from_entry(e))?;
+        }
+        seq.end()
+    }
+}
+
+impl std::fmt::Debug for FlowList<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// NAK counts by name.

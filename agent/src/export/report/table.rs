@@ -14,7 +14,7 @@ fn pct(n: u64, d: u64) -> String {
 }
 
 /// The summary table: totals, opcodes, ECN, CNPs, parse outcomes and the top flows.
-pub fn table(r: &Report, top: usize) -> String {
+pub fn table(r: &Report<'_>, top: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Verdict     {}", r.verdict);
     super::findings::table(&mut s, &r.findings);
