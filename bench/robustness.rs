@@ -114,7 +114,7 @@ fn measure(program: &str, args: &[&std::ffi::OsStr]) -> Result<(f64, u64)> {
 /// Captures built to blow up `analyze`: one million flows of one packet each, and 10,000
 /// flows seen 64 times with 64-second silences between (rate ticks for every flow once cost
 /// flows x ticks).
-fn hostile_captures(dir: &Path) -> Result<[PathBuf; 4]> {
+fn hostile_captures(dir: &Path) -> Result<[PathBuf; 5]> {
     let dst = "10.250.0.1".parse()?;
     // A million flows of one packet each, and its ordinary twin: the same frames (sizes,
     // times) over 10,000 flows of 100 packets.
@@ -136,6 +136,15 @@ fn hostile_captures(dir: &Path) -> Result<[PathBuf; 4]> {
     )
     .write(dir)?;
     let a_plain = whole("million_frames", Format::PcapNanos, million(10_000), false).write(dir)?;
+    // The same frames over as many flows as the table holds by default: what holding and
+    // writing that many flows costs, without the churn of a million.
+    let a_held = whole(
+        "million_frames_held",
+        Format::PcapNanos,
+        million(rocemon::config::cli::rocemon_defaults::MAX_FLOWS as u32),
+        false,
+    )
+    .write(dir)?;
     // 10,000 flows silent for 64 s between rounds, and the same rounds back to back.
     let gapped = |silence_ns: u64| {
         let mut v = Vec::with_capacity(640_000);
@@ -158,7 +167,7 @@ fn hostile_captures(dir: &Path) -> Result<[PathBuf; 4]> {
     )
     .write(dir)?;
     let b_plain = whole("steady_flows", Format::PcapNanos, gapped(0), false).write(dir)?;
-    Ok([a, a_plain, b, b_plain])
+    Ok([a, a_plain, b, b_plain, a_held])
 }
 
 /// 40,000 connections of one host pair, each a CE-marked WRITE answered by a CNP and no
@@ -182,7 +191,7 @@ fn one_pair(dir: &Path, ce: bool) -> Result<PathBuf> {
 }
 
 pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
-    let [million, million_plain, gapped, gapped_plain] = hostile_captures(dir)?;
+    let [million, million_plain, gapped, gapped_plain, million_held] = hostile_captures(dir)?;
     let (pair_ce, pair_plain) = (one_pair(dir, true)?, one_pair(dir, false)?);
     // 1,000 slow steps to explain under 200,000 pause runs of the job's priority, and the
     // same job stepping evenly with a tenant's RoCE in the pauses' places.
@@ -262,6 +271,7 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
             many_frames,
             None,
         ),
+        (HELD_TWIN, &million_held, 1_000_000, None),
     ] {
         let (cat_s, _) = measure("cat", &[path.as_os_str()])?;
         let mut args: Vec<&std::ffi::OsStr> =
@@ -302,10 +312,24 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
             r["memory_ratio"] = json!(mem_ratio);
         }
     }
+    // A million one-packet flows at the default bound against the capture that holds as many
+    // flows (not a goal: what is left of the gap once the table is full either way).
+    let held = rows.iter().find(|r| r["capture"] == HELD_TWIN).cloned();
+    if let (Some(h), Some(r)) = (held, rows.first_mut()) {
+        r["vs_held"] = json!({
+            "time_per_frame_ratio": per(r) / per(&h).max(1e-12),
+            "memory_ratio": r["max_rss_bytes"].as_f64().unwrap_or(0.0)
+                / h["max_rss_bytes"].as_f64().unwrap_or(1.0).max(1.0),
+        });
+    }
     Ok(
         json!({ "rows": rows, "max_flows_default": rocemon::config::cli::rocemon_defaults::MAX_FLOWS }),
     )
 }
+
+/// The row of the million frames over as many flows as the table holds by default.
+const HELD_TWIN: &str =
+    "the same frames over 262,144 flows, as many as the default bound holds (ordinary)";
 
 /// The last `cargo xtask fuzz` run's figures, if any.
 pub fn fuzz_figures(out: &Path) -> Value {
@@ -357,6 +381,18 @@ pub fn markdown(r: &Value, s: &mut String) {
             row["seconds"].as_f64().unwrap_or(0.0) * 1e6 / frames,
             row["cat_seconds"].as_f64().unwrap_or(0.0),
             row["max_rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
+        );
+    }
+    if let Some(h) = a["rows"]
+        .get(0)
+        .map(|r| &r["vs_held"])
+        .filter(|h| !h.is_null())
+    {
+        let _ = writeln!(
+            s,
+            "\nThe million one-packet flows at the default bound against the same frames over as many flows as that bound holds (both tables full; what is left is the churn of a million flows through it): x{:.2} time per frame, x{:.2} memory.",
+            h["time_per_frame_ratio"].as_f64().unwrap_or(0.0),
+            h["memory_ratio"].as_f64().unwrap_or(0.0)
         );
     }
     let f = &r["fuzz"];
