@@ -21,6 +21,7 @@
 //! after the first CNP against the window before it. A sender that keeps [`IGNORED_RATIO`]
 //! or more of its rate has ignored the CNPs.
 
+use super::latency_sample::quantile;
 use agent_common::{FlowKey, PacketRecord};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -58,7 +59,8 @@ struct ConnState {
     /// CE packets waiting for a CNP: (first one's time, count).
     pending: Option<(u64, u64)>,
     last_cnp: Option<u64>,
-    latencies: Vec<u64>,
+    /// CE -> CNP latencies (ns), bounded ([`super::latency_sample`]).
+    latencies: super::latency_sample::LatencySample,
     min_gap: Option<u64>,
     burst: Option<Burst>,
     /// Bursts of CNPs judged, by the one rule ([`super::engine::reaction`]).
@@ -428,7 +430,7 @@ impl CnpResponse {
     /// The totals (CE, answered, unanswered), the latencies and the smallest gap, and every
     /// connection's row, sorted.
     #[allow(clippy::type_complexity)]
-    fn walk(&self) -> ((u64, u64, u64), (Vec<u64>, Option<u64>), Vec<CnpConnection>) {
+    fn walk(&self) -> ((u64, u64, u64), (Vec<(u64, f64)>, Option<u64>), Vec<CnpConnection>) {
         let mut all_lat = Vec::new();
         let mut min_gap: Option<u64> = None;
         let mut connections = Vec::new();
@@ -443,11 +445,11 @@ impl CnpResponse {
             ce += s.ce;
             answered += s.answered;
             unanswered += s.unanswered + waiting;
-            all_lat.extend_from_slice(&s.latencies);
+            let w = s.latencies.weight();
+            all_lat.extend(s.latencies.kept().iter().map(|&ns| (ns, w)));
             if let Some(g) = s.min_gap {
                 min_gap = Some(min_gap.map_or(g, |m| m.min(g)));
             }
-            let mut l = s.latencies.clone();
             connections.push(CnpConnection {
                 src: c.0.to_string(),
                 dst: c.1.to_string(),
@@ -456,7 +458,7 @@ impl CnpResponse {
                 ce_packets: s.ce,
                 cnps: s.cnps,
                 unanswered_ce: s.unanswered + waiting,
-                latency_p50_seconds: quantile(&mut l, 0.5),
+                latency_p50_seconds: s.latencies.quantile(0.5),
                 cnp_bursts: s.reacted.bursts,
                 cnp_bursts_ignored: s.reacted.ignored,
                 rate_after_cnps_ratio: s.reacted.mean_ratio(),
@@ -471,15 +473,6 @@ impl CnpResponse {
         });
         ((ce, answered, unanswered), (all_lat, min_gap), connections)
     }
-}
-
-fn quantile(v: &mut [u64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-    Some(v[i] as f64 / 1e9)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -191,3 +191,26 @@ fn the_pairing_is_linear_in_the_packets() {
         );
     }
 }
+
+/// One connection answered 100,000 times (a CE mark, its CNP 10 us later, every 100 us):
+/// its latencies stay bounded (they were a vector of every one), and the figures stay
+/// right: every CE answered, the latency 10 us.
+#[test]
+fn a_connection_answered_without_end_keeps_its_latencies_bounded() {
+    let mut c = CnpResponse::default();
+    let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000, 0x0A);
+    w.ecn = 3;
+    let (ce, ce_key) = pkt(&w);
+    let (cnp, cnp_key) = pkt(&Roce::cnp(ip("10.0.0.2"), ip("10.0.0.1"), 0xC777, 0x10_0000));
+    for i in 0..100_000u64 {
+        let t = i * 100_000;
+        c.packet(&ce, &ce_key, 100, t, i == 0);
+        c.packet(&cnp, &cnp_key, 100, t + 10_000, i == 0);
+    }
+    let kept: usize = c.conns.values().map(|s| s.latencies.kept().len()).sum();
+    assert_eq!(kept, crate::detect::latency_sample::KEPT);
+    let r = c.report();
+    assert_eq!((r.ce_packets, r.answered_ce), (100_000, 100_000));
+    assert_eq!(r.latency_seconds.p50, Some(10e-6));
+    assert_eq!(r.connections[0].latency_p50_seconds, Some(10e-6));
+}

@@ -11,6 +11,7 @@ pub mod findings;
 pub mod hash;
 pub mod incidents;
 pub mod jobs;
+pub mod latency_sample;
 pub mod live_findings;
 pub mod live_flows;
 pub mod live_jobs;
