@@ -26,7 +26,7 @@ impl Store for One {
     fn psn_on(&self) -> bool {
         true
     }
-    fn now(&mut self, _: u64) -> u64 {
+    fn now(&mut self, _: &PacketRecord, _: u64) -> u64 {
         0
     }
     fn session(&mut self, _: SessionKey, rec: &PacketRecord, frame_len: u64) -> bool {
