@@ -430,7 +430,13 @@ impl CnpResponse {
     /// The totals (CE, answered, unanswered), the latencies and the smallest gap, and every
     /// connection's row, sorted.
     #[allow(clippy::type_complexity)]
-    fn walk(&self) -> ((u64, u64, u64), (Vec<(u64, f64)>, Option<u64>), Vec<CnpConnection>) {
+    fn walk(
+        &self,
+    ) -> (
+        (u64, u64, u64),
+        (Vec<(u64, f64)>, Option<u64>),
+        Vec<CnpConnection>,
+    ) {
         let mut all_lat = Vec::new();
         let mut min_gap: Option<u64> = None;
         let mut connections = Vec::new();

@@ -201,7 +201,12 @@ fn a_connection_answered_without_end_keeps_its_latencies_bounded() {
     let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000, 0x0A);
     w.ecn = 3;
     let (ce, ce_key) = pkt(&w);
-    let (cnp, cnp_key) = pkt(&Roce::cnp(ip("10.0.0.2"), ip("10.0.0.1"), 0xC777, 0x10_0000));
+    let (cnp, cnp_key) = pkt(&Roce::cnp(
+        ip("10.0.0.2"),
+        ip("10.0.0.1"),
+        0xC777,
+        0x10_0000,
+    ));
     for i in 0..100_000u64 {
         let t = i * 100_000;
         c.packet(&ce, &ce_key, 100, t, i == 0);

@@ -42,6 +42,31 @@ impl FlowTable {
                 }
             }
         }
-        // Keys of evicted flows on the active list are dropped at the next tick.
+        // Keys of evicted flows on the active list are dropped at the next tick; a flood of
+        // new flows within one tick would grow it past the table, so it is compacted here.
+        if self.active.len() > 2 * max {
+            self.compact_active();
+        }
+    }
+
+    /// The active list without the keys of flows no longer held, each key once (a flow
+    /// evicted and back within one tick was listed twice, and the tick then moved its rates
+    /// twice). Amortised: the list is at most twice the table when it runs, at most the table
+    /// after.
+    pub(super) fn compact_active(&mut self) {
+        let mut active = std::mem::take(&mut self.active);
+        for k in &active {
+            if let Some(e) = self.entries.get_mut(k) {
+                e.active = false;
+            }
+        }
+        active.retain(|k| match self.entries.get_mut(k) {
+            Some(e) if !e.active => {
+                e.active = true;
+                true
+            }
+            _ => false,
+        });
+        self.active = active;
     }
 }

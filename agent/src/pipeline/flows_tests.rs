@@ -208,6 +208,44 @@ fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
     assert!(!t.iter().any(|e| e.key == key(0)));
 }
 
+/// A flood of new flows within one tick: the active list stays within twice the table (it
+/// held every key that came, a million in the hostile capture, until the next tick).
+#[test]
+fn a_flood_of_new_flows_keeps_the_active_list_to_the_table() {
+    let (info, len) = roce(100);
+    let mut t = FlowTable::new(vec!["c".into()]);
+    t.max_flows = Some(64);
+    for q in 0..100_000u32 {
+        record(&mut t, q, &info, len, u64::from(q));
+    }
+    assert!(t.len() <= 64, "{} flows held", t.len());
+    assert!(
+        t.active_len() <= 2 * 64 + 8,
+        "{} keys listed",
+        t.active_len()
+    );
+}
+
+/// A flow evicted and back within one tick is listed once after a compaction, so the tick
+/// moves its rates once.
+#[test]
+fn the_compacted_active_list_holds_each_flow_once() {
+    let (info, len) = roce(100);
+    let mut t = FlowTable::new(vec!["c".into()]);
+    t.max_flows = Some(64);
+    for round in 0..4u64 {
+        for q in 0..200u32 {
+            record(&mut t, q, &info, len, round * 1000 + u64::from(q));
+        }
+    }
+    t.compact_active();
+    let mut listed = t.active.clone();
+    listed.sort_by_key(|k| (k.0, k.1.dest_qp));
+    listed.dedup();
+    assert_eq!(listed.len(), t.active_len());
+    assert_eq!(t.active_len(), t.len());
+}
+
 /// A kernel-map snapshot of `packets` packets, first seen at `first`, last at `last` (ns).
 fn life(packets: u64, first: u64, last: u64) -> FlowStats {
     FlowStats {
