@@ -29,8 +29,8 @@ pub(crate) enum Limit {
 /// batch runs with flow maps of `SMALL_MAP` entries, far fewer than its flows: the LRU maps
 /// admit every new flow and push the least recently used out, by the kernel's approximation
 /// of recency, which no host model follows flow by flow; so there the policy's guarantees are
-/// checked: every per-packet counter equal (the sequence counts a flow's state derives at
-/// most the host's: a flow pushed out starts its sequence afresh), no update refused, every flow held with
+/// checked: every per-packet counter equal (not the sequence counts a flow's state derives: a
+/// flow pushed out starts its sequence afresh), no update refused, every flow held with
 /// counts no higher than the host's (unbounded) count of it, and flows that come after the
 /// pressure held with exactly the host's counts.
 pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
@@ -183,15 +183,21 @@ pub(crate) fn fuzz_kernel(limit: Limit) -> Result<()> {
                     .sum();
             }
             // Past the capacity, what a flow's state derives (its sequence: PSN gaps and
-            // retransmissions; its messages) starts afresh when a pushed-out flow comes back:
-            // the sequence counts are at most the host's, the messages are not compared;
-            // every per-packet counter stays exact.
+            // retransmissions; its messages) starts afresh when a pushed-out flow comes back,
+            // so it is not compared there; every per-packet counter stays exact, and the
+            // flows that come after the pressure are held exactly (below). The sequence
+            // counts are not even bounded by the host's: a fresh start measures the next
+            // PSNs from another reference (the host expecting PSN 5,000,001 takes 10 as a
+            // retransmission, a flow started afresh at 10 counts 20 as a gap of 9; batch 55
+            // of the seeded run counts 27.4 M gap PSNs in the kernel against 23.3 M, one
+            // returned flow 6.7 M against 4).
             let differ: Vec<(String, u64, u64)> = agent_common::counters::differences(&got, &want)
                 .into_iter()
-                .filter(|(name, k, h)| {
+                .filter(|(name, _, _)| {
                     !(small
                         && (name.starts_with("message")
-                            || ((name == "psn_gaps" || name == "retransmits") && k <= h)))
+                            || name == "psn_gaps"
+                            || name == "retransmits"))
                 })
                 .collect();
             if !differ.is_empty() {
