@@ -19,6 +19,13 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// A CE-marked RDMA WRITE from 10.0.0.1 to 10.0.0.2 on `sport` to `qp`: its record and key.
+fn ce_write(qp: u32, sport: u16) -> (PacketRecord, FlowKey) {
+    let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), sport, qp, 0x0A);
+    w.ecn = 3;
+    pkt(&w)
+}
+
 /// `n` connections of one host pair, each one CE-marked WRITE answered by its CNP 10 us
 /// later, one connection after another; `reverse`: each connection's ACK comes back on
 /// its port first (the exact rule), else none does (the waiting rule).
@@ -96,9 +103,7 @@ fn unanswered_ce_marks_keep_the_waiting_queue_to_the_flows_waiting() {
 #[test]
 fn one_flow_renewing_its_wait_keeps_one_entry_queued() {
     let mut c = CnpResponse::default();
-    let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000, 0x0A);
-    w.ecn = 3;
-    let (rec, key) = pkt(&w);
+    let (rec, key) = ce_write(0x20_0000, 0xC000);
     for i in 0..10_000u64 {
         c.packet(&rec, &key, 100, i * 2 * ANSWER_WINDOW_NS, i == 0);
     }
@@ -113,12 +118,7 @@ fn one_flow_renewing_its_wait_keeps_one_entry_queued() {
 #[test]
 fn a_renewed_wait_queues_behind_the_flows_already_waiting() {
     let mut c = CnpResponse::default();
-    let flow = |qp: u32, sport: u16| {
-        let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), sport, qp, 0x0A);
-        w.ecn = 3;
-        pkt(&w)
-    };
-    let (a, b) = (flow(0x20_0000, 0xC000), flow(0x20_0001, 0xC001));
+    let (a, b) = (ce_write(0x20_0000, 0xC000), ce_write(0x20_0001, 0xC001));
     c.packet(&a.0, &a.1, 100, 0, true);
     c.packet(&b.0, &b.1, 100, 500_000, true);
     c.packet(&a.0, &a.1, 100, 1_200_000, false);
@@ -198,9 +198,7 @@ fn the_pairing_is_linear_in_the_packets() {
 #[test]
 fn a_connection_answered_without_end_keeps_its_latencies_bounded() {
     let mut c = CnpResponse::default();
-    let mut w = Roce::new(ip("10.0.0.1"), ip("10.0.0.2"), 0xC000, 0x20_0000, 0x0A);
-    w.ecn = 3;
-    let (ce, ce_key) = pkt(&w);
+    let (ce, ce_key) = ce_write(0x20_0000, 0xC000);
     let (cnp, cnp_key) = pkt(&Roce::cnp(
         ip("10.0.0.2"),
         ip("10.0.0.1"),

@@ -187,13 +187,19 @@ fn quiet_flows_leave_the_ticks_and_decay_lazily() {
     assert!((e.rate_bytes - (decayed + alpha * (1000.0 - decayed))).abs() < 1e-6);
 }
 
+/// A table of one interface holding at most `max` flows.
+fn bounded(max: usize) -> FlowTable {
+    let mut t = FlowTable::new(vec!["c".into()]);
+    t.max_flows = Some(max);
+    t
+}
+
 /// A bounded table: when full, the flows quiet longest leave and their totals are kept;
 /// held + evicted accounts for every packet.
 #[test]
 fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
     let (info, len) = roce(100);
-    let mut t = FlowTable::new(vec!["c".into()]);
-    t.max_flows = Some(64);
+    let mut t = bounded(64);
     for q in 0..1000u32 {
         for _ in 0..3 {
             record(&mut t, q, &info, len, u64::from(q) * 1000);
@@ -213,8 +219,7 @@ fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
 #[test]
 fn a_flood_of_new_flows_keeps_the_active_list_to_the_table() {
     let (info, len) = roce(100);
-    let mut t = FlowTable::new(vec!["c".into()]);
-    t.max_flows = Some(64);
+    let mut t = bounded(64);
     for q in 0..100_000u32 {
         record(&mut t, q, &info, len, u64::from(q));
     }
@@ -231,8 +236,7 @@ fn a_flood_of_new_flows_keeps_the_active_list_to_the_table() {
 #[test]
 fn the_compacted_active_list_holds_each_flow_once() {
     let (info, len) = roce(100);
-    let mut t = FlowTable::new(vec!["c".into()]);
-    t.max_flows = Some(64);
+    let mut t = bounded(64);
     for round in 0..4u64 {
         for q in 0..200u32 {
             record(&mut t, q, &info, len, round * 1000 + u64::from(q));
