@@ -327,9 +327,11 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
     )
 }
 
-/// The row of the million frames over as many flows as the table holds by default.
+/// The row of the million frames over as many flows as the table holds by default (the label
+/// names the default: a change of it must change the label).
 const HELD_TWIN: &str =
     "the same frames over 262,144 flows, as many as the default bound holds (ordinary)";
+const _: () = assert!(rocemon::config::cli::rocemon_defaults::MAX_FLOWS == 262_144);
 
 /// The last `cargo xtask fuzz` run's figures, if any.
 pub fn fuzz_figures(out: &Path) -> Value {
