@@ -215,12 +215,7 @@ impl<'a> FlowList<'a> {
 
 impl Serialize for FlowList<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for e in &self.0 {
-            seq.serialize_element(&Flow::from_entry(e))?;
-        }
-        seq.end()
+        s.collect_seq(self.iter())
     }
 }
 
