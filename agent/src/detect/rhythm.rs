@@ -147,13 +147,13 @@ fn period_in(x: &[u64], min_lag: usize) -> Option<f64> {
     }
     let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
     let d: Vec<f64> = x.iter().map(|&v| v as f64 - mean).collect();
-    let var: f64 = d.iter().map(|v| v * v).sum();
+    let var = dot(&d, &d);
     if var <= 0.0 {
         return None;
     }
     let r: Vec<f64> = (0..=max_lag + 1)
         .map(|k| {
-            let s: f64 = d[..n - k].iter().zip(&d[k..]).map(|(a, b)| a * b).sum();
+            let s = dot(&d[..n - k], &d[k..]);
             // Unbiased for the shorter overlap.
             s / var * n as f64 / (n - k) as f64
         })
@@ -175,6 +175,32 @@ fn period_in(x: &[u64], min_lag: usize) -> Option<f64> {
     };
     Some(k as f64 + shift)
 }
+
+/// The dot product of two equally long slices, in [`LANES`] running sums: the
+/// autocorrelation is a dot product per lag (up to `n / 3` lags of `n` buckets: 4.6 million
+/// products for one source of a minute's capture), and one running sum waits on each add
+/// (floating-point adds are not reordered for the compiler), where independent sums fill
+/// the vector units. The lag 0 goes through it too, so the correlation at lag 0 is exactly 1.
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f64; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..LANES {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s: f64 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// Running sums of [`dot`] (two AVX registers, four SSE ones).
+const LANES: usize = 8;
 
 /// Steps of a series with period `p` buckets: a burst starts where traffic follows a silence
 /// of at least a tenth of the period (and 2 ms), and at least `min_step` buckets after the

@@ -372,3 +372,23 @@ fn no_step_is_slow_under_one_and_a_half_periods() {
         );
     }
 }
+
+/// The dot product in running sums agrees with the plain sum, remainder lanes included.
+#[test]
+fn dot_agrees_with_the_plain_sum() {
+    for n in [0usize, 1, 7, 8, 9, 100, 1_001] {
+        let a: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+        let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 7) as f64 * 0.5 - 1.0).collect();
+        let plain: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!(
+            (dot(&a, &b) - plain).abs() <= 1e-9 * plain.abs().max(1.0),
+            "n = {n}"
+        );
+    }
+}
+
+/// Slices of unequal length are multiplied over the shorter one.
+#[test]
+fn dot_stops_at_the_shorter_slice() {
+    assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0]), 14.0);
+}
