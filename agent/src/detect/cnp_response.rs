@@ -50,15 +50,27 @@ struct Burst {
     after_bytes: u64,
 }
 
+/// A connection's pairing state: what every CE packet reads and writes, in one small entry
+/// of [`CnpResponse::conns`] (a capture's CE marks touch thousands of connections in turn,
+/// and the entries stay in cache only while they are small); what its CNPs leave is boxed
+/// ([`Answers`]), made at its first CNP.
 #[derive(Clone, Debug, Default)]
 struct ConnState {
     ce: u64,
-    cnps: u64,
     answered: u64,
     unanswered: u64,
     /// CE packets waiting for a CNP: (first one's time, count).
     pending: Option<(u64, u64)>,
     last_cnp: Option<u64>,
+    /// The CNPs' side (none before the first CNP).
+    answers: Option<Box<Answers>>,
+}
+
+/// What a connection's CNPs left: their count and gaps, the CE -> CNP latencies, the
+/// sender's reactions.
+#[derive(Clone, Debug, Default)]
+struct Answers {
+    cnps: u64,
     /// CE -> CNP latencies (ns), bounded ([`super::latency_sample`]).
     latencies: super::latency_sample::LatencySample,
     min_gap: Option<u64>,
@@ -73,7 +85,10 @@ impl ConnState {
     /// A data packet of the flow while a burst is being judged; false once it is judged (or
     /// none is open).
     fn data(&mut self, t: u64, len: u64) -> bool {
-        let Some(b) = &mut self.burst else {
+        let Some(a) = self.answers.as_deref_mut() else {
+            return false;
+        };
+        let Some(b) = &mut a.burst else {
             return false;
         };
         if t < b.at + REACTION_WINDOW_NS {
@@ -83,9 +98,9 @@ impl ConnState {
             return true;
         }
         let b = *b;
-        self.burst = None;
+        a.burst = None;
         let rate = |bytes: u64| bytes as f64 * 1e9 / REACTION_WINDOW_NS as f64;
-        self.reacted.burst(
+        a.reacted.burst(
             rate(b.before_bytes),
             b.before_packets,
             rate(b.after_bytes),
@@ -123,14 +138,15 @@ impl ConnState {
     /// (asked only when a burst starts).
     fn cnp(&mut self, t: u64, before: impl FnOnce() -> (u64, u64)) -> bool {
         self.settle(t);
-        self.cnps += 1;
+        let a = self.answers.get_or_insert_with(Box::default);
+        a.cnps += 1;
         let quiet = self
             .last_cnp
             .is_none_or(|c| t.saturating_sub(c) > REACTION_WINDOW_NS);
-        let opened = quiet && self.burst.is_none();
+        let opened = quiet && a.burst.is_none();
         if opened {
             let (before_bytes, before_packets) = before();
-            self.burst = Some(Burst {
+            a.burst = Some(Burst {
                 at: t,
                 before_bytes,
                 before_packets,
@@ -139,11 +155,11 @@ impl ConnState {
         }
         if let Some((first, n)) = self.pending.take() {
             self.answered += n;
-            self.latencies.push(t.saturating_sub(first));
+            a.latencies.push(t.saturating_sub(first));
         }
         if let Some(prev) = self.last_cnp {
             let gap = t.saturating_sub(prev);
-            self.min_gap = Some(self.min_gap.map_or(gap, |g| g.min(gap)));
+            a.min_gap = Some(a.min_gap.map_or(gap, |g| g.min(gap)));
         }
         self.last_cnp = Some(t);
         opened
@@ -445,15 +461,17 @@ impl CnpResponse {
         let mut conns: Vec<(Conn, &ConnState)> =
             self.conns.iter().map(|(k, s)| (conn_of(k), s)).collect();
         conns.sort_by_key(|c| c.0);
+        let none = Answers::default();
         for (c, s) in conns {
+            let a = s.answers.as_deref().unwrap_or(&none);
             // CE packets still waiting are unanswered: nothing more comes.
             let waiting = s.pending.map_or(0, |(_, n)| n);
             ce += s.ce;
             answered += s.answered;
             unanswered += s.unanswered + waiting;
-            let w = s.latencies.weight();
-            all_lat.extend(s.latencies.kept().iter().map(|&ns| (ns, w)));
-            if let Some(g) = s.min_gap {
+            let w = a.latencies.weight();
+            all_lat.extend(a.latencies.kept().iter().map(|&ns| (ns, w)));
+            if let Some(g) = a.min_gap {
                 min_gap = Some(min_gap.map_or(g, |m| m.min(g)));
             }
             connections.push(CnpConnection {
@@ -462,14 +480,14 @@ impl CnpResponse {
                 sport: c.2,
                 dest_qp: c.3,
                 ce_packets: s.ce,
-                cnps: s.cnps,
+                cnps: a.cnps,
                 unanswered_ce: s.unanswered + waiting,
-                latency_p50_seconds: s.latencies.quantile(0.5),
-                cnp_bursts: s.reacted.bursts,
-                cnp_bursts_ignored: s.reacted.ignored,
-                rate_after_cnps_ratio: s.reacted.mean_ratio(),
-                rate_before_cnps_bits_per_second: (s.reacted.bursts > 0)
-                    .then_some(s.reacted.rate_before * 8.0),
+                latency_p50_seconds: a.latencies.quantile(0.5),
+                cnp_bursts: a.reacted.bursts,
+                cnp_bursts_ignored: a.reacted.ignored,
+                rate_after_cnps_ratio: a.reacted.mean_ratio(),
+                rate_before_cnps_bits_per_second: (a.reacted.bursts > 0)
+                    .then_some(a.reacted.rate_before * 8.0),
             });
         }
         connections.sort_by(|a, b| {

@@ -210,10 +210,22 @@ fn a_connection_answered_without_end_keeps_its_latencies_bounded() {
         c.packet(&ce, &ce_key, 100, t, i == 0);
         c.packet(&cnp, &cnp_key, 100, t + 10_000, i == 0);
     }
-    let kept: usize = c.conns.values().map(|s| s.latencies.kept().len()).sum();
+    let kept: usize = c
+        .conns
+        .values()
+        .filter_map(|s| s.answers.as_ref())
+        .map(|a| a.latencies.kept().len())
+        .sum();
     assert_eq!(kept, crate::detect::latency_sample::KEPT);
     let r = c.report();
     assert_eq!((r.ce_packets, r.answered_ce), (100_000, 100_000));
     assert_eq!(r.latency_seconds.p50, Some(10e-6));
     assert_eq!(r.connections[0].latency_p50_seconds, Some(10e-6));
+}
+
+/// What a CE packet touches stays small: a connection's entry (key and hot state) fits two
+/// cache lines; the CNPs' side is boxed.
+#[test]
+fn a_connection_entry_fits_two_cache_lines() {
+    assert!(std::mem::size_of::<(FlowKey, ConnState)>() <= 128);
 }

@@ -8,6 +8,7 @@
 
 use crate::pipeline::analyze_options::AnalyzeOptions;
 use crate::pipeline::stages::{Pipeline, Rates};
+use crate::pipeline::training::Trouble;
 use agent_common::{Hook, HookCounters, PacketRecord};
 
 /// Ticks run one by one across a silence in the capture; a longer silence is one tick.
@@ -46,11 +47,30 @@ pub struct FlowSide {
 }
 
 /// What the flow table said of a RoCE packet, for the views after it: whether the packet
-/// began its flow, and the trouble it tells of (its PSN events are the flow's).
-#[derive(Clone, Copy, Debug, Default)]
+/// began its flow, and the trouble it tells of (its PSN events are the flow's). Eight bytes:
+/// the views read one per packet from the flow thread's core, so it holds a packet's own
+/// counts, not a [`Trouble`]'s running totals (four 64-bit counts: 40 bytes a packet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Told {
     pub created: bool,
-    pub trouble: crate::pipeline::training::Trouble,
+    /// A CE mark (0 or 1).
+    ce: u8,
+    /// Outside the lossless class (0 or 1).
+    lossy: u8,
+    /// Loss recovery: the PSNs a gap skipped (under 2^24), a retransmission, a NAK.
+    recoveries: u32,
+}
+
+impl Told {
+    /// The packet's trouble, for the views' running totals.
+    pub fn trouble(&self) -> Trouble {
+        Trouble {
+            packets: 1,
+            ce: u64::from(self.ce),
+            recoveries: u64::from(self.recoveries),
+            lossy: u64::from(self.lossy),
+        }
+    }
 }
 
 impl FlowSide {
@@ -89,10 +109,7 @@ impl FlowSide {
                 let (ev, created) =
                     self.pipeline
                         .packet(hash, key, info, &mut self.counters, *len, *ts_ns);
-                return Told {
-                    created,
-                    trouble: trouble(info, &ev, &self.opts.classes),
-                };
+                return told(created, info, &ev, &self.opts.classes);
             }
             Step::Sflow { ts_ns, datagram } => {
                 self.advance(*ts_ns);
@@ -211,17 +228,20 @@ const RING: usize = 32;
 
 /// What one RoCE packet tells about a slow step: a CE mark, loss recovery (a PSN gap, a
 /// retransmission, a NAK), a packet outside the lossless class.
-fn trouble(
+fn told(
+    created: bool,
     info: &agent_common::PacketRecord,
     ev: &agent_common::flow::FlowEvent,
     classes: &agent_common::TrafficClasses,
-) -> crate::pipeline::training::Trouble {
+) -> Told {
     let nak = info.nak().is_some();
-    let recovery = u64::from(ev.psn.gap) + u64::from(ev.psn.retransmit) + u64::from(nak);
-    crate::pipeline::training::Trouble {
-        packets: 1,
-        ce: u64::from(info.is_ce()),
-        recoveries: recovery,
-        lossy: u64::from(info.is_lossy(classes)),
+    Told {
+        created,
+        ce: u8::from(info.is_ce()),
+        recoveries: ev
+            .psn
+            .gap
+            .saturating_add(u32::from(ev.psn.retransmit) + u32::from(nak)),
+        lossy: u8::from(info.is_lossy(classes)),
     }
 }

@@ -17,13 +17,53 @@ const MAX_PAIRS: usize = 4_096;
 /// Entries (a host pair's trouble in one millisecond) kept at most.
 const MAX_EVENTS: usize = 1 << 20;
 
+/// A host pair's trouble in one millisecond: 24 bytes (a [`Trouble`]'s four 64-bit counts
+/// made entries of 48, and a capture with CE marks spread over many hosts keeps one per
+/// marked packet). The counts saturate (a millisecond carries far fewer packets).
+#[derive(Clone, Copy, Debug, Default)]
+struct Event {
+    ms: u64,
+    ce: u32,
+    recoveries: u32,
+    lossy: u32,
+    pair: u16,
+}
+
+impl Event {
+    fn new(ms: u64, pair: u16, t: &Trouble) -> Event {
+        let mut e = Event {
+            ms,
+            pair,
+            ..Event::default()
+        };
+        e.add(t);
+        e
+    }
+
+    fn add(&mut self, t: &Trouble) {
+        let add = |a: &mut u32, b: u64| *a = a.saturating_add(u32::try_from(b).unwrap_or(u32::MAX));
+        add(&mut self.ce, t.ce);
+        add(&mut self.recoveries, t.recoveries);
+        add(&mut self.lossy, t.lossy);
+    }
+
+    fn trouble(&self) -> Trouble {
+        Trouble {
+            packets: 0,
+            ce: u64::from(self.ce),
+            recoveries: u64::from(self.recoveries),
+            lossy: u64::from(self.lossy),
+        }
+    }
+}
+
 /// The store.
 #[derive(Clone, Debug, Default)]
 pub struct PairTrouble {
     pairs: FxHashMap<(Host, Host), u16>,
     pair_of: Vec<(Host, Host)>,
-    /// (millisecond, pair, trouble), in time order.
-    events: VecDeque<(u64, u16, Trouble)>,
+    /// A host pair's trouble in one millisecond, in time order.
+    events: VecDeque<Event>,
     /// Trouble of pairs beyond [`MAX_PAIRS`], or pushed out by [`MAX_EVENTS`].
     pub unattributed: u64,
 }
@@ -49,19 +89,19 @@ impl PairTrouble {
             }
         };
         match self.events.back_mut() {
-            Some((m, p, acc)) if *m == ms && *p == pair => acc.add(t),
-            Some((m, _, _)) if *m > ms => {
+            Some(e) if e.ms == ms && e.pair == pair => e.add(t),
+            Some(e) if e.ms > ms => {
                 // Out of order (a capture's timestamps may step back): in its place.
-                let i = self.events.partition_point(|(m, _, _)| *m <= ms);
-                self.events.insert(i, (ms, pair, *t));
+                let i = self.events.partition_point(|e| e.ms <= ms);
+                self.events.insert(i, Event::new(ms, pair, t));
             }
-            _ => self.events.push_back((ms, pair, *t)),
+            _ => self.events.push_back(Event::new(ms, pair, t)),
         }
-        let newest = self.events.back().map_or(ms, |(m, _, _)| *m);
+        let newest = self.events.back().map_or(ms, |e| e.ms);
         while self
             .events
             .front()
-            .is_some_and(|(m, _, _)| *m + window_ms < newest)
+            .is_some_and(|e| e.ms + window_ms < newest)
         {
             self.events.pop_front();
         }
@@ -82,15 +122,15 @@ impl PairTrouble {
     /// The trouble of the pairs `among` picks in milliseconds `[from_ms, to_ms)` (packets
     /// left at 0: only trouble is kept).
     pub fn within(&self, from_ms: u64, to_ms: u64, among: &[bool]) -> Trouble {
-        let i = self.events.partition_point(|(m, _, _)| *m < from_ms);
+        let i = self.events.partition_point(|e| e.ms < from_ms);
         let mut out = Trouble::default();
-        for (_, _, t) in self
+        for e in self
             .events
             .range(i..)
-            .take_while(|(m, _, _)| *m < to_ms)
-            .filter(|(_, p, _)| among.get(usize::from(*p)).copied().unwrap_or(false))
+            .take_while(|e| e.ms < to_ms)
+            .filter(|e| among.get(usize::from(e.pair)).copied().unwrap_or(false))
         {
-            out.add(t);
+            out.add(&e.trouble());
         }
         out
     }
@@ -155,5 +195,13 @@ mod tests {
         let among = s.pairs_among(&[h(1), h(2)]);
         assert_eq!(s.within(3, 4, &among).ce, 2);
         assert_eq!(s.within(4, 6, &among).ce, 1);
+    }
+
+    #[test]
+    fn an_entry_is_24_bytes_and_its_counts_saturate() {
+        assert_eq!(std::mem::size_of::<Event>(), 24);
+        let mut e = Event::new(1, 0, &ce(u64::from(u32::MAX) - 1));
+        e.add(&ce(5));
+        assert_eq!(e.trouble().ce, u64::from(u32::MAX));
     }
 }

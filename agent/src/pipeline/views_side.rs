@@ -38,7 +38,7 @@ impl Views {
                 self.timeline.record(info, *len, *ts_ns);
                 self.training.record(&key, *len, *ts_ns);
                 self.cnp.packet(info, &key, *len, *ts_ns, told.created);
-                self.training.note(*ts_ns, &key, told.trouble);
+                self.training.note(*ts_ns, &key, told.trouble());
             }
             Step::Pause {
                 ts_ns,
