@@ -186,7 +186,7 @@ pub struct CnpResponse {
     /// expired and began anew is queued again, and its old entry is stale (its start is not
     /// the flow's). Entries older than [`ANSWER_WINDOW_NS`] leave as a new wait is queued,
     /// so a queue holds at most the waits begun within one answer window.
-    waiting: FxHashMap<FlowKey, VecDeque<(FlowKey, u64)>>,
+    waiting: FxHashMap<FlowKey, WaitQueue>,
     /// Index entries the CNPs looked at: the pairing's work, linear in the packets.
     pub visits: u64,
     /// Connections paired at most (`--max-flows`; 0: no bound): the pairing state is bounded
@@ -203,6 +203,38 @@ pub struct CnpResponse {
     /// The flows whose burst of CNPs is being judged (their packets add to its "after").
     open: FxHashMap<FlowKey, ()>,
     cnps: u64,
+}
+
+/// A host pair's waits in order, the first held in the map's entry itself: a pair with one
+/// CE flow (the common case) is one entry to read per wait, not an entry and its buffer.
+#[derive(Clone, Debug, Default)]
+struct WaitQueue {
+    first: Option<(FlowKey, u64)>,
+    rest: VecDeque<(FlowKey, u64)>,
+}
+
+impl WaitQueue {
+    fn front(&self) -> Option<&(FlowKey, u64)> {
+        self.first.as_ref()
+    }
+
+    fn pop_front(&mut self) -> Option<(FlowKey, u64)> {
+        let out = self.first.take();
+        self.first = self.rest.pop_front();
+        out
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn push_back(&mut self, w: (FlowKey, u64)) {
+        if self.first.is_none() {
+            self.first = Some(w);
+        } else {
+            self.rest.push_back(w);
+        }
+    }
 }
 
 /// Whether the wait of flow `c` that began at `start` is still on at `t`: not expired (told

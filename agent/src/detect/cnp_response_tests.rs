@@ -93,7 +93,7 @@ fn unanswered_ce_marks_keep_the_waiting_queue_to_the_flows_waiting() {
         // Every 2 ms: each CE mark finds its flow's last wait over.
         c.packet(&rec, &key, 100, u64::from(i) * 2 * ANSWER_WINDOW_NS, i < 3);
     }
-    let waiting: usize = c.waiting.values().map(VecDeque::len).sum();
+    let waiting: usize = c.waiting.values().map(WaitQueue::len).sum();
     assert!(waiting <= 3, "{waiting} queued");
     assert_eq!(c.report().unanswered_ce, 10_000);
 }
@@ -107,7 +107,7 @@ fn one_flow_renewing_its_wait_keeps_one_entry_queued() {
     for i in 0..10_000u64 {
         c.packet(&rec, &key, 100, i * 2 * ANSWER_WINDOW_NS, i == 0);
     }
-    let waiting: usize = c.waiting.values().map(VecDeque::len).sum();
+    let waiting: usize = c.waiting.values().map(WaitQueue::len).sum();
     assert_eq!(waiting, 1);
     assert_eq!(c.report().unanswered_ce, 10_000);
 }
@@ -228,4 +228,29 @@ fn a_connection_answered_without_end_keeps_its_latencies_bounded() {
 #[test]
 fn a_connection_entry_fits_two_cache_lines() {
     assert!(std::mem::size_of::<(FlowKey, ConnState)>() <= 128);
+}
+
+/// The wait queue keeps its order across its inline first entry and the rest.
+#[test]
+fn a_wait_queue_is_first_in_first_out() {
+    let k = |qp: u32| FlowKey {
+        dest_qp: qp,
+        ..FlowKey::default()
+    };
+    let mut q = WaitQueue::default();
+    assert!(q.front().is_none());
+    for i in 0..5 {
+        q.push_back((k(i), u64::from(i)));
+    }
+    assert_eq!(q.front().map(|w| w.1), Some(0));
+    let mut order = Vec::new();
+    while let Some((_, t)) = q.pop_front() {
+        order.push(t);
+        if t == 1 {
+            q.push_back((k(9), 9));
+        }
+    }
+    assert_eq!(order, vec![0, 1, 2, 3, 4, 9]);
+    assert!(q.pop_front().is_none());
+    assert_eq!(q.len(), 0);
 }

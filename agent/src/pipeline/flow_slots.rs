@@ -14,6 +14,7 @@
 //! `swap_remove_at` moves the last entry into the hole, `retain` keeps the order.
 
 use super::FlowEntry;
+use crate::pipeline::prefetch::prefetch_line;
 use agent_common::FlowKey;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -175,17 +176,6 @@ impl FlowSlots {
             prefetch_line(std::ptr::from_ref(slot).cast());
         }
     }
-}
-
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it never faults and changes no memory, whatever `p` is.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]
