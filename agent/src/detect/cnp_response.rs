@@ -224,6 +224,7 @@ impl WaitQueue {
         out
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.rest.len()
     }
