@@ -26,9 +26,21 @@ pub struct Judged {
 
 /// Judges an analysis (the capture's one window).
 pub fn judge_analysis(a: &Analysis) -> Judged {
-    let training = super::training_view::explained(a);
-    // Every connection paired, not only those the report lists.
-    let (cnp, all) = a.cnp.report_and_all();
+    // The jobs' rhythms and slow steps, and every connection paired (not only those the
+    // report lists): independent, so side by side where a second core is free (the run after
+    // the last frame is one thread's otherwise).
+    let cnp = &a.cnp;
+    let (training, (cnp, all)) = std::thread::scope(|s| {
+        let paired = std::thread::Builder::new()
+            .name("analyze-judge".into())
+            .spawn_scoped(s, || cnp.report_and_all());
+        let training = super::training_view::explained(a);
+        let paired = match paired {
+            Ok(p) => p.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Err(_) => cnp.report_and_all(),
+        };
+        (training, paired)
+    });
     let ranked = findings(a, &training, &all);
     Judged {
         training,

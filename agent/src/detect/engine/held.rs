@@ -114,11 +114,16 @@ impl Held {
         if per_kind.values().all(|n| *n <= OPEN_PER_KIND) {
             return now;
         }
-        let open = |x: &Finding| self.open.contains_key(&(x.kind, x.subject.clone()));
-        now.sort_by(|a, b| {
+        // Whether each is open, asked once per finding (not twice per comparison: a capture's
+        // thousands of findings of a kind made the sort a third of the judging).
+        let mut keyed: Vec<(bool, Finding)> = now
+            .drain(..)
+            .map(|x| (self.open.contains_key(&(x.kind, x.subject.clone())), x))
+            .collect();
+        keyed.sort_by(|(open_a, a), (open_b, b)| {
             a.kind
                 .cmp(b.kind)
-                .then(open(b).cmp(&open(a)))
+                .then(open_b.cmp(open_a))
                 .then(b.severity.cmp(&a.severity))
                 .then(a.start_s.total_cmp(&b.start_s))
                 .then(a.subject.cmp(&b.subject))
@@ -126,7 +131,7 @@ impl Held {
         let mut out = Vec::new();
         let mut rest: BTreeMap<&'static str, Vec<Finding>> = BTreeMap::new();
         let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for x in now {
+        for (_, x) in keyed {
             let n = seen.entry(x.kind).or_default();
             *n += 1;
             if *n <= OPEN_PER_KIND {
