@@ -114,7 +114,7 @@ fn measure(program: &str, args: &[&std::ffi::OsStr]) -> Result<(f64, u64)> {
 /// Captures built to blow up `analyze`: one million flows of one packet each, and 10,000
 /// flows seen 64 times with 64-second silences between (rate ticks for every flow once cost
 /// flows x ticks).
-fn hostile_captures(dir: &Path) -> Result<[PathBuf; 5]> {
+pub(crate) fn hostile_captures(dir: &Path) -> Result<[PathBuf; 5]> {
     let dst = "10.250.0.1".parse()?;
     // A million flows of one packet each, and its ordinary twin: the same frames (sizes,
     // times) over 10,000 flows of 100 packets.

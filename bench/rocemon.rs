@@ -123,6 +123,15 @@ fn main() -> Result<()> {
         }
         return Ok(());
     }
+    if let Some(dir) =
+        std::env::args().find_map(|a| a.strip_prefix("--hostile-captures=").map(PathBuf::from))
+    {
+        // The hostile captures of the robustness phase, kept for profiling by hand.
+        for p in robustness::hostile_captures(&dir)? {
+            println!("{}", p.display());
+        }
+        return Ok(());
+    }
     if std::env::args().any(|a| a == "--phase-scale") {
         loader::raise_memlock();
         println!("{}", scale::scale_bench()?);
