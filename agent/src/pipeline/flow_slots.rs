@@ -14,7 +14,7 @@
 //! `swap_remove_at` moves the last entry into the hole, `retain` keeps the order.
 
 use super::FlowEntry;
-use crate::pipeline::prefetch::prefetch_line;
+use crate::pipeline::prefetch::{prefetch, prefetch_line};
 use agent_common::FlowKey;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -157,11 +157,7 @@ impl FlowSlots {
             return;
         };
         let e = &self.entries[i];
-        let stats = std::ptr::addr_of!(e.stats).cast::<u8>();
-        let size = std::mem::size_of_val(&e.stats);
-        for off in (0..size).step_by(64).chain([size - 1]) {
-            prefetch_line(stats.wrapping_add(off));
-        }
+        prefetch(&e.stats);
         prefetch_line(std::ptr::addr_of!(e.active).cast());
         prefetch_line(std::ptr::addr_of!(e.key).cast());
     }
