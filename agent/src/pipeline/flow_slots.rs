@@ -62,6 +62,7 @@ impl FlowSlots {
         self.entries.is_empty()
     }
 
+    #[cfg(test)]
     pub fn contains_key(&self, k: &SlotKey) -> bool {
         self.position(self.hash(k), k).is_some()
     }
@@ -74,24 +75,26 @@ impl FlowSlots {
         self.position(self.hash(k), k).map(|i| &mut self.entries[i])
     }
 
-    /// The flow's entry, made by `new` when the flow is not in the table; `hash` is the key's
+    /// The position of a flow (as [`FlowSlots::values`] yields it); `hash` is the key's
     /// [`FlowSlots::hash`] (the flow table hashes a packet's key once).
-    pub fn get_or_insert_hashed(
-        &mut self,
-        hash: u64,
-        k: SlotKey,
-        new: impl FnOnce() -> FlowEntry,
-    ) -> &mut FlowEntry {
-        debug_assert_eq!(hash, self.hash(&k));
-        let i = match self.position(hash, &k) {
-            Some(i) => i,
-            None => {
-                let i = self.entries.len();
-                self.entries.push(new());
-                self.index.insert_unique(hash, (hash, i), |&(h, _)| h);
-                i
-            }
-        };
+    pub fn position_hashed(&self, hash: u64, k: &SlotKey) -> Option<usize> {
+        debug_assert_eq!(hash, self.hash(k));
+        self.position(hash, k)
+    }
+
+    /// Adds a flow that is not in the table (its key hashing to `hash`) at the end; returns
+    /// its position.
+    pub fn push_new_hashed(&mut self, hash: u64, e: FlowEntry) -> usize {
+        debug_assert_eq!(hash, self.hash(&(e.iface, e.key)));
+        debug_assert!(self.position(hash, &(e.iface, e.key)).is_none());
+        let i = self.entries.len();
+        self.entries.push(e);
+        self.index.insert_unique(hash, (hash, i), |&(h, _)| h);
+        i
+    }
+
+    /// The flow at position `i`, which must be held.
+    pub fn at_mut(&mut self, i: usize) -> &mut FlowEntry {
         &mut self.entries[i]
     }
 
@@ -241,8 +244,12 @@ mod tests {
                 match op {
                     Op::Insert(i, q) => {
                         let k = (i, entry(i, q).key);
-                        let e = slots.get_or_insert_hashed(slots.hash(&k), k, || entry(i, q));
-                        prop_assert_eq!(e.key.dest_qp, q);
+                        let h = slots.hash(&k);
+                        let at = match slots.position_hashed(h, &k) {
+                            Some(at) => at,
+                            None => slots.push_new_hashed(h, entry(i, q)),
+                        };
+                        prop_assert_eq!(slots.at_mut(at).key.dest_qp, q);
                         if !model.contains(&(i, q)) {
                             model.push((i, q));
                         }

@@ -134,6 +134,11 @@ pub struct FlowTable {
     /// Flows the full kernel map pushed out that the table holds at most per interface (see
     /// [`FlowTable::end_poll`]; 0: none, as `analyze` and the tests that feed snapshots).
     pub hold_pushed_out: usize,
+    /// The eviction's list of candidates, kept between evictions (a flood of new flows
+    /// evicts once per eighth of the table).
+    room_scratch: Vec<(u64, usize)>,
+    /// Elephants among the last eviction's candidates (see [`FlowTable::make_room`]).
+    room_spare: usize,
 }
 
 impl FlowTable {
@@ -151,6 +156,8 @@ impl FlowTable {
             created: Vec::new(),
             ended: Vec::new(),
             hold_pushed_out: 0,
+            room_scratch: Vec::new(),
+            room_spare: room::ROOM_SPARE,
         }
     }
 
@@ -159,41 +166,48 @@ impl FlowTable {
         self.entry_hashed(self.hash(iface, &key), iface, key)
     }
 
-    /// [`FlowTable::entry`] with the key's [`FlowTable::hash`].
+    /// [`FlowTable::entry`] with the key's [`FlowTable::hash`]. One probe of the index finds
+    /// the flow or tells that it is new (a flood of new flows into a full table paid a
+    /// second probe for the same answer before making room).
     fn entry_hashed(&mut self, hash: u64, iface: usize, key: FlowKey) -> &mut FlowEntry {
-        if let Some(max) = self.max_flows {
-            if self.entries.len() >= max && !self.entries.contains_key(&(iface, key)) {
-                self.make_room(max);
+        let i = match self.entries.position_hashed(hash, &(iface, key)) {
+            Some(i) => i,
+            None => {
+                if let Some(max) = self.max_flows {
+                    if self.entries.len() >= max {
+                        self.make_room(max);
+                    }
+                }
+                if self.record_ends {
+                    self.created.push((iface, key));
+                }
+                self.entries.push_new_hashed(
+                    hash,
+                    FlowEntry {
+                        iface,
+                        key,
+                        stats: FlowStats::default(),
+                        rate_bytes: 0.0,
+                        rate_packets: 0.0,
+                        rate_ce: 0.0,
+                        rate_cnp: 0.0,
+                        elephant: ElephantState::default(),
+                        prev_bytes: 0,
+                        prev_packets: 0,
+                        prev_ce: 0,
+                        prev_cnp: 0,
+                        ticked: false,
+                        generation: self.generation,
+                        baselined: false,
+                        active: false,
+                        rate_clock_s: self.clock_s,
+                        export: None,
+                        lives: None,
+                    },
+                )
             }
-        }
-        let (generation, clock) = (self.generation, self.clock_s);
-        let (record, created) = (self.record_ends, &mut self.created);
-        let e = self.entries.get_or_insert_hashed(hash, (iface, key), || {
-            if record {
-                created.push((iface, key));
-            }
-            FlowEntry {
-                iface,
-                key,
-                stats: FlowStats::default(),
-                rate_bytes: 0.0,
-                rate_packets: 0.0,
-                rate_ce: 0.0,
-                rate_cnp: 0.0,
-                elephant: ElephantState::default(),
-                prev_bytes: 0,
-                prev_packets: 0,
-                prev_ce: 0,
-                prev_cnp: 0,
-                ticked: false,
-                generation,
-                baselined: false,
-                active: false,
-                rate_clock_s: clock,
-                export: None,
-                lives: None,
-            }
-        });
+        };
+        let e = self.entries.at_mut(i);
         if !e.active {
             e.active = true;
             self.active.push((iface, key));

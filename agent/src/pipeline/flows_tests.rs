@@ -214,6 +214,50 @@ fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
     assert!(!t.iter().any(|e| e.key == key(0)));
 }
 
+/// Elephants stay in a full table, even when more of them are among the quietest than the
+/// eviction first looks past: the quietest flows that are no elephants leave instead.
+#[test]
+fn a_full_table_keeps_its_elephants_however_many_are_quiet() {
+    let (info, len) = roce(100);
+    let mut t = bounded(64);
+    for q in 0..64u32 {
+        record(&mut t, q, &info, len, u64::from(q));
+    }
+    // The 40 quietest are elephants (more than the eviction spares for at first).
+    for e in t.entries.values_mut() {
+        if e.key.dest_qp < 40 {
+            e.elephant.elephant = true;
+        }
+    }
+    record(&mut t, 1000, &info, len, 1000);
+    let held: Vec<u32> = t.iter().map(|e| e.key.dest_qp).collect();
+    assert!(
+        (0..40).all(|q| held.contains(&q)),
+        "an elephant left: {held:?}"
+    );
+    // An eighth of the table left: the 8 quietest of the others.
+    assert!((40..48).all(|q| !held.contains(&q)), "{held:?}");
+    assert!((48..64).all(|q| held.contains(&q)), "{held:?}");
+    assert!(held.contains(&1000));
+    assert_eq!(t.evicted.flows, 8);
+}
+
+/// Flows last seen at the same time leave by key order (the documented order: quiet time,
+/// then key), whichever way the table holds them.
+#[test]
+fn ties_of_quiet_time_leave_by_key() {
+    let (info, len) = roce(100);
+    let mut t = bounded(16);
+    // Sixteen flows inserted in a scrambled order, all last seen at the same time.
+    for q in [9u32, 3, 14, 0, 7, 12, 5, 1, 15, 8, 2, 11, 6, 13, 4, 10] {
+        record(&mut t, q, &info, len, 500);
+    }
+    record(&mut t, 100, &info, len, 600);
+    let held: Vec<u32> = t.iter().map(|e| e.key.dest_qp).collect();
+    assert!(!held.contains(&0) && !held.contains(&1), "{held:?}");
+    assert!((2..16).all(|q| held.contains(&q)), "{held:?}");
+}
+
 /// A flood of new flows within one tick: the active list stays within twice the table (it
 /// held every key that came, a million in the hostile capture, until the next tick).
 #[test]
