@@ -56,7 +56,7 @@ impl FlowTable {
         }
         // From the highest position down: each removal moves the last entry, never a victim.
         let victims = &mut quiet[..n];
-        victims.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        victims.sort_unstable_by_key(|v| std::cmp::Reverse(v.1));
         for &(_, i) in victims.iter() {
             if let Some(e) = self.entries.swap_remove_at(i) {
                 self.evicted.flows += 1;
