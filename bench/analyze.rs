@@ -122,6 +122,9 @@ fn steady_bench(dir: &Path) -> Result<Value> {
 pub(crate) const SIZES: [(&str, &[usize]); 2] =
     [("bench_1m_small", &[0, 64]), ("bench_1m_large", &[1024])];
 
+/// The mixed capture that tshark reads too: payloads of 0, 64, 256 and 1024 bytes.
+pub(crate) const MIXED: (&str, &[usize]) = ("bench_1m", &[0, 64, 256, 1024]);
+
 pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
     let frames = 1_000_000f64;
     let mut sizes = serde_json::Map::new();
@@ -142,7 +145,7 @@ pub(crate) fn analyze_bench(dir: &Path) -> Result<Value> {
                     "rocemon_frames_per_second": frames / ours_s, "ratio_vs_cat": ours_s / cat_s }),
         );
     }
-    let file = big_capture(dir, "bench_1m", &[0, 64, 256, 1024])?;
+    let file = big_capture(dir, MIXED.0, MIXED.1)?;
     let size = std::fs::metadata(&file)?.len();
     let (ours_s, cat_s) = against_cat(&file)?;
     let tshark_s = time_cmd(Command::new("tshark").arg("-n").arg("-r").arg(&file).args([

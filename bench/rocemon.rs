@@ -118,7 +118,7 @@ fn main() -> Result<()> {
         std::env::args().find_map(|a| a.strip_prefix("--captures=").map(PathBuf::from))
     {
         // The analyze phase's captures, kept for profiling `rocemon analyze` by hand.
-        for (name, payloads) in analyze::SIZES {
+        for (name, payloads) in analyze::SIZES.into_iter().chain([analyze::MIXED]) {
             println!("{}", analyze::big_capture(&dir, name, payloads)?.display());
         }
         return Ok(());
