@@ -106,7 +106,7 @@ impl Held {
     /// At most [`OPEN_PER_KIND`] findings of a kind: those open already first (a finding does
     /// not flap in and out of the list), then the most serious and earliest; the rest of the
     /// kind becomes one finding that says how many more and names the first few.
-    pub fn bounded(&self, mut now: Vec<Finding>) -> Vec<Finding> {
+    pub fn bounded(&self, now: Vec<Finding>) -> Vec<Finding> {
         let mut per_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
         for x in &now {
             *per_kind.entry(x.kind).or_default() += 1;
@@ -115,23 +115,29 @@ impl Held {
             return now;
         }
         // Whether each is open, asked once per finding (not twice per comparison: a capture's
-        // thousands of findings of a kind made the sort a third of the judging).
-        let mut keyed: Vec<(bool, Finding)> = now
-            .drain(..)
-            .map(|x| (self.open.contains_key(&(x.kind, x.subject.clone())), x))
+        // thousands of findings of a kind made the sort a third of the judging); none is
+        // where nothing is held yet (a capture's one window). The positions are sorted, not
+        // the findings (about 140 bytes each, moved at every step of the sort).
+        let open: Vec<bool> = now
+            .iter()
+            .map(|x| !self.open.is_empty() && self.open.contains_key(&(x.kind, x.subject.clone())))
             .collect();
-        keyed.sort_by(|(open_a, a), (open_b, b)| {
+        let mut order: Vec<usize> = (0..now.len()).collect();
+        order.sort_by(|&i, &j| {
+            let (a, b) = (&now[i], &now[j]);
             a.kind
                 .cmp(b.kind)
-                .then(open_b.cmp(open_a))
+                .then(open[j].cmp(&open[i]))
                 .then(b.severity.cmp(&a.severity))
                 .then(a.start_s.total_cmp(&b.start_s))
                 .then(a.subject.cmp(&b.subject))
         });
+        let mut slots: Vec<Option<Finding>> = now.into_iter().map(Some).collect();
         let mut out = Vec::new();
         let mut rest: BTreeMap<&'static str, Vec<Finding>> = BTreeMap::new();
         let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for (_, x) in keyed {
+        for i in order {
+            let Some(x) = slots[i].take() else { continue };
             let n = seen.entry(x.kind).or_default();
             *n += 1;
             if *n <= OPEN_PER_KIND {
