@@ -40,22 +40,7 @@ pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report<
             bytes: c.opcode_bytes[op as usize],
         })
         .collect();
-    // Highest mean rate first, then most bytes, ties in `top_k`'s order: sorted as references
-    // (a flow's report is 300 bytes to move).
-    let mut order: Vec<(usize, f64, &FlowEntry)> = a
-        .pipeline
-        .flows
-        .top_k(usize::MAX)
-        .into_iter()
-        .enumerate()
-        .map(|(rank, e)| (rank, mean_rate(e), e))
-        .collect();
-    order.sort_unstable_by(|x, y| {
-        y.1.total_cmp(&x.1)
-            .then(y.2.stats.bytes.cmp(&x.2.stats.bytes))
-            .then(x.0.cmp(&y.0))
-    });
-    let flows = FlowList::new(order.into_iter().map(|(_, _, e)| e).collect());
+    let flows = flow_list(&a.pipeline.flows);
     let elephants = a
         .pipeline
         .elephants
@@ -153,4 +138,21 @@ pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report<
     r.findings = ranked.incidents;
     r.verdict = ranked.verdict;
     r
+}
+
+/// The flows held, highest mean rate first, then most bytes, ties in `top_k`'s order: sorted
+/// as references (a flow's report is 300 bytes to move).
+pub fn flow_list(flows: &crate::pipeline::flows::FlowTable) -> FlowList<'_> {
+    let mut order: Vec<(usize, f64, &FlowEntry)> = flows
+        .top_k(usize::MAX)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, e)| (rank, mean_rate(e), e))
+        .collect();
+    order.sort_unstable_by(|x, y| {
+        y.1.total_cmp(&x.1)
+            .then(y.2.stats.bytes.cmp(&x.2.stats.bytes))
+            .then(x.0.cmp(&y.0))
+    });
+    FlowList::new(order.into_iter().map(|(_, _, e)| e).collect())
 }

@@ -191,12 +191,15 @@ pub struct Flow {
 /// Every flow held, in the report's order: the flow table's entries, each written out as a
 /// [`Flow`] when the report is. A quarter million flows' rows (about 550 bytes each) are
 /// never held at once: that doubled `analyze`'s peak memory on a capture of many flows.
-pub struct FlowList<'a>(Vec<&'a FlowEntry>);
+///
+/// Or, where `analyze` wrote the list's JSON beside the judging ([`FlowList::with_json`]),
+/// that text, written as it is.
+pub struct FlowList<'a>(Vec<&'a FlowEntry>, Option<Box<serde_json::value::RawValue>>);
 
 impl<'a> FlowList<'a> {
     /// The entries, in the order they are listed.
     pub fn new(order: Vec<&'a FlowEntry>) -> Self {
-        FlowList(order)
+        FlowList(order, None)
     }
 
     pub fn len(&self) -> usize {
@@ -211,11 +214,26 @@ impl<'a> FlowList<'a> {
     pub fn iter(&self) -> impl Iterator<Item = Flow> + '_ {
         self.0.iter().map(|e| Flow::from_entry(e))
     }
+
+    /// The list as JSON (what serializing it with `serde_json` writes).
+    pub fn to_json(&self) -> serde_json::Result<Box<serde_json::value::RawValue>> {
+        serde_json::value::to_raw_value(self)
+    }
+
+    /// The list, written as `json` (its [`FlowList::to_json`], made on another thread) when
+    /// it is serialized.
+    pub fn with_json(mut self, json: Box<serde_json::value::RawValue>) -> Self {
+        self.1 = Some(json);
+        self
+    }
 }
 
 impl Serialize for FlowList<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
+        match &self.1 {
+            Some(json) => json.serialize(s),
+            None => s.collect_seq(self.iter()),
+        }
     }
 }
 
