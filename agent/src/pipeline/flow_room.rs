@@ -99,8 +99,8 @@ impl FlowTable {
     }
 }
 
-/// Puts the `n` quietest of `quiet` (last seen, position) first, in the order (last seen,
-/// key): `key` gives a position's key. The selection compares times alone (a plain integer
+/// Puts the `n` quietest of `quiet` (last seen, position) by (last seen, key) in its first
+/// `n` places, in no order: `key` gives a position's key. The selection compares times alone (a plain integer
 /// compare: looking up both keys on every tie of the comparator made the selection most of
 /// a flood's eviction), then settles the ties at its edge by key: of the flows last seen at
 /// the edge's time, on either side of it, the lowest keys take the places left.
