@@ -194,6 +194,17 @@ fn bounded(max: usize) -> FlowTable {
     t
 }
 
+/// A table of at most `max` flows after `flows` new flows of one packet each, flow `q` at
+/// `q` ns.
+fn flooded(max: usize, flows: u32) -> FlowTable {
+    let (info, len) = roce(100);
+    let mut t = bounded(max);
+    for q in 0..flows {
+        record(&mut t, q, &info, len, u64::from(q));
+    }
+    t
+}
+
 /// A bounded table: when full, the flows quiet longest leave and their totals are kept;
 /// held + evicted accounts for every packet.
 #[test]
@@ -219,10 +230,7 @@ fn a_bounded_table_evicts_the_longest_quiet_and_keeps_their_totals() {
 #[test]
 fn a_full_table_keeps_its_elephants_however_many_are_quiet() {
     let (info, len) = roce(100);
-    let mut t = bounded(64);
-    for q in 0..64u32 {
-        record(&mut t, q, &info, len, u64::from(q));
-    }
+    let mut t = flooded(64, 64);
     // The 40 quietest are elephants (more than the eviction spares for at first).
     for e in t.entries.values_mut() {
         if e.key.dest_qp < 40 {
@@ -262,11 +270,7 @@ fn ties_of_quiet_time_leave_by_key() {
 /// held every key that came, a million in the hostile capture, until the next tick).
 #[test]
 fn a_flood_of_new_flows_keeps_the_active_list_to_the_table() {
-    let (info, len) = roce(100);
-    let mut t = bounded(64);
-    for q in 0..100_000u32 {
-        record(&mut t, q, &info, len, u64::from(q));
-    }
+    let t = flooded(64, 100_000);
     assert!(t.len() <= 64, "{} flows held", t.len());
     assert!(
         t.active_len() <= 2 * 64 + 8,
