@@ -336,24 +336,26 @@ impl Case {
 /// The agent `bin` on the pair's first end, its XDP program in native mode (as the live
 /// curve measures it), given two seconds to attach.
 pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
-    let agent = Agent::start(
-        &pair.ns_a,
-        bin,
-        &[
-            "run",
-            "--iface",
-            &pair.a_if,
-            "--listen",
-            "127.0.0.1:9442",
-            "--no-pin",
-            "--hooks",
-            "xdp",
-            "--xdp-mode",
-            "native",
-            "--flow-map-entries",
-            &SHAPES_FLOW_MAP_ENTRIES.to_string(),
-        ],
-    )?;
+    // Load-time switches to weigh on the live curve (an ablation by hand, e.g.
+    // `ROCEMON_BENCH_AGENT_ARGS="--no-rhythm --no-psn-tracking"`); none in a full run.
+    let extra = std::env::var("ROCEMON_BENCH_AGENT_ARGS").unwrap_or_default();
+    let entries = SHAPES_FLOW_MAP_ENTRIES.to_string();
+    let mut args = vec![
+        "run",
+        "--iface",
+        &pair.a_if,
+        "--listen",
+        "127.0.0.1:9442",
+        "--no-pin",
+        "--hooks",
+        "xdp",
+        "--xdp-mode",
+        "native",
+        "--flow-map-entries",
+        &entries,
+    ];
+    args.extend(extra.split_whitespace());
+    let agent = Agent::start(&pair.ns_a, bin, &args)?;
     std::thread::sleep(Duration::from_secs(2));
     Ok(agent)
 }

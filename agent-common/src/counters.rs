@@ -268,7 +268,9 @@ impl HookCounters {
     /// Adds what a packet did to its flow's PSN sequence.
     #[inline(always)]
     pub fn record_flow(&mut self, ev: &FlowEvent) {
-        self.psn_gaps += ev.psn.gap as u64;
+        if ev.psn.gap != 0 {
+            self.psn_gaps += ev.psn.gap as u64;
+        }
         if ev.psn.retransmit {
             self.retransmits += 1;
         }

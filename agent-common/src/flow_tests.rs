@@ -72,6 +72,97 @@ fn a_common_packet_writes_only_the_first_line() {
     assert_eq!(s.message_bytes()[MsgOp::RdmaWrite as usize], 8192);
 }
 
+/// A flow's common packets, with the hardware as the judge: the value's lines past the first
+/// sit on a read-only page, so any store there faults, even of the value the field holds (a
+/// store takes the line all the same: where many flows take turns, a cache miss a packet,
+/// which comparing bytes before and after cannot see). A child process records the packets
+/// after the first (which sets `first_seen_ns`, further out); the test fails if it died.
+fn stores_only_in_the_first_line(packets: &[PacketRecord]) {
+    let (first, rest) = packets.split_first().expect("packets");
+    // SAFETY: an anonymous mapping of two pages of this process, unmapped at the end; the
+    // value lies in it, `FlowStats` needs 8-byte alignment (a page offset minus 64 has it);
+    // the child only records into the value (no allocation: the records are made before the
+    // fork) and leaves with `_exit`.
+    unsafe {
+        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        let base = libc::mmap(
+            core::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(base, libc::MAP_FAILED);
+        let s = base.cast::<u8>().add(page - 64).cast::<FlowStats>();
+        s.write(FlowStats::default());
+        (*s).record(first, 4200, 10);
+        assert_eq!(
+            libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_READ),
+            0
+        );
+        let pid = libc::fork();
+        if pid == 0 {
+            for (i, p) in rest.iter().enumerate() {
+                (*s).record(p, 4200, 20 + i as u64);
+            }
+            libc::_exit(0);
+        }
+        assert!(pid > 0, "fork");
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        libc::munmap(base, 2 * page);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "a packet stored past the value's first line (the recording child died: status {status:#x})"
+        );
+    }
+}
+
+#[test]
+fn write_only_packets_store_nothing_past_the_first_line() {
+    let packets: Vec<PacketRecord> = (1..64)
+        .map(|psn| {
+            let mut w = info(0x0A, 2, psn);
+            w.reth_dma_len = Some(4096);
+            w.into()
+        })
+        .collect();
+    stores_only_in_the_first_line(&packets);
+}
+
+#[test]
+fn multi_packet_writes_store_nothing_past_the_first_line() {
+    let packets: Vec<PacketRecord> = (0..60u32)
+        .map(|i| {
+            // WRITE FIRST, MIDDLE, MIDDLE, LAST: 4 KiB messages of 1 KiB packets.
+            let op = [0x06, 0x07, 0x07, 0x08][(i % 4) as usize];
+            let mut w = info(op, 2, 1 + i);
+            if op == 0x06 {
+                w.reth_dma_len = Some(4096);
+            }
+            w.into()
+        })
+        .collect();
+    stores_only_in_the_first_line(&packets);
+}
+
+#[test]
+fn acks_store_nothing_past_the_first_line() {
+    // Positive ACKs (syndrome 0: credit count 0), one per request.
+    let packets: Vec<PacketRecord> = (1..64)
+        .map(|psn| {
+            let mut a = info(0x11, 0, psn);
+            a.aeth = Some(crate::info::Aeth {
+                syndrome: 0,
+                msn: psn,
+            });
+            a.into()
+        })
+        .collect();
+    stores_only_in_the_first_line(&packets);
+}
+
 /// Every class and operation counts right whichever came first, and merges of values whose
 /// main classes differ add up.
 #[test]
