@@ -141,6 +141,16 @@ impl PacketRecord {
         unsafe { core::ptr::read(self as *const PacketRecord as *const crate::flow_key::KeyWords) }
     }
 
+    /// The source address as two native-endian words (its bytes 0..8 and 8..16), for
+    /// [`crate::ring::lane_of_words`]: two loads where the bytes took sixteen.
+    #[inline(always)]
+    pub fn src_words(&self) -> (u64, u64) {
+        // SAFETY: as in `key_words`: the source address is the key's first field, at
+        // offset 0 of the 8-aligned record.
+        let w = unsafe { core::ptr::read(self as *const PacketRecord as *const [u64; 2]) };
+        (w[0], w[1])
+    }
+
     /// Writes a parse result. For a frame that is not RoCE only the outcome, the flags and
     /// (for a MAC control frame) the `mac_*` fields are written: nothing else is read back.
     #[inline(always)]

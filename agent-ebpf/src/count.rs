@@ -9,7 +9,7 @@ use agent_common::cache_mode::{CacheUse, CACHE_OFF, CACHE_ON};
 use agent_common::clock::ClockCache;
 use agent_common::count::{count, count_outcome, Store};
 use agent_common::headers::mac_control::MacControl;
-use agent_common::ring::{lane_of, slot_of, RingSlot, RING_SLOTS};
+use agent_common::ring::{lane_of_words, slot_of, RingSlot, RING_SLOTS};
 use agent_common::{
     fast::{parse_fast_with, Fast},
     parse::parse_into,
@@ -45,7 +45,7 @@ fn ring_on(hook: Hook) -> bool {
     unsafe { core::ptr::read_volatile(&ROCEMON_RING_HOOKS) & (1 << (hook as u8)) != 0 }
 }
 
-/// Adds a RoCE packet from `src` to this CPU's ring slot of its millisecond (and its source's
+/// Adds the RoCE packet of `rec` to this CPU's ring slot of its millisecond (and its source's
 /// lane); returns the clock (ns).
 /// The fine clock through this CPU's cache ([`clock::fine`]: read by each packet, or
 /// by one in eight while packets are dense; the bound is in `agent_common::clock`), or the
@@ -53,15 +53,21 @@ fn ring_on(hook: Hook) -> bool {
 /// the last tick (at most one early). The rhythm's periods (tens of milliseconds and more)
 /// do not feel either.
 #[inline(always)]
-fn ring_add(fine: &mut ClockCache, coarse: &mut ClockCache, src: &[u8; 16], frame_len: u64) -> u64 {
+fn ring_add(
+    fine: &mut ClockCache,
+    coarse: &mut ClockCache,
+    rec: &PacketRecord,
+    frame_len: u64,
+) -> u64 {
     let (now, ms) = if on(&ROCEMON_RING_COARSE) {
         clock::coarse(coarse)
     } else {
         clock::fine(fine)
     };
     if let Some(s) = RING.get_ptr_mut(slot_of(ms)) {
+        let (lo, hi) = rec.src_words();
         // SAFETY: this CPU's slot, as for the counter block.
-        unsafe { (*s).add(ms, frame_len, lane_of(src)) };
+        unsafe { (*s).add(ms, frame_len, lane_of_words(lo, hi)) };
     }
     now
 }
@@ -74,7 +80,7 @@ pub fn ring_captured(slot: &mut HookSlot, frame_len: u64) {
         ring_add(
             &mut slot.fine_clock,
             &mut slot.coarse_clock,
-            &slot.record.key.src,
+            &slot.record,
             frame_len,
         );
     }
@@ -239,7 +245,7 @@ impl Store for KernelStore<'_> {
     #[inline(always)]
     fn now(&mut self, rec: &PacketRecord, frame_len: u64) -> u64 {
         if ring_on(self.hook) {
-            ring_add(self.fine_clock, self.coarse_clock, &rec.key.src, frame_len)
+            ring_add(self.fine_clock, self.coarse_clock, rec, frame_len)
         } else {
             clock::coarse(self.coarse_clock).0
         }
