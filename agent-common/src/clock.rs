@@ -9,13 +9,16 @@
 //! - the fine clock (the training ring's milliseconds, [`crate::ring`]) is reused only while
 //!   this CPU's packets are dense: once more than [`FINE_REUSES`] packets in a row came less
 //!   than [`DENSE_GAP_NS`] apart (and then while each reading's packets keep that average),
-//!   a reading serves [`FINE_REUSES`] more packets; otherwise every packet reads the clock.
-//!   At a steady dense rate a packet lands at most `FINE_REUSES x DENSE_GAP_NS` (70 us)
-//!   early. Where a dense run stops, the reuses left (at most [`FINE_REUSES`] packets) can
-//!   carry into the next burst of the same tick and land up to a tick early; a burst of more
-//!   than [`FINE_REUSES`] packets still reads the clock in its own millisecond, and shorter
-//!   bursts never enter the dense mode, so every millisecond with traffic keeps some (the
-//!   rhythm's duty stays true) unless a short burst follows a dense run within one tick.
+//!   a reading serves [`FINE_REUSES`] more packets, and once more than [`CLOSE_REUSES`]
+//!   came less than [`CLOSE_GAP_NS`] apart, [`CLOSE_REUSES`] more; otherwise every packet
+//!   reads the clock. At a steady dense rate a packet lands at most
+//!   `FINE_REUSES x DENSE_GAP_NS` (70 us) early, at a steady close one
+//!   `CLOSE_REUSES x CLOSE_GAP_NS` (62 us). Where a dense run stops, the reuses left (at
+//!   most [`CLOSE_REUSES`] packets) can carry into the next burst of the same tick and land
+//!   up to a tick early; a burst of more than that many packets still reads the clock in its
+//!   own millisecond, and shorter bursts never enter the mode that would carry them, so
+//!   every millisecond with traffic keeps some (the rhythm's duty stays true) unless a short
+//!   burst follows a dense run within one tick.
 //!   Sparse traffic, where the clock's cost does not matter, keeps its exact milliseconds;
 //! - the coarse clock (a flow's first and last seen when the ring is off, the ring's
 //!   milliseconds where a tick is one) is read once per tick: its value changes only at a
@@ -39,6 +42,17 @@ pub const FINE_REUSES: u32 = 7;
 /// The average gap between a CPU's packets below which they count as dense (10 us: 100,000
 /// packets per second on that CPU).
 pub const DENSE_GAP_NS: u64 = 10_000;
+
+/// Packets that reuse a fine reading while packets are close (one in `CLOSE_REUSES + 1`
+/// pays for the clock: where a CPU takes half a million packets a second or more, the
+/// clock read one packet in eight was still about 5 ns a packet on the benchmark host);
+/// also the run of close gaps it takes to enter that mode.
+pub const CLOSE_REUSES: u32 = 31;
+
+/// The average gap below which packets count as close (2 us: 500,000 packets per second on
+/// one CPU). `CLOSE_REUSES x CLOSE_GAP_NS` stays under the dense mode's bound.
+pub const CLOSE_GAP_NS: u64 = 2_000;
+const _: () = assert!(CLOSE_REUSES as u64 * CLOSE_GAP_NS <= FINE_REUSES as u64 * DENSE_GAP_NS);
 
 /// Nanoseconds per millisecond (the ring's unit).
 const NS_PER_MS: u64 = 1_000_000;
@@ -70,7 +84,8 @@ pub struct ClockCache {
     /// Packets in a row that came less than [`DENSE_GAP_NS`] apart (on average over each
     /// reading's packets).
     pub streak: u32,
-    _pad: u32,
+    /// The same, less than [`CLOSE_GAP_NS`] apart.
+    pub close_streak: u32,
 }
 
 impl ClockCache {
@@ -94,14 +109,22 @@ impl ClockCache {
             Reuse::WhileDense => {
                 // The packets the previous reading served, and the time they spanned.
                 let served = self.reuses + 1;
-                let dense =
-                    self.tick != 0 && ns.wrapping_sub(self.ns) < DENSE_GAP_NS * u64::from(served);
+                let spanned = ns.wrapping_sub(self.ns);
+                let dense = self.tick != 0 && spanned < DENSE_GAP_NS * u64::from(served);
+                let close = self.tick != 0 && spanned < CLOSE_GAP_NS * u64::from(served);
                 self.streak = if dense {
                     self.streak.saturating_add(served)
                 } else {
                     0
                 };
-                if self.streak > FINE_REUSES {
+                self.close_streak = if close {
+                    self.close_streak.saturating_add(served)
+                } else {
+                    0
+                };
+                if self.close_streak > CLOSE_REUSES {
+                    CLOSE_REUSES
+                } else if self.streak > FINE_REUSES {
                     FINE_REUSES
                 } else {
                     0
@@ -154,13 +177,72 @@ mod tests {
     #[test]
     fn dense_packets_read_it_once_per_eight() {
         let mut c = ClockCache::default();
-        // Nine read (no history, then eight dense gaps in a row); then one in eight.
+        // 5 us apart: dense, not close. Nine read (no history, then eight dense gaps in a
+        // row); then one in eight, for good.
+        let read = reads(&mut c, 1_000_000, 5_000, 66);
         assert_eq!(
-            reads(&mut c, 1_000_000, 100, 34),
-            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32],
+            read,
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 40, 48, 56, 64],
             "a reading serves FINE_REUSES more packets"
         );
-        assert_eq!(c.reuse(10), Some((1_000_000 + 32 * 100, 1)));
+        assert_eq!(c.reuse(10), Some((1_000_000 + 64 * 5_000, 1)));
+    }
+
+    #[test]
+    fn close_packets_read_it_once_per_thirty_two() {
+        let mut c = ClockCache::default();
+        // 100 ns apart: the dense mode first, then, once more than CLOSE_REUSES close
+        // packets came in a row, one in CLOSE_REUSES + 1.
+        assert_eq!(
+            reads(&mut c, 1_000_000, 100, 130),
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32, 64, 96, 128],
+        );
+        assert_eq!(c.reuse(10), Some((1_000_000 + 128 * 100, 1)));
+    }
+
+    #[test]
+    fn a_steady_rate_lands_packets_within_the_bound() {
+        // At every steady rate, no packet is stamped earlier than 70 us before its time.
+        for gap in [
+            100, 1_000, 1_999, 2_000, 2_001, 5_000, 9_999, 10_000, 20_000,
+        ] {
+            let mut c = ClockCache::default();
+            let t0 = 1_000_000;
+            for i in 0..2_000u64 {
+                let now = t0 + i * gap;
+                let (stamp, _) = c
+                    .reuse(10)
+                    .unwrap_or_else(|| c.store(10, now, Reuse::WhileDense));
+                assert!(
+                    now - stamp <= FINE_REUSES as u64 * DENSE_GAP_NS,
+                    "gap {gap} ns, packet {i}: {} ns early",
+                    now - stamp
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn close_packets_that_thin_out_go_back_to_reading_each_packet() {
+        let mut c = ClockCache::default();
+        // 33 close packets: the last enters the close mode, its reading unused yet.
+        assert_eq!(reads(&mut c, 1_000_000, 100, 33).last(), Some(&32));
+        // Then 20 us apart: the close reading's 31 reuses run out first (in the same
+        // tick), then each packet reads.
+        let thin = reads(&mut c, 2_000_000, 20_000, 34);
+        assert_eq!(thin, vec![31, 32, 33]);
+    }
+
+    #[test]
+    fn close_bursts_a_millisecond_apart_each_read_in_their_own() {
+        // Bursts of CLOSE_REUSES + 1 packets 1 us apart: the reuses of one burst run out
+        // within it, so the next burst's first packet reads the clock.
+        let mut c = ClockCache::default();
+        let n = u64::from(CLOSE_REUSES) + 1;
+        for burst in 1..5u64 {
+            let read = reads(&mut c, burst * 1_000_000, 1_000, n);
+            assert_eq!(read.first(), Some(&0), "burst {burst}: {read:?}");
+        }
     }
 
     #[test]
