@@ -30,13 +30,23 @@ const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9461";
 const MS: u64 = 1_000_000;
 
-/// What one side found: per kind, the addresses its findings name; the slow steps' causes;
-/// the time priority 3 was paused.
+/// What one side found: per kind, the addresses its findings name; the slow steps' causes
+/// and numbers; the time priority 3 was paused.
 #[derive(Debug, Default, PartialEq)]
 struct Seen {
     kinds: BTreeMap<String, BTreeSet<String>>,
     causes: BTreeSet<String>,
+    steps: BTreeSet<u64>,
     paused_s: f64,
+}
+
+/// The number of the step a slow-step finding's subject names ("step 6 of job-10.0.0.1").
+fn step_number(subject: &str) -> Option<u64> {
+    let rest = subject.strip_prefix("step ")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Every IPv4 address in `text`.
@@ -57,6 +67,10 @@ fn add(seen: &mut Seen, f: &Value) {
         if let Some(k) = c["kind"].as_str() {
             seen.causes.insert(k.to_string());
         }
+    }
+    if kind == "slow_step" {
+        seen.steps
+            .extend(step_number(f["subject"].as_str().unwrap_or("")));
     }
     seen.kinds.entry(kind).or_default().extend(hosts);
 }
@@ -131,6 +145,10 @@ fn compare(name: &str, cap: &Path, extra: &[&str]) -> Seen {
         "{name}: live (left) and offline (right) findings differ"
     );
     assert_eq!(on.causes, off.causes, "{name}: slow-step causes");
+    assert_eq!(
+        on.steps, off.steps,
+        "{name}: the slow steps' numbers (each by its place among the job's steps)"
+    );
     let tolerance = 0.1 * got.paused_s.max(on.paused_s);
     assert!(
         (on.paused_s - got.paused_s).abs() <= tolerance,

@@ -30,6 +30,33 @@ fn training_of(pair: &VethPair, addr: &str) -> Value {
         .unwrap_or_else(|| panic!("{doc}"))
 }
 
+/// The number `rocemon analyze` gives the capture's one slow step whose subject holds
+/// `about` (live numbers a step the same way: by its place among the job's steps).
+fn offline_step(cap: &std::path::Path, about: &str) -> u64 {
+    let j = rocemon_testkit::analyze_json(BIN, &[], &[cap]);
+    let numbers: Vec<u64> = j["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["kind"] == "slow_step")
+        .filter_map(|f| f["subject"].as_str())
+        .filter(|s| s.contains(about))
+        .filter_map(|s| {
+            let rest = s.strip_prefix("step ")?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(
+        numbers.len(),
+        1,
+        "offline slow steps about {about:?}: {j:#}"
+    );
+    numbers[0]
+}
+
 fn live(prefix: &str, hooks: &[&str]) {
     if !rocemon_testkit::netns::can_run_e2e() {
         return;
@@ -153,7 +180,9 @@ fn live(prefix: &str, hooks: &[&str]) {
         .filter(|f| f["kind"] == "slow_step")
         .collect();
     assert_eq!(slow.len(), 1, "{doc:#}");
-    assert_eq!(slow[0]["subject"], format!("step 1 on {}", pair.a_if));
+    // Numbered as `analyze` numbers it: by its place among the steps.
+    let n = offline_step(&path, "");
+    assert_eq!(slow[0]["subject"], format!("step {n} on {}", pair.a_if));
     let secs = slow[0]["evidence"]["seconds"].as_f64().unwrap();
     assert!((secs - 0.2).abs() < 0.005, "{:#}", slow[0]);
     assert_eq!(
@@ -315,7 +344,8 @@ fn two_jobs(prefix: &str, hooks: &[&str]) {
     }
     // Job A's slow step is a finding of job A (the link's total has no rhythm of one job), as
     // `analyze` names each job's steps; job B has none.
-    let want_step = format!("step 1 of {id_a} on {}", pair.a_if);
+    let n = offline_step(&pcap, &id_a);
+    let want_step = format!("step {n} of {id_a} on {}", pair.a_if);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (_, doc) = http_get_in(&pair.ns_a, addr, "/api/v1/findings").unwrap();

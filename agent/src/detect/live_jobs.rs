@@ -11,7 +11,7 @@
 
 use super::jobs;
 use super::rhythm::{Rhythm, Series, Step, BUCKET_NS};
-use super::steps::{end_of, new_slow_steps, recent_step_bytes, recent_steps};
+use super::steps::{end_of, new_slow_steps, recent_step_bytes, recent_steps, StepCursor};
 use agent_common::ring::{lane_of, LANES, LANE_UNIT};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -65,7 +65,7 @@ pub struct LiveJob {
 /// steps counted, when it was last found.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counted {
-    until_ns: u64,
+    cursor: StepCursor,
     slow_steps: u64,
     seen_ns: u64,
 }
@@ -88,7 +88,8 @@ impl Default for LiveJobs {
     }
 }
 
-/// A slow step of a job found live: the job, its number there (from 1), the step.
+/// A slow step of a job found live: the job, its number among the job's steps (from 1, see
+/// [`StepCursor`]), the step.
 #[derive(Clone, Debug)]
 pub struct JobSlowStep {
     pub job: String,
@@ -126,12 +127,12 @@ impl LiveJobs {
                 let mut job = describe(&lanes, &f.rhythm, flows, since);
                 let c = self.counted.entry(job.id.clone()).or_default();
                 c.seen_ns = now_ns;
-                for step in new_slow_steps(&f.rhythm, &mut c.until_ns) {
+                for n in new_slow_steps(&f.rhythm, &mut c.cursor) {
                     c.slow_steps += 1;
                     out.push(JobSlowStep {
                         job: job.id.clone(),
-                        index: c.slow_steps,
-                        step,
+                        index: n.index,
+                        step: n.step,
                     });
                 }
                 job.slow_steps = c.slow_steps;

@@ -25,9 +25,10 @@ pub struct StepTracker {
     pub next_ms: Option<u64>,
     /// The rhythm of the last detection.
     pub rhythm: Rhythm,
-    /// Slow steps counted so far, and the start of the last step looked at.
+    /// Slow steps counted so far.
     pub slow_steps: u64,
-    counted_until_ns: u64,
+    /// How far the steps were looked at.
+    cursor: StepCursor,
     /// Milliseconds the source could no longer give when read (the ring had moved on).
     pub lost_ms: u64,
     /// The last time added ([`Self::add_restarting`]).
@@ -41,7 +42,7 @@ impl Default for StepTracker {
             next_ms: None,
             rhythm: Rhythm::default(),
             slow_steps: 0,
-            counted_until_ns: 0,
+            cursor: StepCursor::default(),
             lost_ms: 0,
             last_ns: 0,
         }
@@ -75,7 +76,7 @@ impl StepTracker {
         let window = WINDOW_BUCKETS as u64 * BUCKET_NS;
         if ts_ns.saturating_add(window) < self.last_ns {
             self.series = Series::new(WINDOW_BUCKETS);
-            self.counted_until_ns = 0;
+            self.cursor = StepCursor::default();
         }
         self.last_ns = ts_ns;
         self.series.add(ts_ns, bytes);
@@ -84,10 +85,11 @@ impl StepTracker {
     /// Looks for the rhythm in the series; returns the slow steps not seen before: those of
     /// the last [`REPORT_WINDOW_NS`] (a rhythm found late, or found again after a stretch
     /// without one, does not report a minute of history at once), of at least
-    /// [`MIN_SLOW_STEP_BYTES`], the newest [`MAX_NEW_SLOW_STEPS`] of them.
-    pub fn detect(&mut self) -> Vec<rhythm::Step> {
+    /// [`MIN_SLOW_STEP_BYTES`], the newest [`MAX_NEW_SLOW_STEPS`] of them, each with its
+    /// number ([`StepCursor`]).
+    pub fn detect(&mut self) -> Vec<NumberedStep> {
         self.rhythm = rhythm::detect(&self.series);
-        let new = new_slow_steps(&self.rhythm, &mut self.counted_until_ns);
+        let new = new_slow_steps(&self.rhythm, &mut self.cursor);
         self.slow_steps += new.len() as u64;
         new
     }
@@ -105,19 +107,41 @@ impl StepTracker {
     }
 }
 
-/// The slow steps of `r` that began after `until_ns` (which moves to the last step looked
-/// at): of the last [`REPORT_WINDOW_NS`] before its end, of at least [`MIN_SLOW_STEP_BYTES`],
-/// the newest [`MAX_NEW_SLOW_STEPS`].
-pub fn new_slow_steps(r: &Rhythm, until_ns: &mut u64) -> Vec<rhythm::Step> {
+/// How far a source's steps were looked at: the start of the last step counted, and how
+/// many steps were counted (slow or not) since the source was first found. A slow step is
+/// numbered by its place among them, as `analyze` numbers a capture's steps by their place
+/// among all of its steps, so live and offline give a replayed capture's slow step the same
+/// number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCursor {
+    pub until_ns: u64,
+    pub steps: u64,
+}
+
+/// A slow step and its number (from 1) among its source's steps.
+#[derive(Clone, Debug)]
+pub struct NumberedStep {
+    pub index: u64,
+    pub step: rhythm::Step,
+}
+
+/// The slow steps of `r` that began after the cursor (which moves to the last step looked
+/// at, counting every step it passes): of the last [`REPORT_WINDOW_NS`] before its end, of
+/// at least [`MIN_SLOW_STEP_BYTES`], the newest [`MAX_NEW_SLOW_STEPS`].
+pub fn new_slow_steps(r: &Rhythm, cursor: &mut StepCursor) -> Vec<NumberedStep> {
     let end = end_of(r);
     let mut new = Vec::new();
     for s in &r.steps {
-        if s.start_ns > *until_ns {
+        if s.start_ns > cursor.until_ns {
+            cursor.steps += 1;
             let recent = s.start_ns + REPORT_WINDOW_NS >= end;
             if s.slow && recent && s.bytes >= MIN_SLOW_STEP_BYTES {
-                new.push(s.clone());
+                new.push(NumberedStep {
+                    index: cursor.steps,
+                    step: s.clone(),
+                });
             }
-            *until_ns = s.start_ns;
+            cursor.until_ns = s.start_ns;
         }
     }
     new.drain(..new.len().saturating_sub(MAX_NEW_SLOW_STEPS));
@@ -180,6 +204,33 @@ mod tests {
         assert_eq!(t.next_ms, Some(1_000 + 31 * 100));
     }
 
+    /// A slow step is numbered by its place among all steps, as `analyze` numbers the
+    /// steps of a whole capture, whether the series came at once or over several detections.
+    #[test]
+    fn a_slow_step_is_numbered_among_all_steps_however_the_series_arrives() {
+        let ms = rhythm_ms(100, 20, 30, Some(20));
+        let mut whole = StepTracker::default();
+        whole.push(1_000, ms.iter().copied());
+        let once = whole.detect();
+        assert_eq!(once.len(), 1, "{:?}", whole.rhythm);
+        let place = whole
+            .rhythm
+            .steps
+            .iter()
+            .position(|s| s.slow)
+            .expect("a slow step");
+        assert_eq!(once[0].index, place as u64 + 1, "its place among the steps");
+        assert_eq!(once[0].index, 21, "the 21st burst of the series");
+        // The same series in parts, a detection after each (as the agent polls).
+        let mut parts = StepTracker::default();
+        let mut got = Vec::new();
+        for (i, chunk) in ms.chunks(700).enumerate() {
+            parts.push(1_000 + (i * 700) as u64, chunk.iter().copied());
+            got.extend(parts.detect().into_iter().map(|n| n.index));
+        }
+        assert_eq!(got, vec![once[0].index]);
+    }
+
     #[test]
     fn steady_traffic_has_no_summary() {
         let mut t = StepTracker::default();
@@ -216,9 +267,9 @@ mod tests {
         let end = 500 * 100 + 12 * 100;
         for s in &slow {
             assert!(
-                s.start_ns / 1_000_000 + 20_000 >= end,
+                s.step.start_ns / 1_000_000 + 20_000 >= end,
                 "{} ms is history",
-                s.start_ns / 1_000_000
+                s.step.start_ns / 1_000_000
             );
         }
         assert!(slow.len() <= 6, "{}", slow.len());

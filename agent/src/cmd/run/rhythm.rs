@@ -196,29 +196,29 @@ pub fn detect_rhythms<'a>(
 ) -> Vec<NewSlowStep> {
     let mut out = Vec::new();
     for (src, t) in steps {
-        let before = t.slow_steps;
         let new = t.detect();
         if new.len() > 3 {
             log::warn!(
                 "{} slow training steps on {src}: the longest {:.3} s against a period of {:.3} s",
                 new.len(),
-                new.iter().map(|s| s.seconds).fold(0.0, f64::max),
+                new.iter().map(|n| n.step.seconds).fold(0.0, f64::max),
                 t.rhythm.period_seconds.unwrap_or(0.0)
             );
         }
-        for (k, s) in new.into_iter().enumerate() {
+        for (k, n) in new.into_iter().enumerate() {
             let period = t.rhythm.period_seconds.unwrap_or(0.0);
             if k < 3 {
                 log::warn!(
-                    "slow training step on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
-                    s.seconds,
-                    s.bytes
+                    "slow training step {} on {src}: {:.3} s against a period of {period:.3} s ({} bytes)",
+                    n.index,
+                    n.step.seconds,
+                    n.step.bytes
                 );
             }
             out.push(NewSlowStep {
                 source: src.to_string(),
-                index: before + k as u64 + 1,
-                step: s,
+                index: n.index,
+                step: n.step,
                 period_s: period,
                 job: None,
             });
