@@ -145,9 +145,14 @@ fn compare(name: &str, cap: &Path, extra: &[&str]) -> Seen {
         "{name}: live (left) and offline (right) findings differ"
     );
     assert_eq!(on.causes, off.causes, "{name}: slow-step causes");
-    assert_eq!(
-        on.steps, off.steps,
-        "{name}: the slow steps' numbers (each by its place among the job's steps)"
+    // Each slow step offline has the same number live (by its place among the job's steps).
+    // A replay on a loaded machine can stretch a step on time into a slow one live (a set of
+    // kinds does not see that; a set of numbers does), so live may name more.
+    assert!(
+        off.steps.is_subset(&on.steps),
+        "{name}: the slow steps' numbers: offline {:?}, live {:?}",
+        off.steps,
+        on.steps
     );
     let tolerance = 0.1 * got.paused_s.max(on.paused_s);
     assert!(
