@@ -24,24 +24,35 @@ const _: () = assert!(Outcome::COUNT <= OUTCOME_SLOTS);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct HookCounters {
-    /// RoCE packets by BTH opcode.
-    pub opcode_packets: [u64; 256],
-    /// RoCE frame bytes (wire length) by BTH opcode.
-    pub opcode_bytes: [u64; 256],
+    // What a common RoCE packet writes, side by side (its counts, ECN, tunnel, message and
+    // outcome), so that a packet takes few of the block's lines; the arrays by opcode and
+    // DSCP follow. Moving a field changes what pinned maps hold: bump `COUNTERS_ORDER`.
+    /// All frames seen, RoCE or not.
+    pub frames: u64,
+    /// Wire bytes of all frames seen.
+    pub frame_bytes: u64,
     /// RoCE packets by ECN codepoint (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
     pub ecn_packets: [u64; 4],
-    /// Every frame by parse outcome ([`Outcome`] discriminant).
-    pub outcomes: [u64; OUTCOME_SLOTS],
     /// RoCEv2 CNPs (opcode 0x81).
     pub cnp_packets: u64,
     /// RoCE packets with BECN set.
     pub becn_packets: u64,
     /// RoCE packets with FECN set.
     pub fecn_packets: u64,
-    /// All frames seen, RoCE or not.
-    pub frames: u64,
-    /// Wire bytes of all frames seen.
-    pub frame_bytes: u64,
+    /// RoCE packets by the encapsulation they arrived in ([`crate::headers::encap::TunnelKind`] discriminant; 0 is
+    /// none), padded to a power of two for masking.
+    pub tunnel_packets: [u64; 8],
+    /// RDMA messages ([`crate::message`]): per [`MsgOp`], the count, the summed bytes, and a
+    /// histogram ([`MSG_BUCKET_SLOTS`] slots per operation, [`crate::message::MSG_BUCKETS`]
+    /// used: `le` 1 KiB .. 1 GiB, then +Inf; not cumulative).
+    pub messages: [u64; MsgOp::COUNT],
+    pub message_bytes: [u64; MsgOp::COUNT],
+    /// Every frame by parse outcome ([`Outcome`] discriminant).
+    pub outcomes: [u64; OUTCOME_SLOTS],
+    /// RoCE packets by BTH opcode.
+    pub opcode_packets: [u64; 256],
+    /// RoCE frame bytes (wire length) by BTH opcode.
+    pub opcode_bytes: [u64; 256],
     /// Flow-map updates that failed (map full or busy).
     pub flow_update_errors: u64,
     /// Packets missing from request sequences (see [`crate::psn`]).
@@ -54,9 +65,6 @@ pub struct HookCounters {
     /// Flow records created. Minus the flows still in the map, that is how many the LRU map
     /// evicted (nothing else deletes them).
     pub flows_created: u64,
-    /// RoCE packets by the encapsulation they arrived in ([`crate::headers::encap::TunnelKind`] discriminant; 0 is
-    /// none), padded to a power of two for masking.
-    pub tunnel_packets: [u64; 8],
     /// RoCE packets from a mirror session or tunnel that found the session map full (so they
     /// are in every other counter but in no per-session series).
     pub session_overflow: u64,
@@ -100,11 +108,6 @@ pub struct HookCounters {
     pub pause_quanta: u64,
     /// MAC control frames of other opcodes.
     pub mac_control_other: u64,
-    /// RDMA messages ([`crate::message`]): per [`MsgOp`], the count, the summed bytes, and a
-    /// histogram ([`MSG_BUCKET_SLOTS`] slots per operation, [`crate::message::MSG_BUCKETS`]
-    /// used: `le` 1 KiB .. 1 GiB, then +Inf; not cumulative).
-    pub messages: [u64; MsgOp::COUNT],
-    pub message_bytes: [u64; MsgOp::COUNT],
     pub message_buckets: [u64; MsgOp::COUNT * MSG_BUCKET_SLOTS],
 }
 
@@ -116,22 +119,24 @@ impl Default for HookCounters {
 
 impl HookCounters {
     pub const ZERO: HookCounters = HookCounters {
-        opcode_packets: [0; 256],
-        opcode_bytes: [0; 256],
+        frames: 0,
+        frame_bytes: 0,
         ecn_packets: [0; 4],
-        outcomes: [0; OUTCOME_SLOTS],
         cnp_packets: 0,
         becn_packets: 0,
         fecn_packets: 0,
-        frames: 0,
-        frame_bytes: 0,
+        tunnel_packets: [0; 8],
+        messages: [0; MsgOp::COUNT],
+        message_bytes: [0; MsgOp::COUNT],
+        outcomes: [0; OUTCOME_SLOTS],
+        opcode_packets: [0; 256],
+        opcode_bytes: [0; 256],
         flow_update_errors: 0,
         psn_gaps: 0,
         retransmits: 0,
         naks: [0; NAK_SLOTS],
         rnr_naks: 0,
         flows_created: 0,
-        tunnel_packets: [0; 8],
         session_overflow: 0,
         capture_redirect_failures: 0,
         slow_path_frames: 0,
@@ -155,8 +160,6 @@ impl HookCounters {
         pause_xon: 0,
         pause_quanta: 0,
         mac_control_other: 0,
-        messages: [0; MsgOp::COUNT],
-        message_bytes: [0; MsgOp::COUNT],
         message_buckets: [0; MsgOp::COUNT * MSG_BUCKET_SLOTS],
     };
 
@@ -339,22 +342,24 @@ macro_rules! counter_fields {
 const ZERO_BLOCK: HookCounters = HookCounters::ZERO;
 
 counter_fields! {
-    opcode_packets: array,
-    opcode_bytes: array,
+    frames: scalar,
+    frame_bytes: scalar,
     ecn_packets: array,
-    outcomes: array,
     cnp_packets: scalar,
     becn_packets: scalar,
     fecn_packets: scalar,
-    frames: scalar,
-    frame_bytes: scalar,
+    tunnel_packets: array,
+    messages: array,
+    message_bytes: array,
+    outcomes: array,
+    opcode_packets: array,
+    opcode_bytes: array,
     flow_update_errors: scalar,
     psn_gaps: scalar,
     retransmits: scalar,
     naks: array,
     rnr_naks: scalar,
     flows_created: scalar,
-    tunnel_packets: array,
     session_overflow: scalar,
     capture_redirect_failures: scalar,
     slow_path_frames: scalar,
@@ -378,8 +383,6 @@ counter_fields! {
     pause_xon: scalar,
     pause_quanta: scalar,
     mac_control_other: scalar,
-    messages: array,
-    message_bytes: array,
     message_buckets: array,
 }
 
@@ -414,8 +417,6 @@ unsafe impl aya::Pod for HookCounters {}
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct HookSlot {
-    /// What userspace reads and sums over CPUs.
-    pub counters: HookCounters,
     /// The parse result of the frame being counted, handed from a parse path to the
     /// counting function (a BPF global function takes only scalars) as a flat record.
     pub record: PacketRecord,
@@ -424,7 +425,15 @@ pub struct HookSlot {
     pub coarse_clock: ClockCache,
     /// This CPU's flow cache as the hook sees it ([`crate::cache_mode`]).
     pub cache: CacheUse,
+    /// What userspace reads and sums over CPUs. After the working state every packet
+    /// writes, its own common fields first: the lines a packet touches lie together.
+    pub counters: HookCounters,
 }
+
+/// The order of [`HookSlot`]'s and [`HookCounters`]' fields, in the pinned maps' layout name
+/// (1: the counter block first, by kind; 2: the working state first, then the block with
+/// what a common RoCE packet writes at its start).
+pub const COUNTERS_ORDER: u64 = 2;
 
 /// No implicit padding: the kernel and userspace agree on the value's size.
 const _: () = assert!(
@@ -461,6 +470,22 @@ mod tests {
             8 * (256 + 256 + 4 + OUTCOME_SLOTS + 6 + 2 + NAK_SLOTS + 2 + 8 + 4)
                 + 8 * (4 * 64 + 4 * 8 + 3 + 1 + 3 * 8 + 4)
                 + 8 * MsgOp::COUNT * (2 + MSG_BUCKET_SLOTS)
+        );
+    }
+
+    /// What a common RoCE packet writes outside the arrays by opcode, DSCP and message size
+    /// (frames, bytes, ECN, tunnel kind, messages, the RoCE outcome) lies in the block's first
+    /// three lines, and the slot's working state before the block.
+    #[test]
+    fn a_common_packets_counts_lie_together() {
+        use core::mem::offset_of;
+        assert_eq!(offset_of!(HookCounters, frames), 0);
+        assert!(offset_of!(HookCounters, outcomes) + 8 * (Outcome::Roce as usize + 1) <= 3 * 64);
+        assert!(offset_of!(HookCounters, message_bytes) + 8 * MsgOp::COUNT <= 3 * 64);
+        assert_eq!(offset_of!(HookSlot, record), 0);
+        assert_eq!(
+            offset_of!(HookSlot, counters),
+            core::mem::size_of::<HookSlot>() - core::mem::size_of::<HookCounters>()
         );
     }
 

@@ -57,6 +57,7 @@ pub fn layout_tag(flow_maps: FlowMapSizes) -> String {
     let parts = [
         FLOW_MAP_KIND,
         agent_common::flow::FLOW_STATS_ORDER,
+        agent_common::counters::COUNTERS_ORDER,
         std::mem::size_of::<HookSlot>() as u64,
         Hook::COUNT as u64,
         std::mem::size_of::<FlowKey>() as u64,
