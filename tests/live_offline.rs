@@ -16,7 +16,7 @@
 //! so they run with an elephant threshold none of their flows reaches; the ECMP case compares
 //! elephants on equal terms.
 
-use rocemon_testkit::findings_lab::{ce_exchange, hosts_job, A, B, T0};
+use rocemon_testkit::findings_lab::{ce_exchange, hosts_job, step_number, A, B, T0};
 use rocemon_testkit::fixtures::{self, whole, Format};
 use rocemon_testkit::frames::{self, Roce};
 use rocemon_testkit::netns::{metric_sum, VethPair};
@@ -38,15 +38,6 @@ struct Seen {
     causes: BTreeSet<String>,
     steps: BTreeSet<u64>,
     paused_s: f64,
-}
-
-/// The number of the step a slow-step finding's subject names ("step 6 of job-10.0.0.1").
-fn step_number(subject: &str) -> Option<u64> {
-    let rest = subject.strip_prefix("step ")?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Every IPv4 address in `text`.

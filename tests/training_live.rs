@@ -41,13 +41,7 @@ fn offline_step(cap: &std::path::Path, about: &str) -> u64 {
         .filter(|f| f["kind"] == "slow_step")
         .filter_map(|f| f["subject"].as_str())
         .filter(|s| s.contains(about))
-        .filter_map(|s| {
-            let rest = s.strip_prefix("step ")?;
-            rest.split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(rocemon_testkit::findings_lab::step_number)
         .collect();
     assert_eq!(
         numbers.len(),

@@ -150,6 +150,15 @@ pub fn dcqcn_paced(
     f
 }
 
+/// The number of the step a slow-step finding's subject names ("step 6 of job-10.0.0.1").
+pub fn step_number(subject: &str) -> Option<u64> {
+    let rest = subject.strip_prefix("step ")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The findings of `kind` in an analyze JSON report.
 pub fn findings_of<'a>(j: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
     j["findings"]
