@@ -28,15 +28,17 @@ impl Attached {
     }
 
     /// Attaches the flow floor (the least an exact per-flow counter costs: a per-CPU hash map
-    /// of `flow_entries`, as the agent's IPv4 flow map is sized) to `iface` in native XDP mode.
-    pub fn flow_floor(ns: &str, iface: &str, flow_entries: u32) -> Result<Attached> {
-        Attached::load(
-            ns,
-            iface,
-            agent_common::PROG_FLOW_FLOOR_XDP,
-            false,
-            move || flow_floor_object(flow_entries),
-        )
+    /// of `flow_entries`, as the agent's IPv4 flow map is sized) to `iface`: native XDP, or
+    /// tc ingress (TCX), as the agent attaches its own.
+    pub fn flow_floor(ns: &str, iface: &str, flow_entries: u32, tc: bool) -> Result<Attached> {
+        let program = if tc {
+            agent_common::PROG_FLOW_FLOOR_TC
+        } else {
+            agent_common::PROG_FLOW_FLOOR_XDP
+        };
+        Attached::load(ns, iface, program, tc, move || {
+            flow_floor_object(flow_entries)
+        })
     }
 
     fn load(

@@ -10,7 +10,8 @@
 //!   cost, the same for both;
 //! - live through a veth pair: a raw-socket sender rotating over N flows (one packet each in
 //!   turn, or bursts of [`BURST`]), the agent's XDP program's kernel run time (BPF statistics)
-//!   against the count-only program attached the same way, in interleaved rounds.
+//!   against the count-only program and the flow floor attached the same way, in interleaved
+//!   rounds; and its tc ingress program's, at the flow counts of issue #49's goals.
 //!
 //! A flow here is the plain RoCE frame with its own destination QP (the flow key's last
 //! field): the sender patches three bytes per packet, so 100,000 flows of 4 KiB frames cost no
@@ -27,6 +28,9 @@ pub(crate) const BURST: usize = 32;
 
 /// Flows of the bursty case.
 const BURST_FLOWS: usize = 1_000;
+
+/// Flow counts of the live curve at tc ingress (issue #49's goals).
+const TC_FLOWS: [usize; 4] = [1, 1_000, 10_000, 100_000];
 
 /// Where the BTH's destination QP sits in a plain IPv4 RoCE frame: Ethernet 14, IPv4 20,
 /// UDP 8, then BTH bytes 5..8.
@@ -300,11 +304,15 @@ fn test_run_curve_here() -> Result<Value> {
 }
 
 /// The kernel's run count and run time of every loaded program named `name` (the agent's).
+/// The kernel keeps the first 15 bytes of a name: `rocemon_tc_ingress` is `rocemon_tc_ingr`,
+/// as its slow program is, whose own figures stay zero (a tail call runs in its caller's
+/// time and count).
 pub(crate) fn program_runs(name: &str) -> Result<(u64, f64)> {
+    let kept = &name[..name.len().min(15)];
     let mut out = (0, 0.0);
     for p in aya::programs::loaded_programs() {
         let p = p?;
-        if p.name_as_str() == Some(name) {
+        if p.name_as_str() == Some(kept) {
             out.0 += p.run_count();
             out.1 += p.run_time().as_secs_f64();
         }
@@ -312,8 +320,49 @@ pub(crate) fn program_runs(name: &str) -> Result<(u64, f64)> {
     Ok(out)
 }
 
-/// One live case: its label, flows, packets per turn and payload.
+/// The hook a live case is measured at: rocemon's program there, against the yardsticks
+/// attached the same way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LiveHook {
+    /// Native XDP.
+    Xdp,
+    /// tc ingress (TCX).
+    Tc,
+}
+
+impl LiveHook {
+    fn tc(self) -> bool {
+        self == LiveHook::Tc
+    }
+
+    /// How the report and the JSON name it.
+    fn name(self) -> &'static str {
+        match self {
+            LiveHook::Xdp => "xdp",
+            LiveHook::Tc => "tc ingress",
+        }
+    }
+
+    /// rocemon's program at this hook (its kernel run time is the figure).
+    fn program(self) -> &'static str {
+        match self {
+            LiveHook::Xdp => agent_common::PROG_XDP,
+            LiveHook::Tc => agent_common::PROG_TC_INGRESS,
+        }
+    }
+
+    /// The agent's flags that attach it here.
+    fn agent_args(self) -> &'static [&'static str] {
+        match self {
+            LiveHook::Xdp => &["--hooks", "xdp", "--xdp-mode", "native"],
+            LiveHook::Tc => &["--hooks", "tc-ingress"],
+        }
+    }
+}
+
+/// One live case: its hook, flows, packets per turn and payload.
 struct Case {
+    hook: LiveHook,
     flows: usize,
     burst: usize,
     payload: usize,
@@ -331,11 +380,24 @@ impl Case {
             self.flows, self.payload
         )
     }
+
+    /// The case's name in `ROCEMON_BENCH_SHAPES_CASES`: `flows x payload`, `tc:` before it
+    /// at tc.
+    fn key(&self) -> String {
+        let at = if self.hook.tc() { "tc:" } else { "" };
+        format!("{at}{}x{}", self.flows, self.payload)
+    }
 }
 
 /// The agent `bin` on the pair's first end, its XDP program in native mode (as the live
 /// curve measures it), given two seconds to attach.
 pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
+    start_agent_at(pair, bin, LiveHook::Xdp)
+}
+
+/// The agent `bin` on the pair's first end, its program at `hook`, given two seconds to
+/// attach.
+fn start_agent_at(pair: &VethPair, bin: &str, hook: LiveHook) -> Result<Agent> {
     // Load-time switches to weigh on the live curve (an ablation by hand, e.g.
     // `ROCEMON_BENCH_AGENT_ARGS="--no-rhythm --no-psn-tracking"`); none in a full run.
     let extra = std::env::var("ROCEMON_BENCH_AGENT_ARGS").unwrap_or_default();
@@ -347,13 +409,10 @@ pub(crate) fn start_agent(pair: &VethPair, bin: &str) -> Result<Agent> {
         "--listen",
         "127.0.0.1:9442",
         "--no-pin",
-        "--hooks",
-        "xdp",
-        "--xdp-mode",
-        "native",
         "--flow-map-entries",
         &entries,
     ];
+    args.extend(hook.agent_args());
     args.extend(extra.split_whitespace());
     let agent = Agent::start(&pair.ns_a, bin, &args)?;
     std::thread::sleep(Duration::from_secs(2));
@@ -371,9 +430,9 @@ const LIVE_SECS: f64 = 2.0;
 /// agent's flow cache is judged at its polls, a second apart, and steps aside over two).
 const LIVE_WARMUP_SECS: f64 = 3.0;
 
-/// The live curve: per case, the kernel run time per packet of rocemon's XDP program (the
-/// agent, as users run it), of the count-only program and of the flow floor (the least an
-/// exact per-flow counter costs), medians of per-round ratios.
+/// The live curve: per case, the kernel run time per packet of rocemon's XDP or tc ingress
+/// program (the agent, as users run it), of the count-only program and of the flow floor (the
+/// least an exact per-flow counter costs) at the same hook, medians of per-round ratios.
 pub(crate) fn live_curve() -> Result<Value> {
     let pair = VethPair::new("rcshape")?;
     let _stats = baseline::Stats::on()?;
@@ -381,6 +440,7 @@ pub(crate) fn live_curve() -> Result<Value> {
     for payload in [64usize, 4096] {
         for &flows in &FLOWS {
             cases.push(Case {
+                hook: LiveHook::Xdp,
                 flows,
                 burst: 1,
                 payload,
@@ -389,19 +449,28 @@ pub(crate) fn live_curve() -> Result<Value> {
     }
     for payload in [64usize, 4096] {
         cases.push(Case {
+            hook: LiveHook::Xdp,
             flows: BURST_FLOWS,
             burst: BURST,
             payload,
         });
     }
+    // At tc ingress, the flow counts of issue #49's goals (the rest of the curve is XDP's).
+    for payload in [64usize, 4096] {
+        for flows in TC_FLOWS {
+            cases.push(Case {
+                hook: LiveHook::Tc,
+                flows,
+                burst: 1,
+                payload,
+            });
+        }
+    }
     // An A/B of one kernel change needs only the cases it moves: `flows x payload` pairs,
-    // e.g. `ROCEMON_BENCH_SHAPES_CASES=10000x64,100000x4096`, with `--phase-shapes-live`,
-    // which prints the curve and writes no report.
+    // `tc:` before those at tc, e.g. `ROCEMON_BENCH_SHAPES_CASES=10000x64,tc:100000x4096`,
+    // with `--phase-shapes-live`, which prints the curve and writes no report.
     if let Ok(want) = std::env::var("ROCEMON_BENCH_SHAPES_CASES") {
-        cases.retain(|c| {
-            want.split(',')
-                .any(|w| w.trim() == format!("{}x{}", c.flows, c.payload))
-        });
+        cases.retain(|c| want.split(',').any(|w| w.trim() == c.key()));
     }
     let send_for = |c: &Case, secs: f64| {
         live::blast_flows(
@@ -428,17 +497,20 @@ pub(crate) fn live_curve() -> Result<Value> {
                 Ok((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64)
             };
             let yardstick = |program: baseline::Attached| measure(&|| program.runs());
-            let base = yardstick(baseline::Attached::new(&pair.ns_a, &pair.a_if, false)?)?;
+            let tc = c.hook.tc();
+            let base = yardstick(baseline::Attached::new(&pair.ns_a, &pair.a_if, tc)?)?;
             let floor = yardstick(baseline::Attached::flow_floor(
                 &pair.ns_a,
                 &pair.a_if,
                 SHAPES_FLOW_MAP_ENTRIES,
+                tc,
             )?)?;
-            let agent = start_agent(&pair, BIN)?;
-            let rocemon = measure(&|| program_runs(agent_common::PROG_XDP))?;
+            let agent = start_agent_at(&pair, BIN, c.hook)?;
+            let rocemon = measure(&|| program_runs(c.hook.program()))?;
             agent.stop()?;
             eprintln!(
-                "shapes: live, {}: rocemon {rocemon:.0} ns, count-only {base:.0} ns (x{:.2}), flow floor {floor:.0} ns (x{:.2} the count-only; rocemon x{:.2} the floor)",
+                "shapes: live, {}, {}: rocemon {rocemon:.0} ns, count-only {base:.0} ns (x{:.2}), flow floor {floor:.0} ns (x{:.2} the count-only; rocemon x{:.2} the floor)",
+                c.hook.name(),
                 c.label(),
                 rocemon / base,
                 floor / base,
@@ -452,7 +524,7 @@ pub(crate) fn live_curve() -> Result<Value> {
         let per_round = |f: fn(&(f64, f64, f64)) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
         let ratios = per_round(|r| r.0 / r.1);
         rows.push(json!({
-            "case": c.label(), "flows": c.flows, "burst": c.burst, "payload": c.payload,
+            "case": c.label(), "hook": c.hook.name(), "flows": c.flows, "burst": c.burst, "payload": c.payload,
             "run_ns": median(per_round(|r| r.0)),
             "run_ns_count_only": median(per_round(|r| r.1)),
             "run_ns_flow_floor": median(per_round(|r| r.2)),

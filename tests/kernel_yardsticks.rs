@@ -1,5 +1,5 @@
-//! The bench's flow floor (`rocemon_flow_floor_xdp`, the least an exact per-flow counter
-//! costs) counts what it stands for: every packet and byte of every IPv4 RoCE flow, in its
+//! The bench's flow floor (`rocemon_flow_floor_xdp` and `rocemon_flow_floor_tc`, the least an
+//! exact per-flow counter costs) counts what it stands for: every packet and byte of every IPv4 RoCE flow, in its
 //! own map entry, and nothing else. A floor that skipped its flows would be cheap for nothing,
 //! and the traffic shapes' comparison with it would lie.
 
@@ -8,27 +8,39 @@ mod support;
 #[path = "support/testrun.rs"]
 mod testrun;
 
-use agent_common::{FlowKey4, MAP_FLOW_FLOOR, PROG_FLOW_FLOOR_XDP};
+use agent_common::{FlowKey4, MAP_FLOW_FLOOR, PROG_FLOW_FLOOR_TC, PROG_FLOW_FLOOR_XDP};
 use aya::maps::PerCpuHashMap;
-use aya::programs::Xdp;
+use aya::programs::{SchedClassifier, Xdp};
 use rocemon::kernel::loader;
 use rocemon_testkit::frames::Roce;
 use support::ready;
 use testrun::test_run;
 
-/// The flow floor loaded with a map of `entries` (as the bench loads it), not attached.
-fn floor(entries: u32) -> aya::Ebpf {
+/// The flow floor `program` loaded with a map of `entries` (as the bench loads it), not
+/// attached.
+fn floor(entries: u32, program: &str) -> aya::Ebpf {
     let mut ebpf = aya::EbpfLoader::new()
         .map_max_entries(MAP_FLOW_FLOOR, entries)
         .load(loader::EBPF_OBJECT)
         .unwrap();
-    let p: &mut Xdp = ebpf
-        .program_mut(PROG_FLOW_FLOOR_XDP)
-        .unwrap()
-        .try_into()
-        .unwrap();
-    p.load().unwrap();
+    let p = ebpf.program_mut(program).unwrap();
+    if program == PROG_FLOW_FLOOR_TC {
+        let p: &mut SchedClassifier = p.try_into().unwrap();
+        p.load().unwrap();
+    } else {
+        let p: &mut Xdp = p.try_into().unwrap();
+        p.load().unwrap();
+    }
     ebpf
+}
+
+/// What the program returns for every frame: XDP_PASS, or TC_ACT_PIPE at tc.
+fn passes(program: &str) -> u32 {
+    if program == PROG_FLOW_FLOOR_TC {
+        3
+    } else {
+        2
+    }
 }
 
 /// Flow `qp`'s WRITE_ONLY frame (destination QP `qp`).
@@ -66,18 +78,20 @@ fn counted(ebpf: &aya::Ebpf) -> std::collections::BTreeMap<u32, [u64; 2]> {
     out
 }
 
-#[test]
-fn the_flow_floor_counts_every_packet_of_every_flow_in_its_own_entry() {
-    if !ready(true) {
-        return;
-    }
-    let ebpf = floor(4096);
-    let fd = ebpf.program(PROG_FLOW_FLOOR_XDP).unwrap().fd().unwrap();
+/// Three rounds of 1,000 flows through `program`: each flow in its own entry, every packet
+/// and byte counted.
+fn counts_every_packet_of_every_flow(program: &str) {
+    let ebpf = floor(4096, program);
+    let fd = ebpf.program(program).unwrap().fd().unwrap();
     let len = frame(0x100).len() as u64;
     for round in 0..3 {
         for qp in 0x100..0x100 + 1000 {
             let r = test_run(fd, &frame(qp), 1).unwrap();
-            assert_eq!(r.retval, 2, "XDP_PASS (round {round}, QP {qp:#x})");
+            assert_eq!(
+                r.retval,
+                passes(program),
+                "passed (round {round}, QP {qp:#x})"
+            );
         }
     }
     let got = counted(&ebpf);
@@ -87,19 +101,52 @@ fn the_flow_floor_counts_every_packet_of_every_flow_in_its_own_entry() {
     }
 }
 
-#[test]
-fn the_flow_floor_counts_nothing_but_roce() {
-    if !ready(true) {
-        return;
-    }
-    let ebpf = floor(16);
-    let fd = ebpf.program(PROG_FLOW_FLOOR_XDP).unwrap().fd().unwrap();
+/// UDP to another port, IPv6 and a frame cut short pass through `program` uncounted.
+fn counts_nothing_but_roce(program: &str) {
+    let ebpf = floor(16, program);
+    let fd = ebpf.program(program).unwrap().fd().unwrap();
     let mut other_port = frame(0x100);
     other_port[36..38].copy_from_slice(&4790u16.to_be_bytes());
     let mut not_ip = frame(0x100);
     not_ip[12..14].copy_from_slice(&0x86DDu16.to_be_bytes());
     for f in [other_port, not_ip, frame(0x100)[..40].to_vec()] {
-        assert_eq!(test_run(fd, &f, 1).unwrap().retval, 2, "XDP_PASS");
+        assert_eq!(
+            test_run(fd, &f, 1).unwrap().retval,
+            passes(program),
+            "passed"
+        );
     }
     assert!(counted(&ebpf).is_empty());
+}
+
+#[test]
+fn the_flow_floor_counts_every_packet_of_every_flow_in_its_own_entry() {
+    if !ready(true) {
+        return;
+    }
+    counts_every_packet_of_every_flow(PROG_FLOW_FLOOR_XDP);
+}
+
+#[test]
+fn the_flow_floor_counts_nothing_but_roce() {
+    if !ready(true) {
+        return;
+    }
+    counts_nothing_but_roce(PROG_FLOW_FLOOR_XDP);
+}
+
+#[test]
+fn the_tc_flow_floor_counts_every_packet_of_every_flow_in_its_own_entry() {
+    if !ready(true) {
+        return;
+    }
+    counts_every_packet_of_every_flow(PROG_FLOW_FLOOR_TC);
+}
+
+#[test]
+fn the_tc_flow_floor_counts_nothing_but_roce() {
+    if !ready(true) {
+        return;
+    }
+    counts_nothing_but_roce(PROG_FLOW_FLOOR_TC);
 }

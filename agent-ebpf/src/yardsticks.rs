@@ -3,7 +3,7 @@
 //! in the same run.
 //!
 //! - the count-only program: one per-CPU counter bump, the least any program costs;
-//! - the flow floor: the least an exact per-flow counter costs, the shape of the simplest flow
+//! - the flow floor (XDP and tc): the least an exact per-flow counter costs, the shape of the simplest flow
 //!   agents (look the flow up in a per-CPU hash map, insert it when new, add a packet and its
 //!   bytes): the IPv4 RoCE key read at constant offsets, no parse beyond it. Where flows
 //!   outnumber what the CPU's caches hold, this is the memory cost every exact per-flow count
@@ -62,6 +62,23 @@ pub fn rocemon_flow_floor_xdp(ctx: XdpContext) -> u32 {
         }
     }
     xdp_action::XDP_PASS
+}
+
+/// The same floor at tc (ingress as the agent attaches it): the headers read in place, or
+/// with `bpf_skb_load_bytes` where the skb's linear part is too short for the reader's
+/// rule (a raw socket's frame of a page or more carries only its Ethernet header there):
+/// every IPv4 RoCE frame is counted, as rocemon counts it.
+#[classifier]
+pub fn rocemon_flow_floor_tc(ctx: TcContext) -> i32 {
+    let len = ctx.len() as usize;
+    let h = match DirectReader::new(ctx.data(), ctx.data_end(), len) {
+        Some(r) => r.read::<HEADERS>(0),
+        None => ctx.load::<[u8; HEADERS]>(0).ok(),
+    };
+    if let Some(h) = h {
+        count_flow(&h, len as u64);
+    }
+    TC_ACT_PIPE
 }
 
 /// Adds the frame to its flow, if it is IPv4 RoCE (a new flow is inserted; another CPU may

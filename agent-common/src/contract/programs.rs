@@ -19,3 +19,5 @@ pub const PROG_BASELINE_TC: &str = "rocemon_baseline_tc";
 /// Benchmark yardstick: the least an exact per-flow counter costs (IPv4 RoCE flows in a
 /// per-CPU hash map, [`super::maps::MAP_FLOW_FLOOR`]).
 pub const PROG_FLOW_FLOOR_XDP: &str = "rocemon_flow_floor_xdp";
+/// The same at tc.
+pub const PROG_FLOW_FLOOR_TC: &str = "rocemon_flow_floor_tc";
