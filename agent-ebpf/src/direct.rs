@@ -36,6 +36,18 @@ impl DirectReader {
         }
         Some(DirectReader { data, end, len })
     }
+
+    /// A reader over `bytes` of the frame copied to `data` (a map value: its loads need no
+    /// packet bounds, only the offsets the fast path reads, which stay inside `bytes`), the
+    /// whole frame `len` long.
+    #[inline(always)]
+    pub fn over(data: usize, bytes: usize, len: usize) -> Self {
+        DirectReader {
+            data,
+            end: data + bytes,
+            len,
+        }
+    }
 }
 
 impl PacketReader for DirectReader {
@@ -46,6 +58,12 @@ impl PacketReader for DirectReader {
 
     #[inline(always)]
     fn read<const N: usize>(&self, off: usize) -> Option<[u8; N]> {
+        // The fast path reads no further (a reader over a copy, [`DirectReader::over`], has no
+        // more); bounding the offset itself lets the verifier check a load from a map value,
+        // where a pointer comparison tells it nothing (it does for packet pointers, below).
+        if off > FAST_PATH_BYTES - N {
+            return None;
+        }
         let p = self.data + off;
         if p + N > self.end {
             return None;

@@ -164,7 +164,8 @@ pub fn rocemon_tc_egress_slow(ctx: TcContext) -> i32 {
 #[inline(always)]
 fn tc_fast(ctx: &TcContext, hook: Hook) -> i32 {
     let len = tc::wire_len(ctx);
-    let r = DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize);
+    let r =
+        DirectReader::new(ctx.data(), ctx.data_end(), ctx.len() as usize).or_else(|| tc::head(ctx));
     match count::fast(r, hook) {
         Fast::Record(st) => {
             tc::offloaded_tag(ctx, &mut st.record);

@@ -3,11 +3,50 @@
 //! fast path with this helper as fallback was measured faster, but gives every read two
 //! paths, and together with the mirror/tunnel look-ahead the verifier then refuses the
 //! program as too complex (E2BIG). And the frame's wire length and outer tag, which the
-//! kernel keeps in the skb's metadata.
+//! kernel keeps in the skb's metadata; and the fast path's view of a frame whose skb holds
+//! its headers outside the linear part ([`head`]).
 
+use crate::direct::DirectReader;
 use crate::helper_reader::LoadBytes;
-use agent_common::record::PacketRecord;
-use aya_ebpf::programs::TcContext;
+use agent_common::{fast::FAST_PATH_BYTES, record::PacketRecord};
+use aya_ebpf::{
+    helpers::generated::bpf_skb_load_bytes, macros::map, maps::PerCpuArray, programs::TcContext,
+};
+
+/// This CPU's copy of the first [`FAST_PATH_BYTES`] of a frame whose skb's linear part holds
+/// fewer of them ([`head`]).
+#[map]
+static TC_HEAD: PerCpuArray<[u8; FAST_PATH_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
+/// The fast path's reader over a copy of the frame's first [`FAST_PATH_BYTES`], for a frame
+/// the direct view refuses because its skb's linear part is short: a raw socket's frame of a
+/// page or more carries only its Ethernet header there, a driver that splits headers from
+/// data pulls no further than the UDP header, and a virtio or GRO skb may carry none. One
+/// helper copy (about 20 ns) where the slow program's tail call and general parse cost about
+/// 100 ns more; every read then answers as over the whole frame (the fast path reads no
+/// further). `None` for a frame shorter than that (rare when non-linear): the slow program.
+#[inline(always)]
+pub fn head(ctx: &TcContext) -> Option<DirectReader> {
+    let len = ctx.len() as usize;
+    if len < FAST_PATH_BYTES {
+        return None;
+    }
+    let buf = TC_HEAD.get_ptr_mut(0)?;
+    // SAFETY: the helper writes at most FAST_PATH_BYTES into this CPU's buffer, which is
+    // that long, or fails (non-zero).
+    let r = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *const _,
+            0,
+            buf.cast(),
+            FAST_PATH_BYTES as u32,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some(DirectReader::over(buf as usize, FAST_PATH_BYTES, len))
+}
 
 impl LoadBytes for TcContext {
     #[inline(always)]
