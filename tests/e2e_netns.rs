@@ -3,7 +3,7 @@
 //! `/metrics` scraped over HTTP, counts equal tshark's for what was sent, clean detach.
 
 use rocemon_testkit::bpf_links::{link_details, wait_links_gone};
-use rocemon_testkit::e2e::api_flows;
+use rocemon_testkit::e2e::{api_flows, assert_totals_equal, wait_api_flows};
 use rocemon_testkit::netns::{
     http_get_in, metric_labels, metric_sum, run_args, try_metric_sum, Agent, VethPair,
 };
@@ -440,18 +440,7 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     let dir = TempDir::new("rocemon-afxdp").unwrap();
     let mut frames = Vec::new();
     for i in 0..20u32 {
-        let mut r = Roce::new(
-            "10.77.9.1".parse().unwrap(),
-            "10.77.9.2".parse().unwrap(),
-            0xD000 + (i % 2) as u16,
-            0x90 + i % 2,
-            0x0A,
-        );
-        r.psn = i;
-        r.payload = 4096 + 512 * (i as usize % 4);
-        r.dma_len = r.payload as u32;
-        r.ecn = (i % 4) as u8;
-        let f = r.frame();
+        let f = Roce::jumbo("10.77.9.1", "10.77.9.2", i, 2).frame();
         let f = if i % 3 == 0 {
             tunnel::erspan2(&f, 42, i)
         } else {
@@ -482,25 +471,14 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let f = |name: &str, extra: &[(&str, &str)]| {
-        let mut l = vec![("hook", "afxdp"), ("iface", ifn.as_str())];
-        l.extend_from_slice(extra);
-        metric_sum(&body, name, &l) as u64
-    };
-    assert_eq!(f("rocemon_packets_total", &[]), e.roce_packets);
-    assert_eq!(f("rocemon_bytes_total", &[]), e.roce_bytes);
-    for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
-        assert_eq!(
-            f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
-            e.ecn[i],
-            "i {i:?}, cp {cp:?}"
-        );
-    }
+    let hook = [("hook", "afxdp"), ("iface", ifn.as_str())];
+    assert_totals_equal(&body, &hook, &e);
     assert_eq!(
-        f(
+        metric_sum(
+            &body,
             "rocemon_session_packets_total",
-            &[("tunnel", "erspan2"), ("session", "42")]
-        ),
+            &[hook[0], hook[1], ("tunnel", "erspan2"), ("session", "42")]
+        ) as u64,
         e.sessions[&("erspan2".to_string(), 42)]
     );
     assert_eq!(
@@ -509,14 +487,7 @@ fn afxdp_counts_jumbo_frames_and_refuses_zero_copy_where_the_driver_has_none() {
     );
     // Per flow too (the queue readers hand their flows over at their own pace: wait for the
     // API to hold them all, then compare with tshark's).
-    let t = Instant::now();
-    let got = loop {
-        let got = api_flows(ns, ADDR, "afxdp");
-        if got == e.flows || t.elapsed() > Duration::from_secs(20) {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let got = wait_api_flows(ns, ADDR, "afxdp", &e.flows);
     assert_eq!(got, e.flows, "jumbo frames per flow vs tshark");
     assert_eq!(
         metric_sum(&body, "rocemon_afxdp_dropped_frames_total", &[]),

@@ -240,16 +240,7 @@ fn the_slow_path_keeps_counting_while_no_agent_runs() {
 
     let pair = VethPair::new("rcslow").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    // The namespaces' own IPv6 (MLD reports carry a hop-by-hop header: slow path) would add
-    // frames that are not the fixture's.
-    for (n, i) in [(&pair.ns_a, &pair.a_if), (&pair.ns_b, &pair.b_if)] {
-        for key in [
-            "net.ipv6.conf.all.disable_ipv6=1".to_string(),
-            format!("net.ipv6.conf.{i}.disable_ipv6=1"),
-        ] {
-            run("ip", &["netns", "exec", n, "sysctl", "-qw", &key]).unwrap();
-        }
-    }
+    pair.without_ipv6().unwrap();
     let args = pinned_args(ifn, pin, XDP_AND_TC, "native");
     let mut agent = Agent::start(ns, BIN, &args).unwrap();
     wait_ready(ns, &mut agent);

@@ -3,12 +3,12 @@
 //! headers the kernel leaves outside the skb's linear part; counts equal tshark's, and the
 //! fast path, not the slow program, counted them.
 
-use rocemon_testkit::e2e::api_flows;
+use rocemon_testkit::e2e::{assert_totals_equal, wait_api_flows};
 use rocemon_testkit::fixtures::{whole, Format};
 use rocemon_testkit::frames::Roce;
-use rocemon_testkit::netns::{metric_sum, run, run_args, try_metric_sum, Agent, VethPair};
+use rocemon_testkit::netns::{metric_sum, run_args, try_metric_sum, Agent, VethPair};
 use rocemon_testkit::{require_tshark, tshark, TempDir};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocemon");
 const ADDR: &str = "127.0.0.1:9442";
@@ -32,17 +32,7 @@ fn tc_counts_jumbo_frames_with_headers_outside_the_linear_part_on_the_fast_path(
         } else {
             ("10.77.9.1", "10.77.9.2")
         };
-        let mut r = Roce::new(
-            src.parse().unwrap(),
-            dst.parse().unwrap(),
-            0xD000 + (i % 2) as u16,
-            0x90 + i % 4,
-            0x0A,
-        );
-        r.psn = i;
-        r.payload = 4096 + 512 * (i as usize % 4);
-        r.dma_len = r.payload as u32;
-        r.ecn = (i % 4) as u8;
+        let r = Roce::jumbo(src, dst, i, 4);
         frames.push((1_764_460_800_000_000_000 + u64::from(i) * 1000, r.frame()));
     }
     let fx = whole("tc-jumbo", Format::PcapMicros, frames, true);
@@ -52,16 +42,7 @@ fn tc_counts_jumbo_frames_with_headers_outside_the_linear_part_on_the_fast_path(
 
     let pair = VethPair::new("rctcj").unwrap();
     let (ns, ifn) = (&pair.ns_a, &pair.a_if);
-    // The namespaces' own IPv6 (MLD reports carry a hop-by-hop header: slow path) would add
-    // frames to the slow program's count that are not these.
-    for (n, i) in [(&pair.ns_a, &pair.a_if), (&pair.ns_b, &pair.b_if)] {
-        for key in [
-            "net.ipv6.conf.all.disable_ipv6=1".to_string(),
-            format!("net.ipv6.conf.{i}.disable_ipv6=1"),
-        ] {
-            run("ip", &["netns", "exec", n, "sysctl", "-qw", &key]).unwrap();
-        }
-    }
+    pair.without_ipv6().unwrap();
     let mut args = run_args(ifn, ADDR, "100");
     args.extend(["--hooks", "tc-ingress"]);
     let mut agent = Agent::start(ns, BIN, &args).unwrap();
@@ -73,33 +54,13 @@ fn tc_counts_jumbo_frames_with_headers_outside_the_linear_part_on_the_fast_path(
             try_metric_sum(b, "rocemon_packets_total", &hook).unwrap_or(0.0) >= 24.0
         })
         .unwrap();
-    let f = |name: &str, extra: &[(&str, &str)]| {
-        let mut l = hook.to_vec();
-        l.extend_from_slice(extra);
-        metric_sum(&body, name, &l) as u64
-    };
-    assert_eq!(f("rocemon_packets_total", &[]), e.roce_packets);
-    assert_eq!(f("rocemon_bytes_total", &[]), e.roce_bytes);
-    for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
-        assert_eq!(
-            f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
-            e.ecn[i],
-            "codepoint {cp}"
-        );
-    }
+    assert_totals_equal(&body, &hook, &e);
     assert_eq!(
-        f("rocemon_slow_path_frames_total", &[]),
-        0,
+        metric_sum(&body, "rocemon_slow_path_frames_total", &hook),
+        0.0,
         "jumbo frames through the slow program"
     );
-    let t = Instant::now();
-    let got = loop {
-        let got = api_flows(ns, ADDR, "tc_ingress");
-        if got == e.flows || t.elapsed() > Duration::from_secs(20) {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let got = wait_api_flows(ns, ADDR, "tc_ingress", &e.flows);
     assert_eq!(got, e.flows, "jumbo frames per flow vs tshark");
     agent.stop_ok();
 }

@@ -81,3 +81,40 @@ pub fn api_flows(
         })
         .collect()
 }
+
+/// The agent's flows at `hook` once they equal `want` (the agent hands its flows to the API
+/// at its polls), or what they are after 20 seconds.
+pub fn wait_api_flows(
+    ns: &str,
+    addr: &str,
+    hook: &str,
+    want: &BTreeMap<(String, String, u16, u32), tshark::FlowExpect>,
+) -> BTreeMap<(String, String, u16, u32), tshark::FlowExpect> {
+    let t = std::time::Instant::now();
+    loop {
+        let got = api_flows(ns, addr, hook);
+        if &got == want || t.elapsed() > std::time::Duration::from_secs(20) {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A scrape's RoCE packets, bytes and packets by ECN codepoint under `labels`, equal to
+/// tshark's `e`.
+pub fn assert_totals_equal(body: &str, labels: &[(&str, &str)], e: &tshark::Expected) {
+    let f = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = labels.to_vec();
+        l.extend_from_slice(extra);
+        crate::netns::metric_sum(body, name, &l) as u64
+    };
+    assert_eq!(f("rocemon_packets_total", &[]), e.roce_packets, "packets");
+    assert_eq!(f("rocemon_bytes_total", &[]), e.roce_bytes, "bytes");
+    for (i, cp) in ["not_ect", "ect1", "ect0", "ce"].iter().enumerate() {
+        assert_eq!(
+            f("rocemon_ecn_packets_total", &[("codepoint", cp)]),
+            e.ecn[i],
+            "packets of ECN codepoint {cp}"
+        );
+    }
+}

@@ -70,6 +70,25 @@ pub struct Roce {
 }
 
 impl Roce {
+    /// The `i`-th jumbo RDMA WRITE_ONLY of the jumbo tests from `src` to `dst`: 4 KiB to
+    /// 5.5 KiB payloads (a frame of a page or more: several buffers in XDP, headers outside
+    /// a raw socket's linear part), two ports and `qps` destination QPs taken in turn, each
+    /// ECN codepoint in turn.
+    pub fn jumbo(src: &str, dst: &str, i: u32, qps: u32) -> Roce {
+        let mut r = Roce::new(
+            src.parse().expect("an IP address"),
+            dst.parse().expect("an IP address"),
+            0xD000 + (i % 2) as u16,
+            0x90 + i % qps,
+            0x0A,
+        );
+        r.psn = i;
+        r.payload = 4096 + 512 * (i as usize % 4);
+        r.dma_len = r.payload as u32;
+        r.ecn = (i % 4) as u8;
+        r
+    }
+
     pub fn new(src: IpAddr, dst: IpAddr, sport: u16, dest_qp: u32, opcode: u8) -> Roce {
         Roce {
             src,
