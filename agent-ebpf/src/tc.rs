@@ -20,8 +20,8 @@ static TC_HEAD: PerCpuArray<[u8; FAST_PATH_BYTES]> = PerCpuArray::with_max_entri
 
 /// The fast path's reader over a copy of the frame's first [`FAST_PATH_BYTES`], for a frame
 /// the direct view refuses because its skb's linear part is short: a raw socket's frame of a
-/// page or more carries only its Ethernet header there, a driver that splits headers from
-/// data pulls no further than the UDP header, and a virtio or GRO skb may carry none. One
+/// page or more carries only its Ethernet header there, and a driver that splits headers
+/// from data pulls no further than the UDP header (`eth_get_headlen`). One
 /// helper copy (about 20 ns) where the slow program's tail call and general parse cost about
 /// 100 ns more; every read then answers as over the whole frame (the fast path reads no
 /// further). `None` for a frame shorter than that (rare when non-linear): the slow program.

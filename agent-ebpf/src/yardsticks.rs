@@ -3,9 +3,9 @@
 //! in the same run.
 //!
 //! - the count-only program: one per-CPU counter bump, the least any program costs;
-//! - the flow floor (XDP and tc): the least an exact per-flow counter costs, the shape of the simplest flow
-//!   agents (look the flow up in a per-CPU hash map, insert it when new, add a packet and its
-//!   bytes): the IPv4 RoCE key read at constant offsets, no parse beyond it. Where flows
+//! - the flow floor (XDP and tc): the least an exact per-flow counter costs, the shape of the
+//!   simplest flow agents (look the flow up in a per-CPU hash map, insert it when new, add a
+//!   packet and its bytes): the IPv4 RoCE key read at constant offsets, no parse beyond it. Where flows
 //!   outnumber what the CPU's caches hold, this is the memory cost every exact per-flow count
 //!   pays, whatever else it does. Its map is sized by the bench at load time (1 entry here, so
 //!   the agent, which loads the same object, pays nothing for it).
