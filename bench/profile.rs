@@ -284,8 +284,15 @@ pub(crate) fn profile(arg: &str) -> Result<()> {
 }
 
 /// The agent's XDP program live (as the shapes phase runs it: a veth pair, the agent in
-/// native mode, a raw-socket sender rotating over `flows` flows of 64-byte payloads).
+/// native mode, a raw-socket sender rotating over `flows` flows of 64-byte payloads, or of
+/// `ROCEMON_PROFILE_PAYLOAD` bytes).
 fn profile_live(secs: f64, flows: usize) -> Result<()> {
+    let payload: usize = match std::env::var("ROCEMON_PROFILE_PAYLOAD") {
+        Ok(v) => v
+            .parse()
+            .context("ROCEMON_PROFILE_PAYLOAD: a payload size in bytes, e.g. 4096")?,
+        Err(_) => 64,
+    };
     let pair = VethPair::new("rcprof")?;
     let _stats = baseline::Stats::on()?;
     // Another build of the agent to compare with (`ROCEMON_PROFILE_BIN`), else this one.
@@ -301,7 +308,7 @@ fn profile_live(secs: f64, flows: usize) -> Result<()> {
         live::blast_flows(
             &pair.ns_b,
             &pair.b_if,
-            shapes::template(64),
+            shapes::template(payload),
             (flows, 1),
             secs,
         )
@@ -315,7 +322,7 @@ fn profile_live(secs: f64, flows: usize) -> Result<()> {
     let perf = perf.stop()?;
     agent.stop()?;
     let head = format!(
-        "live, {flows} flows taking turns, 64-byte payloads: {:.0} ns per packet over {} packets",
+        "live, {flows} flows taking turns, {payload}-byte payloads: {:.0} ns per packet over {} packets",
         (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64,
         r1 - r0
     );
