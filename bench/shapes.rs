@@ -482,6 +482,9 @@ pub(crate) fn live_curve() -> Result<Value> {
         )
     };
     let send = |c: &Case| send_for(c, LIVE_SECS);
+    // Another build of the agent in its place (`ROCEMON_BENCH_BIN`), for an A/B of two
+    // builds case by case; none in a full run.
+    let bin = std::env::var("ROCEMON_BENCH_BIN").unwrap_or_else(|_| BIN.to_string());
     // The three programs back to back within each case (the agent started afresh for it),
     // so that the machine's drift over a round (2-3x on this VM) falls between cases, not
     // between a case's figures. [case][round] = (rocemon ns, count-only ns, flow floor ns)
@@ -505,7 +508,7 @@ pub(crate) fn live_curve() -> Result<Value> {
                 SHAPES_FLOW_MAP_ENTRIES,
                 tc,
             )?)?;
-            let agent = start_agent_at(&pair, BIN, c.hook)?;
+            let agent = start_agent_at(&pair, &bin, c.hook)?;
             let rocemon = measure(&|| program_runs(c.hook.program()))?;
             agent.stop()?;
             eprintln!(

@@ -51,18 +51,48 @@ pub const fn bucket_le(i: usize) -> Option<u64> {
 }
 
 /// The bucket of a message of `bytes`: the smallest `i` with `bytes <= 1 KiB * 4^i`, at most
-/// [`MSG_BUCKETS`]` - 1`. Branch-free apart from the clamp (bits needed, halved).
+/// [`MSG_BUCKETS`]` - 1`. A search over the bounds, four compares with constants: BPF has no
+/// count-leading-zeros instruction, and LLVM expands one into some thirty (measured live at
+/// one flow of 4 KiB messages: the bucket and its `ctlz` were 6% of the program's samples).
 #[inline(always)]
 pub fn bucket(bytes: u64) -> usize {
-    if bytes <= 1024 {
-        return 0;
+    const fn le(i: usize) -> u64 {
+        1024u64 << (2 * i)
     }
-    let bits = 64 - (bytes - 1).leading_zeros() as usize;
-    let i = (bits - 9) / 2;
-    if i >= MSG_BUCKETS {
-        MSG_BUCKETS - 1
+    if bytes <= le(3) {
+        if bytes <= le(1) {
+            if bytes <= le(0) {
+                0
+            } else {
+                1
+            }
+        } else if bytes <= le(2) {
+            2
+        } else {
+            3
+        }
+    } else if bytes <= le(7) {
+        if bytes <= le(5) {
+            if bytes <= le(4) {
+                4
+            } else {
+                5
+            }
+        } else if bytes <= le(6) {
+            6
+        } else {
+            7
+        }
+    } else if bytes <= le(9) {
+        if bytes <= le(8) {
+            8
+        } else {
+            9
+        }
+    } else if bytes <= le(10) {
+        10
     } else {
-        i
+        MSG_BUCKETS - 1
     }
 }
 
