@@ -192,6 +192,7 @@ pub fn observe(p: &PacketRecord, progress: &mut SendProgress) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn buckets_are_powers_of_four_from_1_kib() {
@@ -210,6 +211,20 @@ mod tests {
             assert_eq!(bucket(le + 1), i + 1, "above {le}");
         }
         assert_eq!(bucket_le(MSG_BUCKETS - 1), None);
+    }
+
+    proptest! {
+        /// Any size, of any magnitude, lands in the bucket its bounds say: the first whose
+        /// `le` is at or above it.
+        #[test]
+        fn a_size_lands_in_the_first_bucket_at_or_above_it(
+            bytes in (0u32..64, any::<u64>()).prop_map(|(s, x)| x >> s)
+        ) {
+            let want = (0..MSG_BUCKETS)
+                .find(|&i| bucket_le(i).is_none_or(|le| bytes <= le))
+                .unwrap_or(MSG_BUCKETS - 1);
+            prop_assert_eq!(bucket(bytes), want);
+        }
     }
 
     #[test]
