@@ -316,15 +316,15 @@ fn profile_live(secs: f64, flows: usize) -> Result<()> {
     // Every flow created first.
     send(1.0)?;
     let perf = Perf::start()?;
-    let (r0, t0) = shapes::program_runs(agent_common::PROG_XDP)?;
+    let before = shapes::program_runs(agent_common::PROG_XDP)?;
     send(secs)?;
-    let (r1, t1) = shapes::program_runs(agent_common::PROG_XDP)?;
+    let (runs, run_s) = shapes::program_runs(agent_common::PROG_XDP)?.since(&before);
     let perf = perf.stop()?;
     agent.stop()?;
     let head = format!(
         "live, {flows} flows taking turns, {payload}-byte payloads: {:.0} ns per packet over {} packets",
-        (t1 - t0) * 1e9 / (r1 - r0).max(1) as f64,
-        r1 - r0
+        run_s * 1e9 / runs.max(1) as f64,
+        runs
     );
     report(&jit, &perf.data, &head)
 }

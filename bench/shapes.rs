@@ -303,21 +303,44 @@ fn test_run_curve_here() -> Result<Value> {
     Ok(Value::Array(rows))
 }
 
-/// The kernel's run count and run time of every loaded program named `name` (the agent's).
-/// The kernel keeps the first 15 bytes of a name: `rocemon_tc_ingress` is `rocemon_tc_ingr`,
-/// as its slow program is, whose own figures stay zero (a tail call runs in its caller's
-/// time and count).
-pub(crate) fn program_runs(name: &str) -> Result<(u64, f64)> {
+/// The kernel's run count and run time of each loaded program named `name` (the agent's), by
+/// program id. The kernel keeps the first 15 bytes of a name: `rocemon_tc_ingress` is
+/// `rocemon_tc_ingr`, as its slow program is, whose own figures stay zero (a tail call runs in
+/// its caller's time and count).
+pub(crate) fn program_runs(name: &str) -> Result<Runs> {
     let kept = &name[..name.len().min(15)];
-    let mut out = (0, 0.0);
+    let mut out = Vec::new();
     for p in aya::programs::loaded_programs() {
         let p = p?;
         if p.name_as_str() == Some(kept) {
-            out.0 += p.run_count();
-            out.1 += p.run_time().as_secs_f64();
+            out.push((p.id(), p.run_count(), p.run_time().as_secs_f64()));
         }
     }
-    Ok(out)
+    Ok(Runs(out))
+}
+
+/// Run counts and run times of programs at one read, by program id.
+pub(crate) struct Runs(Vec<(u32, u64, f64)>);
+
+impl Runs {
+    /// One program's figures (a yardstick the bench holds itself).
+    pub(crate) fn one((count, time): (u64, f64)) -> Runs {
+        Runs(vec![(0, count, time)])
+    }
+
+    /// The runs and run time since `before`, over the programs loaded at both reads: the
+    /// program of an agent stopped just before (still loaded at the first read, freed by the
+    /// second) took its runs off the sum and once made a case read -0 ns.
+    pub(crate) fn since(&self, before: &Runs) -> (u64, f64) {
+        let mut out = (0, 0.0);
+        for &(id, count, time) in &self.0 {
+            if let Some(&(_, c0, t0)) = before.0.iter().find(|b| b.0 == id) {
+                out.0 += count.saturating_sub(c0);
+                out.1 += time - t0;
+            }
+        }
+        out
+    }
 }
 
 /// The hook a live case is measured at: rocemon's program there, against the yardsticks
@@ -492,14 +515,18 @@ pub(crate) fn live_curve() -> Result<Value> {
     for _ in 0..LIVE_ROUNDS {
         for (i, c) in cases.iter().enumerate() {
             // The case's traffic, then the ns per run it cost the program `runs` reads.
-            let measure = |runs: &dyn Fn() -> Result<(u64, f64)>| -> Result<f64> {
+            let measure = |runs: &dyn Fn() -> Result<Runs>| -> Result<f64> {
                 send_for(c, LIVE_WARMUP_SECS)?;
-                let (r0, t0) = runs()?;
+                let before = runs()?;
                 send(c)?;
-                let (r1, t1) = runs()?;
-                Ok((t1 - t0) * 1e9 / (r1 - r0).max(1) as f64)
+                let (n, t) = runs()?.since(&before);
+                if n == 0 {
+                    bail!("{}: the program ran no packet of the case", c.label());
+                }
+                Ok(t * 1e9 / n as f64)
             };
-            let yardstick = |program: baseline::Attached| measure(&|| program.runs());
+            let yardstick =
+                |program: baseline::Attached| measure(&|| program.runs().map(Runs::one));
             let tc = c.hook.tc();
             let base = yardstick(baseline::Attached::new(&pair.ns_a, &pair.a_if, tc)?)?;
             let floor = yardstick(baseline::Attached::flow_floor(

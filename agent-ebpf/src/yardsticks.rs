@@ -48,10 +48,9 @@ fn bump_baseline() {
 /// flows are, in a plain per-CPU hash map as issue #49 defines the floor (rocemon's flow maps
 /// are LRU per-CPU hashes, so that a flood of new flows pushes out old ones instead of being
 /// refused: the floor does not pay for that). Its value is 16 bytes, rocemon's 256 (a packet
-/// writes the first 64): with this floor's value widened to 256 bytes, its first 16 still
-/// the only ones written, 10,000 flows taking turns cost it 107 ns where they cost it 72
-/// (live, medians of six rounds, 2026-12-05; 1,000 flows: 54 against 52), and rocemon 120 in
-/// both: where flows outnumber what the caches hold, the value's size is the gap.
+/// writes the first 64). Neither difference is what rocemon pays beyond it at 10,000 flows
+/// taking turns (live, 64 B, 2026-12-05): this floor with a 256-byte value took 75-77 ns and
+/// with an LRU map 63, against its own 66-68 and rocemon's 110-121 (DESIGN.md).
 #[map]
 static FLOW_FLOOR: PerCpuHashMap<FlowKey4, [u64; 2]> = PerCpuHashMap::with_max_entries(1, 0);
 
