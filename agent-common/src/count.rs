@@ -5,13 +5,23 @@
 //! does (its stated policy).
 //!
 //! The sequence, for a frame whose parse result is `rec`:
-//! 1. the hook's counter block ([`HookCounters::record`]): frames, outcomes, opcodes, ECN,
-//!    DSCP and priority classes, MAC control;
-//! 2. for RoCE only: its mirror session or tunnel, when the store counts sessions (a full
-//!    store: `session_overflow`);
-//! 3. for RoCE only: its flow ([`flow_step`] on the store's state of the flow; a flow the
-//!    store cannot hold: `flow_update_errors`), and the flow's PSN and message events into
-//!    the counter block.
+//! 1. a frame that is not RoCE: the hook's counter block ([`HookCounters::record`]: frames,
+//!    outcomes, MAC control), and a MAC control frame to the store's pause ring; done;
+//! 2. for RoCE: its flow ([`flow_step`] on the store's state of the flow; a flow the store
+//!    cannot hold: `flow_update_errors`), and the flow's PSN and message events into the
+//!    counter block;
+//! 3. the counter block's RoCE counts ([`HookCounters::record_roce`]: opcodes, ECN, DSCP and
+//!    priority classes, CNPs, NAKs);
+//! 4. its mirror session or tunnel, when the store counts sessions (a full store:
+//!    `session_overflow`).
+//!
+//! The flow comes before the counter block because it is the one step whose memory is not
+//! hot when many flows take turns (a cache miss a packet on the flow's state), and nothing
+//! after it waits for it: the counter block's increments run while the flow's line is
+//! fetched, where before they had all retired by the time the miss began. Every step only
+//! adds, so the order changes no count. Measured live (XDP, 64 B, medians of nine rounds
+//! interleaved with the order before): one flow 73 to 68 ns, 10,000 flows 125 to 120; tc
+//! ingress at 10,000 flows 135 to 132.
 //!
 //! Everything is `#[inline(always)]` and generic over the store, so the kernel's copy is the
 //! same code as the host's, monomorphised for its maps (no call, no indirection on the hot
@@ -70,13 +80,17 @@ pub fn count<S: Store>(
     hook: Hook,
     frame_len: u64,
 ) -> bool {
-    c.record(rec, frame_len, &store.classes());
     if !rec.is_roce() {
+        c.record(rec, frame_len, &store.classes());
         if let Some(m) = rec.mac_control() {
             store.pause_frame(&m);
         }
         return false;
     }
+    let now = store.now(rec, frame_len);
+    let psn = store.psn_on();
+    let refused = store.flow(rec, hook, c, frame_len, now, psn);
+    c.record_roce(rec, frame_len, &store.classes());
     if store.sessions_on() {
         if let Some(sk) = SessionKey::of(rec, hook) {
             if !store.session(sk, rec, frame_len) {
@@ -84,9 +98,7 @@ pub fn count<S: Store>(
             }
         }
     }
-    let now = store.now(rec, frame_len);
-    let psn = store.psn_on();
-    store.flow(rec, hook, c, frame_len, now, psn)
+    refused
 }
 
 /// A frame the kernel's fast path answered with an outcome alone (no record written): the

@@ -163,6 +163,18 @@ pub fn key_of(w: &KeyWords) -> FlowKey {
     unsafe { core::ptr::read(w as *const KeyWords as *const FlowKey) }
 }
 
+/// The key the words stand for, in place (no copy: the kernel passes a slot's key to the flow
+/// maps where it lies).
+#[inline(always)]
+pub fn key_in(w: &KeyWords) -> &FlowKey {
+    const _: () = assert!(
+        core::mem::size_of::<KeyWords>() == core::mem::size_of::<FlowKey>()
+            && core::mem::align_of::<KeyWords>() >= core::mem::align_of::<FlowKey>()
+    );
+    // SAFETY: as in `key_of`, and the reference lives as long as the words.
+    unsafe { &*(w as *const KeyWords as *const FlowKey) }
+}
+
 /// Whether two keys are the same, without a branch per word (and without `bcmp`, which BPF
 /// does not have).
 #[inline(always)]

@@ -9,7 +9,7 @@ use agent_common::cache_mode::{
     mode_after_pass, mode_at_pass, pass_use, FlushState, CACHE_DRAINING, CACHE_ON, FLUSH_RELEASE,
 };
 use agent_common::flow_cache::{
-    fingerprint, hash_of, key_of, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
+    fingerprint, hash_of, key_in, same_key, slot_of, slot_of_hash, CachedFlow, KeyWords, BUSY,
     CLEAN, DIRTY, EMPTY, FLOW_CACHE_SLOTS, FLUSH_CHUNK, HEAVY_PACKETS,
 };
 use agent_common::{FlowKey4, FlowStats, Hook, HookSlot};
@@ -132,14 +132,16 @@ pub extern "C" fn rocemon_flow_write_back(slot: u32) -> u32 {
     let Some(e) = FLOW_CACHE.get_ptr_mut(slot) else {
         return 0;
     };
-    // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile.
-    let (key, stats) = unsafe { (key_of(&(*e).key), &mut (*e).stats) };
+    // SAFETY: a slot of this CPU's cache; no other program runs on this CPU meanwhile. The
+    // maps take the key where the slot holds it (a map value is a valid key argument): no
+    // copy on the stack, whose 512 bytes the calls into here share.
+    let (key, stats) = unsafe { (key_in(&(*e).key), &mut (*e).stats) };
     let r = if Hook::sends(key.hook) {
-        store(&FLOWS_OUT, &key, stats)
+        store(&FLOWS_OUT, key, stats)
     } else if key.ip_version == 4 {
-        store(&FLOWS4, &FlowKey4::of(&key), stats)
+        store(&FLOWS4, &FlowKey4::of(key), stats)
     } else {
-        store(&FLOWS, &key, stats)
+        store(&FLOWS, key, stats)
     };
     if r != 0 {
         stats.clear_counts();
@@ -460,7 +462,7 @@ fn write_back_slot(e: *mut CachedFlow, slot: u32) -> i32 {
     match r {
         0 => {
             // SAFETY: a slot of this CPU's cache.
-            let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+            let hook = Hook::from_u32(u32::from(key_in(unsafe { &(*e).key }).hook));
             if let Some(s) = flow_maps::slot(hook) {
                 s.counters.flow_update_errors += 1;
             }
@@ -478,7 +480,7 @@ fn write_back_slot(e: *mut CachedFlow, slot: u32) -> i32 {
 #[inline(always)]
 fn count_created_again(e: *mut CachedFlow) {
     // SAFETY: a slot of this CPU's cache.
-    let hook = Hook::from_u32(u32::from(key_of(unsafe { &(*e).key }).hook));
+    let hook = Hook::from_u32(u32::from(key_in(unsafe { &(*e).key }).hook));
     if let Some(s) = flow_maps::slot(hook) {
         s.counters.flows_created += 1;
     }
