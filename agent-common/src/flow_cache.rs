@@ -155,12 +155,10 @@ pub fn key_words(k: &FlowKey) -> KeyWords {
     unsafe { core::ptr::read_unaligned(k as *const FlowKey as *const KeyWords) }
 }
 
-/// The key the words stand for.
+/// The key the words stand for (a copy of [`key_in`]).
 #[inline(always)]
 pub fn key_of(w: &KeyWords) -> FlowKey {
-    // SAFETY: 40 bytes of plain integers, every bit pattern a valid `FlowKey`; words are
-    // aligned for it (8 >= 4).
-    unsafe { core::ptr::read(w as *const KeyWords as *const FlowKey) }
+    *key_in(w)
 }
 
 /// The key the words stand for, in place (no copy: the kernel passes a slot's key to the flow
@@ -171,7 +169,8 @@ pub fn key_in(w: &KeyWords) -> &FlowKey {
         core::mem::size_of::<KeyWords>() == core::mem::size_of::<FlowKey>()
             && core::mem::align_of::<KeyWords>() >= core::mem::align_of::<FlowKey>()
     );
-    // SAFETY: as in `key_of`, and the reference lives as long as the words.
+    // SAFETY: 40 bytes of plain integers, every bit pattern a valid `FlowKey`; the words are
+    // aligned for it (checked above); the reference lives as long as the words.
     unsafe { &*(w as *const KeyWords as *const FlowKey) }
 }
 
