@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod findings;
+pub mod flow_json;
 pub mod html;
 pub mod html_charts;
 pub mod html_findings;
@@ -14,7 +15,7 @@ pub mod table;
 pub mod training;
 
 use crate::detect::ecmp::EcmpReport;
-use crate::export::named::Named;
+use crate::export::named::{NameOrder, Named};
 use crate::pipeline::analysis::ElephantPeriod;
 use crate::pipeline::flows::FlowEntry;
 use agent_common::message::MsgOp;
@@ -22,6 +23,7 @@ use agent_common::psn::{NAK_NAMES, NAK_SLOTS};
 use agent_common::{OpClass, ROCEV2_UDP_PORT};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 /// The version of `analyze --format json`'s layout: raised when a field changes meaning or
 /// goes away (new fields do not raise it).
@@ -232,6 +234,9 @@ impl Serialize for FlowList<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match &self.1 {
             Some(json) => json.serialize(s),
+            None if self.0.len() >= flow_json::PARALLEL_FROM => {
+                flow_json::serialize_rows(&self.0, s)
+            }
             None => s.collect_seq(self.iter()),
         }
     }
@@ -265,8 +270,16 @@ pub(crate) fn mean_rate(e: &FlowEntry) -> f64 {
 
 /// NAK counts by name.
 pub fn naks(counts: &[u64; NAK_SLOTS]) -> Naks {
-    Named::new(std::array::from_fn(|i| (NAK_NAMES[i], counts[i])))
+    static ORDER: LazyLock<NameOrder<NAK_SLOTS>> = LazyLock::new(|| NameOrder::of(NAK_NAMES));
+    Named::in_order(std::array::from_fn(|i| (NAK_NAMES[i], counts[i])), &ORDER)
 }
+
+/// The operation classes' names in [`Named`]'s order.
+static OPS_ORDER: LazyLock<NameOrder<{ OpClass::COUNT }>> =
+    LazyLock::new(|| NameOrder::of(OpClass::ALL.map(OpClass::name)));
+/// The message operations' names in [`Named`]'s order.
+static MSGS_ORDER: LazyLock<NameOrder<{ MsgOp::COUNT }>> =
+    LazyLock::new(|| NameOrder::of(MsgOp::ALL.map(MsgOp::name)));
 
 impl Flow {
     /// The flow with its times moved by `ns` (the live tables' monotonic clock to Unix time).
@@ -281,8 +294,8 @@ impl Flow {
         let (messages, message_bytes) = (e.stats.messages(), e.stats.message_bytes());
         Flow {
             ip_version: e.key.ip_version,
-            src: e.src().to_string(),
-            dst: e.dst().to_string(),
+            src: addr_text(e.src()),
+            dst: addr_text(e.dst()),
             sport: e.key.sport,
             dport: ROCEV2_UDP_PORT,
             dest_qp: e.key.dest_qp,
@@ -302,17 +315,45 @@ impl Flow {
             retransmits: e.stats.retransmits,
             naks: naks(&e.stats.naks()),
             rnr_naks: e.stats.rnr_naks,
-            ops: Named::new(OpClass::ALL.map(|c| (c.name(), classes[c as usize]))),
-            messages: Named::new(MsgOp::ALL.map(|o| {
-                let i = o as usize;
-                let m = FlowMessages {
-                    messages: messages[i],
-                    bytes: message_bytes[i],
-                };
-                (o.name(), m)
-            })),
+            ops: Named::in_order(
+                OpClass::ALL.map(|c| (c.name(), classes[c as usize])),
+                &OPS_ORDER,
+            ),
+            messages: Named::in_order(
+                MsgOp::ALL.map(|o| {
+                    let i = o as usize;
+                    let m = FlowMessages {
+                        messages: messages[i],
+                        bytes: message_bytes[i],
+                    };
+                    (o.name(), m)
+                }),
+                &MSGS_ORDER,
+            ),
         }
     }
+}
+
+/// An address as `Display` writes it; IPv4 without the formatter's machinery (the report of
+/// a quarter million flows writes half a million addresses).
+pub fn addr_text(a: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = a else {
+        return a.to_string();
+    };
+    let mut s = String::with_capacity(15);
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if o >= 100 {
+            s.push(char::from(b'0' + o / 100));
+        }
+        if o >= 10 {
+            s.push(char::from(b'0' + o / 10 % 10));
+        }
+        s.push(char::from(b'0' + o % 10));
+    }
+    s
 }
 
 /// Human-readable bytes.
@@ -330,5 +371,31 @@ pub fn human_bytes(b: f64) -> String {
         format!("{v:.0} {}", units[i])
     } else {
         format!("{v:.1} {}", units[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::addr_text;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn ipv4_text_is_what_display_writes_for_every_octet_in_every_place() {
+        for o in 0..=255u8 {
+            for place in 0..4 {
+                let mut octets = [1, 22, 203, 4];
+                octets[place] = o;
+                let a = IpAddr::V4(Ipv4Addr::from(octets));
+                assert_eq!(addr_text(a), a.to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn ipv6_text_is_what_display_writes() {
+        for a in ["fd00::1", "::", "2001:db8::ff:0:1", "::ffff:10.0.0.1"] {
+            let a = IpAddr::V6(a.parse::<Ipv6Addr>().unwrap());
+            assert_eq!(addr_text(a), a.to_string());
+        }
     }
 }
