@@ -84,8 +84,9 @@ fn stream_failure(
 const FLOWS_WRITTEN_BESIDE: usize = 50_000;
 
 /// The judgement of the capture, and, for JSON output of at most [`FLOWS_WRITTEN_BESIDE`]
-/// flows, the flow list's JSON written on a thread beside it: after the last frame both are
-/// the run's serial tail (on the bench's capture of 10,000 flows, 17 and 13 ms).
+/// flows, the flow list's JSON written on a thread beside it (its rows serialized on every
+/// core by [`crate::export::report::flow_json`]): after the last frame both are the run's
+/// tail (on the bench's capture of 10,000 flows, 17 and 13 ms).
 fn judge_and_write_flows(
     a: &Analysis,
     format: OutputFormat,

@@ -191,8 +191,9 @@ pub struct Flow {
 }
 
 /// Every flow held, in the report's order: the flow table's entries, each written out as a
-/// [`Flow`] when the report is. A quarter million flows' rows (about 550 bytes each) are
-/// never held at once: that doubled `analyze`'s peak memory on a capture of many flows.
+/// [`Flow`] when the report is, on every core ([`flow_json`]). A quarter million flows' rows
+/// (about 750 bytes each) are never held at once: that doubled `analyze`'s peak memory on a
+/// capture of many flows.
 ///
 /// Or, where `analyze` wrote the list's JSON beside the judging ([`FlowList::with_json`]),
 /// that text, written as it is.
