@@ -32,37 +32,18 @@ type Rows = Result<Vec<Box<RawValue>>, String>;
 /// Writes `entries` as a JSON array of [`Flow`] rows through `s`, the rows serialized on
 /// worker threads (one per core, at most [`MAX_WORKERS`]) in chunks of [`CHUNK`], written in
 /// order as they come. The same text as `s.collect_seq` of the rows, for a `serde_json`
-/// serializer (other serializers see each row as a raw value).
+/// serializer (other serializers see each row as a raw value). Where no thread can be had,
+/// the rows are written on this one.
 pub fn serialize_rows<S: Serializer>(entries: &[&FlowEntry], s: S) -> Result<S::Ok, S::Error> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_WORKERS);
     let chunks: Vec<&[&FlowEntry]> = entries.chunks(CHUNK).collect();
-    let mut seq = s.serialize_seq(Some(entries.len()))?;
     std::thread::scope(|scope| {
-        // Worker w serializes chunks w, w + workers, ...: the writer takes chunk k from
-        // worker k % workers, so the rows come out in order.
-        let mut lanes: Vec<Receiver<Rows>> = Vec::with_capacity(workers);
-        for w in 0..workers {
-            let (tx, rx) = sync_channel::<Rows>(1);
-            let mine: Vec<&[&FlowEntry]> =
-                chunks.iter().skip(w).step_by(workers).copied().collect();
-            let spawned = std::thread::Builder::new()
-                .name("analyze-json".into())
-                .spawn_scoped(scope, move || {
-                    for chunk in mine {
-                        if tx.send(rows(chunk)).is_err() {
-                            return;
-                        }
-                    }
-                });
-            if let Err(e) = spawned {
-                return Err(S::Error::custom(format!(
-                    "no thread for the flow list: {e}"
-                )));
-            }
-            lanes.push(rx);
-        }
+        let Some(lanes) = spawn_lanes(scope, &chunks, workers) else {
+            return s.collect_seq(entries.iter().map(|e| Flow::from_entry(e)));
+        };
+        let mut seq = s.serialize_seq(Some(entries.len()))?;
         for k in 0..chunks.len() {
             let rows = lanes[k % workers]
                 .recv()
@@ -72,9 +53,35 @@ pub fn serialize_rows<S: Serializer>(entries: &[&FlowEntry], s: S) -> Result<S::
                 seq.serialize_element(row)?;
             }
         }
-        Ok(())
-    })?;
-    seq.end()
+        seq.end()
+    })
+}
+
+/// Worker `w` of `workers` serializes chunks w, w + workers, ...: the writer takes chunk k
+/// from lane k % workers, so the rows come out in order. None when a thread could not be
+/// had (the workers already started end as their lanes close).
+fn spawn_lanes<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    chunks: &[&'scope [&'scope FlowEntry]],
+    workers: usize,
+) -> Option<Vec<Receiver<Rows>>> {
+    let mut lanes = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let (tx, rx) = sync_channel::<Rows>(1);
+        let mine: Vec<&[&FlowEntry]> = chunks.iter().skip(w).step_by(workers).copied().collect();
+        std::thread::Builder::new()
+            .name("analyze-json".into())
+            .spawn_scoped(scope, move || {
+                for chunk in mine {
+                    if tx.send(rows(chunk)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .ok()?;
+        lanes.push(rx);
+    }
+    Some(lanes)
 }
 
 /// One chunk's rows, each serialized as `serde_json` writes a [`Flow`].
