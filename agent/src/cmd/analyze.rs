@@ -83,33 +83,39 @@ fn stream_failure(
 /// 200 MB of text).
 const FLOWS_WRITTEN_BESIDE: usize = 50_000;
 
-/// The judgement of the capture, and, for JSON output of at most [`FLOWS_WRITTEN_BESIDE`]
-/// flows, the flow list's JSON written on a thread beside it (its rows serialized on every
-/// core by [`crate::export::report::flow_json`]): after the last frame both are the run's
-/// tail (on the bench's capture of 10,000 flows, 17 and 13 ms).
-fn judge_and_write_flows(
+/// The judgement of the capture, and the flow list made on a thread beside it: its order
+/// (a quarter million flows take 50 ms to sort) and, for JSON output of at most
+/// [`FLOWS_WRITTEN_BESIDE`] flows, its JSON (its rows serialized on every core by
+/// [`crate::export::report::flow_json`]). After the last frame these are the run's tail (on
+/// the bench's capture of 10,000 flows, 17 and 13 ms); the list's order is made once, here.
+fn judge_and_list_flows(
     a: &Analysis,
     format: OutputFormat,
 ) -> (
     crate::pipeline::findings::Judged,
-    Option<Box<serde_json::value::RawValue>>,
+    crate::export::report::FlowList<'_>,
 ) {
     let flows = &a.pipeline.flows;
-    let beside = format == OutputFormat::Json && flows.len() <= FLOWS_WRITTEN_BESIDE;
+    let json = format == OutputFormat::Json && flows.len() <= FLOWS_WRITTEN_BESIDE;
+    let list = move || {
+        let list = crate::export::report::build::flow_list(flows);
+        match json.then(|| list.to_json()) {
+            Some(Ok(text)) => list.with_json(text),
+            _ => list,
+        }
+    };
     std::thread::scope(|s| {
-        let written = beside
-            .then(|| {
-                std::thread::Builder::new()
-                    .name("analyze-json".into())
-                    .spawn_scoped(s, || {
-                        crate::export::report::build::flow_list(flows).to_json()
-                    })
-                    .ok()
-            })
-            .flatten();
+        let beside = std::thread::Builder::new()
+            .name("analyze-json".into())
+            .spawn_scoped(s, list)
+            .ok();
         let judged = crate::pipeline::findings::judge_analysis(a);
-        let json = written.and_then(|w| w.join().ok()).and_then(Result::ok);
-        (judged, json)
+        let listed = match beside.map(|t| t.join()) {
+            Some(Ok(listed)) => listed,
+            Some(Err(p)) => std::panic::resume_unwind(p),
+            None => list(),
+        };
+        (judged, listed)
     })
 }
 
@@ -388,11 +394,8 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         x.finish();
         report_ipfix(&collectors);
     }
-    let (judged, flows_json) = judge_and_write_flows(&a, args.format);
-    let mut report = crate::export::report::build::build(&a, judged);
-    if let Some(json) = flows_json {
-        report.flows = report.flows.with_json(json);
-    }
+    let (judged, flows) = judge_and_list_flows(&a, args.format);
+    let mut report = crate::export::report::build::build_with(&a, judged, flows);
     report.inputs = args.files.iter().map(|f| f.display().to_string()).collect();
     if let Some(path) = &args.html {
         let page = crate::export::report::html::render(
@@ -568,7 +571,7 @@ mod tests {
     }
 
     /// The flow list written beside the judging gives the report streamed after it, to the
-    /// byte, on every fixture; table output writes nothing beside.
+    /// byte, on every fixture; table output writes no JSON beside.
     #[test]
     fn the_flow_list_written_beside_changes_nothing() {
         let dir = TempDir::new("rocemon-flowjson").unwrap();
@@ -580,17 +583,24 @@ mod tests {
                 crate::pipeline::findings::judge_analysis(&a),
             ))
             .unwrap();
-            let (judged, json) = judge_and_write_flows(&a, OutputFormat::Json);
-            let json = json.expect("written beside");
-            let mut beside = crate::export::report::build::build(&a, judged);
-            beside.flows = beside.flows.with_json(json);
+            let (judged, flows) = judge_and_list_flows(&a, OutputFormat::Json);
+            assert!(flows.written(), "{}", fx.name);
+            let beside = crate::export::report::build::build_with(&a, judged, flows);
             assert_eq!(
                 serde_json::to_string(&beside).unwrap(),
                 streamed,
                 "{}",
                 fx.name
             );
-            assert!(judge_and_write_flows(&a, OutputFormat::Table).1.is_none());
+            let (judged, flows) = judge_and_list_flows(&a, OutputFormat::Table);
+            assert!(!flows.written());
+            let table = crate::export::report::build::build_with(&a, judged, flows);
+            assert_eq!(
+                serde_json::to_string(&table).unwrap(),
+                streamed,
+                "{}",
+                fx.name
+            );
         }
     }
 }

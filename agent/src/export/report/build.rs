@@ -11,6 +11,16 @@ use std::collections::BTreeMap;
 
 /// Builds the report of an analysis and of its judgement.
 pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report<'_> {
+    build_with(a, judged, flow_list(&a.pipeline.flows))
+}
+
+/// [`build`] with the flow list made already ([`flow_list`], as `analyze` makes it beside the
+/// judging).
+pub fn build_with<'a>(
+    a: &'a Analysis,
+    judged: crate::pipeline::findings::Judged,
+    flows: FlowList<'a>,
+) -> Report<'a> {
     let c = &a.counters;
     let crate::pipeline::findings::Judged {
         training,
@@ -40,7 +50,6 @@ pub fn build(a: &Analysis, judged: crate::pipeline::findings::Judged) -> Report<
             bytes: c.opcode_bytes[op as usize],
         })
         .collect();
-    let flows = flow_list(&a.pipeline.flows);
     let elephants = a
         .pipeline
         .elephants

@@ -223,6 +223,11 @@ impl<'a> FlowList<'a> {
         serde_json::value::to_raw_value(self)
     }
 
+    /// Whether its JSON is written already ([`FlowList::with_json`]).
+    pub fn written(&self) -> bool {
+        self.1.is_some()
+    }
+
     /// The list, written as `json` (its [`FlowList::to_json`], made on another thread) when
     /// it is serialized.
     pub fn with_json(mut self, json: Box<serde_json::value::RawValue>) -> Self {
