@@ -583,24 +583,13 @@ mod tests {
                 crate::pipeline::findings::judge_analysis(&a),
             ))
             .unwrap();
-            let (judged, flows) = judge_and_list_flows(&a, OutputFormat::Json);
-            assert!(flows.written(), "{}", fx.name);
-            let beside = crate::export::report::build::build_with(&a, judged, flows);
-            assert_eq!(
-                serde_json::to_string(&beside).unwrap(),
-                streamed,
-                "{}",
-                fx.name
-            );
-            let (judged, flows) = judge_and_list_flows(&a, OutputFormat::Table);
-            assert!(!flows.written());
-            let table = crate::export::report::build::build_with(&a, judged, flows);
-            assert_eq!(
-                serde_json::to_string(&table).unwrap(),
-                streamed,
-                "{}",
-                fx.name
-            );
+            for (format, written) in [(OutputFormat::Json, true), (OutputFormat::Table, false)] {
+                let (judged, flows) = judge_and_list_flows(&a, format);
+                assert_eq!(flows.written(), written, "{}", fx.name);
+                let report = crate::export::report::build::build_with(&a, judged, flows);
+                let json = serde_json::to_string(&report).unwrap();
+                assert_eq!(json, streamed, "{}", fx.name);
+            }
         }
     }
 }
