@@ -110,27 +110,12 @@ mod tests {
                 src[15] = (i % 251) as u8;
                 src[0] = 0xfd;
             }
+            let mut dst = [0u8; 16];
+            dst[..4].copy_from_slice(&[10, 250, (i % 3) as u8, 1]);
             let key = FlowKey {
                 ip_version: if v6 { 6 } else { 4 },
                 src,
-                dst: [
-                    10,
-                    250,
-                    (i % 3) as u8,
-                    1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
+                dst,
                 sport: (0xc000 + i % 16_000) as u16,
                 dest_qp: i * 13 + 1,
                 ..FlowKey::default()
