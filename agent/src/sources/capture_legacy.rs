@@ -3,8 +3,9 @@
 //! without its reader's boxed iterator, the block enum every record comes back in and the
 //! buffer compaction before each read; a record cut by a chunk's end is stitched from the two
 //! chunks. [`read_capture_from`](super::capture::read_capture_from) reads the chunks on a
-//! thread of their own: on large frames copying the file out of the page cache was half of the
-//! parsing thread's time. pcapng goes through pcap-parser's reader (see [`super::capture`]).
+//! thread of their own where the machine has a core for it ([`super::capture::read_ahead`]):
+//! on large frames copying the file out of the page cache was half of the parsing thread's
+//! time. pcapng goes through pcap-parser's reader (see [`super::capture`]).
 
 use super::capture_types::{describe, link_type, CaptureError, CaptureSummary, Frame, MAX_RECORD};
 use pcap_parser::nom::{self, IResult, Needed};
