@@ -1,6 +1,6 @@
 //! Where `rocemon analyze --format json` writes its report: standard output as a pipe, a file,
 //! a reader that leaves early and a closed descriptor. The report is written on standard
-//! output's descriptor in large blocks (`cmd::analyze::report_file`), not through `Stdout`'s
+//! output's descriptor in large blocks (`cmd::report_out`), not through `Stdout`'s
 //! line buffer: each case here must end as it did through `Stdout`.
 
 use rocemon_testkit::{fixtures, TempDir};

@@ -10,7 +10,7 @@ use crate::sources::capture::{
 use crate::sources::input::{self, Compression, ReadFailure};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 /// Analyses a capture file; `progress` receives the bytes read so far.
@@ -410,22 +410,10 @@ pub fn analyze(mut args: AnalyzeArgs) -> Result<()> {
         log::info!("wrote the HTML report {}", path.display());
     }
     match args.format {
-        OutputFormat::Json => {
-            // Streamed: a report of a quarter million flows is not built as one string first.
-            let mut stdout = std::io::stdout().lock();
-            let mut out: Box<dyn Write + '_> = match report_file(&stdout) {
-                Some(file) => Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
-                None => Box::new(std::io::BufWriter::new(&mut stdout)),
-            };
-            let written = serde_json::to_writer(&mut out, &report)
-                .map_err(std::io::Error::from)
-                .and_then(|()| writeln!(out))
-                .and_then(|()| out.flush());
-            quiet_on_closed_stdout(written)?;
-        }
+        OutputFormat::Json => crate::cmd::report_out::json(&report)?,
         OutputFormat::Table => {
             let text = crate::export::report::table::table(&report, args.top);
-            quiet_on_closed_stdout(std::io::stdout().lock().write_all(text.as_bytes()))?;
+            crate::cmd::report_out::text(&text)?;
         }
     }
     let (frames, truncated_tail) = (a.counters.frames, a.summary.truncated_tail);
@@ -507,27 +495,6 @@ fn report_ipfix(
                     .join(", ")
             );
         }
-    }
-}
-
-/// Where the JSON report goes: standard output's descriptor, written in megabyte blocks and
-/// not through `Stdout`'s line buffer, which searched every block for a line end (the report
-/// has one, at its end): 200 MB of a quarter million flows took 14 ms of `memrchr`, after the
-/// last frame, on one core. `None` where the descriptor cannot be had (closed): `Stdout`
-/// then, which takes a closed descriptor's writes as done. The caller holds `Stdout`'s lock
-/// while it writes.
-fn report_file(stdout: &std::io::StdoutLock<'_>) -> Option<std::fs::File> {
-    use std::os::fd::AsFd;
-    let fd = stdout.as_fd().try_clone_to_owned().ok()?;
-    Some(std::fs::File::from(fd))
-}
-
-/// Output into a pipe whose reader left (`| head`) is no error: stop quietly, as other
-/// command-line tools do.
-fn quiet_on_closed_stdout(r: std::io::Result<()>) -> Result<()> {
-    match r {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r.context("write the report"),
     }
 }
 
