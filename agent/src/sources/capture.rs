@@ -44,11 +44,7 @@ pub fn read_capture_from(
         if read_ahead(cpus) {
             Chunks::threaded(input)
         } else {
-            Chunks::Here {
-                input,
-                cap: HERE_CHUNK,
-                spare: Vec::new(),
-            }
+            Chunks::here(input, HERE_CHUNK)
         }
     };
     read_sniffed(first, input, 1 << 17, chunks, on_progress, on_frame)
@@ -164,11 +160,7 @@ pub fn read_capture_buffered(
 ) -> Result<CaptureSummary, CaptureError> {
     let cap = buffer.max(SNIFF);
     let first = sniff(&mut input)?;
-    let here = |input| Chunks::Here {
-        input,
-        cap,
-        spare: Vec::new(),
-    };
+    let here = |input| Chunks::here(input, cap);
     read_sniffed(first, input, cap, here, on_progress, on_frame)
 }
 

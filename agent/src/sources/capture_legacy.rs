@@ -44,6 +44,17 @@ pub enum Chunks<R> {
     },
 }
 
+impl<R: Read> Chunks<R> {
+    /// Reads `cap` bytes at a time on the walking thread.
+    pub fn here(input: R, cap: usize) -> Chunks<R> {
+        Chunks::Here {
+            input,
+            cap,
+            spare: Vec::new(),
+        }
+    }
+}
+
 impl<R: Read + Send + 'static> Chunks<R> {
     /// A thread reads `input` in chunks ahead of the walk. It is not joined: a walk that ends
     /// on an error leaves it blocked in a read of a pipe that may never end, until the process

@@ -58,11 +58,7 @@ fn chunks<R: Read + Send + 'static>(input: R, threaded: bool, cap: usize) -> Chu
     if threaded {
         Chunks::threaded(input)
     } else {
-        Chunks::Here {
-            input,
-            cap,
-            spare: Vec::new(),
-        }
+        Chunks::here(input, cap)
     }
 }
 
