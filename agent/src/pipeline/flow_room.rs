@@ -81,20 +81,21 @@ impl FlowTable {
     /// evicted and back within one tick was listed twice, and the tick then moved its rates
     /// twice). Amortised: the list is at most twice the table when it runs, at most the table
     /// after.
+    ///
+    /// A held flow is on the list exactly when its entry says `active`, so the list is made
+    /// again from the entries, in their order, in one walk: no key of the old list is looked
+    /// up (two lookups for each of twice the table's keys, an entry's cache miss each, were a
+    /// fifth of a flood's eviction). The order differs from the old list's only in which
+    /// flow a tick visits first; what a tick does to a flow does not depend on it.
     pub(super) fn compact_active(&mut self) {
         let mut active = std::mem::take(&mut self.active);
-        for k in &active {
-            if let Some(e) = self.entries.get_mut(k) {
-                e.active = false;
-            }
-        }
-        active.retain(|k| match self.entries.get_mut(k) {
-            Some(e) if !e.active => {
-                e.active = true;
-                true
-            }
-            _ => false,
-        });
+        active.clear();
+        active.extend(
+            self.entries
+                .values()
+                .filter(|e| e.active)
+                .map(|e| (e.iface, e.key)),
+        );
         self.active = active;
     }
 }

@@ -29,6 +29,11 @@ type Slot = (u64, usize);
 pub struct FlowSlots {
     index: HashTable<Slot>,
     entries: Vec<FlowEntry>,
+    /// Each entry's key hash, at its position: a removal finds the slots of the entry it
+    /// drops and of the entry it moves without reading either key (a flood into a full
+    /// table removes an eighth of it at a time; reading and hashing each victim's key and
+    /// each moved entry's was a cache miss and a hash per removal).
+    hashes: Vec<u64>,
     hasher: rustc_hash::FxBuildHasher,
 }
 
@@ -62,6 +67,12 @@ impl FlowSlots {
         self.entries.is_empty()
     }
 
+    /// The key hash kept for position `i`.
+    #[cfg(test)]
+    fn hash_at(&self, i: usize) -> Option<u64> {
+        self.hashes.get(i).copied()
+    }
+
     #[cfg(test)]
     pub fn contains_key(&self, k: &SlotKey) -> bool {
         self.position(self.hash(k), k).is_some()
@@ -89,6 +100,7 @@ impl FlowSlots {
         debug_assert!(self.position(hash, &(e.iface, e.key)).is_none());
         let i = self.entries.len();
         self.entries.push(e);
+        self.hashes.push(hash);
         self.index.insert_unique(hash, (hash, i), |&(h, _)| h);
         i
     }
@@ -101,24 +113,19 @@ impl FlowSlots {
     /// Removes the flow at position `i` (as [`FlowSlots::values`] yields it); the last entry
     /// takes its place. Removing several by position goes from the highest down.
     pub fn swap_remove_at(&mut self, i: usize) -> Option<FlowEntry> {
-        let e = self.entries.get(i)?;
-        let hash = self.hash(&(e.iface, e.key));
-        Some(self.remove_at(hash, i))
-    }
-
-    /// Removes entry `i`, whose key hashes to `hash`.
-    fn remove_at(&mut self, hash: u64, i: usize) -> FlowEntry {
+        let hash = *self.hashes.get(i)?;
         if let Ok(slot) = self.index.find_entry(hash, |&(_, at)| at == i) {
             slot.remove();
         }
         let e = self.entries.swap_remove(i);
-        if let Some(moved) = self.entries.get(i) {
-            let (h, last) = (self.hash(&(moved.iface, moved.key)), self.entries.len());
-            if let Some(slot) = self.index.find_mut(h, |&(_, at)| at == last) {
+        self.hashes.swap_remove(i);
+        if let Some(&moved) = self.hashes.get(i) {
+            let last = self.entries.len();
+            if let Some(slot) = self.index.find_mut(moved, |&(_, at)| at == last) {
                 slot.1 = i;
             }
         }
-        e
+        Some(e)
     }
 
     /// Keeps the flows `keep` says yes to, in their order.
@@ -127,9 +134,11 @@ impl FlowSlots {
         self.entries.retain(|e| keep(e));
         if self.entries.len() != before {
             self.index.clear();
+            self.hashes.clear();
             for i in 0..self.entries.len() {
                 let e = &self.entries[i];
                 let hash = self.hasher.hash_one((e.iface, e.key));
+                self.hashes.push(hash);
                 self.index.insert_unique(hash, (hash, i), |&(h, _)| h);
             }
         }
@@ -278,6 +287,10 @@ mod tests {
                     slots.values().map(|e| (e.iface, e.key.dest_qp)).collect();
                 prop_assert_eq!(&order, &model);
                 prop_assert_eq!(slots.len(), model.len());
+                for (at, e) in slots.values().enumerate() {
+                    prop_assert_eq!(slots.hash_at(at), Some(slots.hash(&(e.iface, e.key))));
+                }
+                prop_assert_eq!(slots.hash_at(slots.len()), None);
                 for &(i, q) in &model {
                     let e = slots.get(&(i, entry(i, q).key));
                     prop_assert!(e.is_some_and(|e| e.iface == i && e.stats.packets == u64::from(q) + 1));

@@ -298,6 +298,42 @@ fn the_compacted_active_list_holds_each_flow_once() {
     assert_eq!(t.active_len(), t.len());
 }
 
+/// The compacted list holds the held flows that moved since they went quiet, and no other:
+/// the quiet ones stay off it (a tick would only visit them for nothing), as do the
+/// evicted ones.
+#[test]
+fn the_compacted_active_list_holds_the_moving_flows_only() {
+    let cfg = ElephantConfig::default();
+    let (info, len) = roce(100);
+    let mut t = bounded(64);
+    for q in 0..64u32 {
+        record(&mut t, q, &info, len, u64::from(q));
+    }
+    t.tick(1.0, &cfg, &[1e12]);
+    t.tick(1.0, &cfg, &[1e12]);
+    assert_eq!(t.active_len(), 0, "all quiet");
+    // Five of them move again; then ten new flows fill the table, which pushes out the
+    // quietest (listed before, but the ticks took them off) to make room.
+    for q in [1u32, 2, 40, 50, 60] {
+        record(&mut t, q, &info, len, 1_000 + u64::from(q));
+    }
+    for q in 100..110u32 {
+        record(&mut t, q, &info, len, 2_000 + u64::from(q));
+    }
+    assert!(t.evicted.flows > 0);
+    t.compact_active();
+    let mut listed: Vec<u32> = t.active.iter().map(|k| k.1.dest_qp).collect();
+    listed.sort_unstable();
+    let mut want: Vec<u32> = t
+        .iter()
+        .filter(|e| e.stats.last_seen_ns >= 1_000)
+        .map(|e| e.key.dest_qp)
+        .collect();
+    want.sort_unstable();
+    assert!(want.len() >= 10 + 3, "{want:?}");
+    assert_eq!(listed, want);
+}
+
 /// A kernel-map snapshot of `packets` packets, first seen at `first`, last at `last` (ns).
 fn life(packets: u64, first: u64, last: u64) -> FlowStats {
     FlowStats {
