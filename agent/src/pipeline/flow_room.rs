@@ -57,16 +57,15 @@ impl FlowTable {
         // From the highest position down: each removal moves the last entry, never a victim.
         let victims = &mut quiet[..n];
         victims.sort_unstable_by_key(|v| std::cmp::Reverse(v.1));
+        let evicted = &mut self.evicted;
         for &(_, i) in victims.iter() {
-            if let Some(e) = self.entries.swap_remove_at(i) {
-                self.evicted.flows += 1;
-                self.evicted.packets += e.stats.packets;
-                self.evicted.bytes += e.stats.bytes;
-                self.evicted.ecn_ce += e.stats.ecn_ce;
-                self.evicted.cnp += e.stats.cnp;
-                if self.record_ends {
+            if self.record_ends {
+                if let Some(e) = self.entries.swap_remove_at(i) {
+                    evicted.add(&e);
                     self.ended.push((e, EndReason::LackOfResources));
                 }
+            } else {
+                self.entries.swap_remove_seen(i, |e| evicted.add(e));
             }
         }
         self.room_scratch = quiet;

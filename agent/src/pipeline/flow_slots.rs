@@ -112,6 +112,18 @@ impl FlowSlots {
 
     /// Removes the flow at position `i` (as [`FlowSlots::values`] yields it); the last entry
     /// takes its place. Removing several by position goes from the highest down.
+    /// Removes the flow at position `i` as [`FlowSlots::swap_remove_at`] does, once `seen`
+    /// has read it in place, and drops it there: a caller that keeps a few of its figures
+    /// does not copy the whole entry out (a flood's eviction copied each victim's 450
+    /// bytes for four totals). Returns whether `i` was held.
+    pub fn swap_remove_seen(&mut self, i: usize, seen: impl FnOnce(&FlowEntry)) -> bool {
+        let Some(e) = self.entries.get(i) else {
+            return false;
+        };
+        seen(e);
+        self.swap_remove_at(i).is_some()
+    }
+
     pub fn swap_remove_at(&mut self, i: usize) -> Option<FlowEntry> {
         let hash = *self.hashes.get(i)?;
         if let Ok(slot) = self.index.find_entry(hash, |&(_, at)| at == i) {
@@ -228,6 +240,8 @@ mod tests {
     enum Op {
         Insert(usize, u32),
         Remove(usize, u32),
+        /// The same through [`FlowSlots::swap_remove_seen`].
+        RemoveSeen(usize, u32),
         /// Keeps the flows whose QP is not a multiple of the value.
         Retain(u32),
         Prefetch(usize, u32),
@@ -237,6 +251,7 @@ mod tests {
         prop_oneof![
             4 => (0..2usize, 0..40u32).prop_map(|(i, q)| Op::Insert(i, q)),
             2 => (0..2usize, 0..40u32).prop_map(|(i, q)| Op::Remove(i, q)),
+            2 => (0..2usize, 0..40u32).prop_map(|(i, q)| Op::RemoveSeen(i, q)),
             1 => (2..7u32).prop_map(Op::Retain),
             1 => (0..2usize, 0..40u32).prop_map(|(i, q)| Op::Prefetch(i, q)),
         ]
@@ -269,6 +284,18 @@ mod tests {
                         let pos = model.iter().position(|&k| k == (i, q));
                         let got = slots.swap_remove_at(pos.unwrap_or(model.len()));
                         prop_assert_eq!(got.map(|e| (e.iface, e.key.dest_qp)), pos.map(|_| (i, q)));
+                        if let Some(p) = pos {
+                            model.swap_remove(p);
+                        }
+                    }
+                    Op::RemoveSeen(i, q) => {
+                        let pos = model.iter().position(|&k| k == (i, q));
+                        let mut seen = None;
+                        let held = slots.swap_remove_seen(pos.unwrap_or(model.len()), |e| {
+                            seen = Some((e.iface, e.key.dest_qp));
+                        });
+                        prop_assert_eq!(held, pos.is_some());
+                        prop_assert_eq!(seen, pos.map(|_| (i, q)));
                         if let Some(p) = pos {
                             model.swap_remove(p);
                         }

@@ -107,6 +107,17 @@ pub struct EvictedFlows {
     pub cnp: u64,
 }
 
+impl EvictedFlows {
+    /// Adds a flow that left the table.
+    fn add(&mut self, e: &FlowEntry) {
+        self.flows += 1;
+        self.packets += e.stats.packets;
+        self.bytes += e.stats.bytes;
+        self.ecn_ce += e.stats.ecn_ce;
+        self.cnp += e.stats.cnp;
+    }
+}
+
 /// The flow table. Ticks cost the flows that changed, not all flows: a flow whose totals did
 /// not move, that is no elephant and whose rate is below its entry threshold leaves the
 /// active list, and its rates decay lazily (`exp(-t/tau)`, what the ticks it skips would
