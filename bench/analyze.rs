@@ -37,7 +37,16 @@ pub(crate) fn big_capture(dir: &Path, name: &'static str, payloads: &[usize]) ->
         r.ecn = rng.below(4) as u8;
         frames.push((1_700_000_000_000_000_000 + k * 1000, r.frame()));
     }
-    whole(name, Format::PcapNanos, frames, false).write(dir)
+    settled(whole(name, Format::PcapNanos, frames, false).write(dir)?)
+}
+
+/// A capture just written, once its pages are on disk: a gigabyte still dirty is written
+/// back by the kernel's flusher while it is timed, on one of this machine's two CPUs.
+pub(crate) fn settled(path: PathBuf) -> Result<PathBuf> {
+    std::fs::File::open(&path)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("sync {}", path.display()))?;
+    Ok(path)
 }
 
 pub(crate) fn time_cmd(cmd: &mut Command) -> Result<f64> {
