@@ -272,13 +272,13 @@ pub fn analyze_bounds(bin: &str, dir: &Path) -> Result<Value> {
         ),
         (HELD_TWIN, &million_held, 1_000_000, None),
     ];
+    for (_, path, _, _) in &cases {
+        crate::analyze::settled(path.to_path_buf())?;
+    }
     // Every case once per round, the rounds one after another, so that a slow spell of the
     // machine falls on the hostile captures and their twins alike; each figure is the
     // median over the rounds (one run each had put a flood at x2.23 its twin where nine
     // runs by hand that hour gave x1.9).
-    for (_, path, _, _) in &cases {
-        crate::analyze::settled(path.to_path_buf())?;
-    }
     let mut runs = vec![(Vec::new(), Vec::new(), Vec::new()); cases.len()];
     for _ in 0..BOUNDS_ROUNDS {
         for ((name, path, _, _), (cat, secs, rss)) in cases.iter().zip(runs.iter_mut()) {

@@ -110,8 +110,6 @@ impl FlowSlots {
         &mut self.entries[i]
     }
 
-    /// Removes the flow at position `i` (as [`FlowSlots::values`] yields it); the last entry
-    /// takes its place. Removing several by position goes from the highest down.
     /// Removes the flow at position `i` as [`FlowSlots::swap_remove_at`] does, once `seen`
     /// has read it in place, and drops it there: a caller that keeps a few of its figures
     /// does not copy the whole entry out (a flood's eviction copied each victim's 450
@@ -124,6 +122,8 @@ impl FlowSlots {
         self.swap_remove_at(i).is_some()
     }
 
+    /// Removes the flow at position `i` (as [`FlowSlots::values`] yields it); the last entry
+    /// takes its place. Removing several by position goes from the highest down.
     pub fn swap_remove_at(&mut self, i: usize) -> Option<FlowEntry> {
         let hash = *self.hashes.get(i)?;
         if let Ok(slot) = self.index.find_entry(hash, |&(_, at)| at == i) {
