@@ -112,6 +112,7 @@ fn xdp_len(ctx: &XdpContext) -> u64 {
 }
 
 #[xdp(frags)]
+#[inline(always)]
 pub fn rocemon_xdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
     match count::fast(xdp_direct(&ctx, len), Hook::Xdp) {
@@ -142,11 +143,13 @@ pub fn rocemon_xdp_slow(ctx: XdpContext) -> u32 {
 }
 
 #[classifier]
+#[inline(always)]
 pub fn rocemon_tc_ingress(ctx: TcContext) -> i32 {
     tc_fast(&ctx, Hook::TcIngress)
 }
 
 #[classifier]
+#[inline(always)]
 pub fn rocemon_tc_egress(ctx: TcContext) -> i32 {
     tc_fast(&ctx, Hook::TcEgress)
 }
@@ -201,6 +204,7 @@ fn tc_slow(ctx: &TcContext, hook: Hook) -> i32 {
 /// nothing is lost. `frags`: jumbo frames arrive as several descriptors on sockets bound with
 /// XDP_USE_SG.
 #[xdp(frags)]
+#[inline(always)]
 pub fn rocemon_xdp_afxdp(ctx: XdpContext) -> u32 {
     let len = xdp_len(&ctx);
     match count::fast(xdp_direct(&ctx, len), Hook::AfXdp) {
